@@ -1,0 +1,1 @@
+//! Sans-IO connection manager. TODO(cm helper)

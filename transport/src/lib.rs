@@ -1,0 +1,18 @@
+//! An ibverbs-shaped RDMA model with a userspace RoCEv2 provider.
+//!
+//! Layout (see `shared/DESIGN.md`):
+//! - [`wire`]: RoCEv2 headers (BTH, RETH, AETH, IETH, DETH, ImmDt), the ICRC, packet
+//!   parsing and building, and the MAD / CM message layouts (IBTA Vol 1 ch. 9, 12, 13;
+//!   RoCEv2 Annex A17).
+//! - [`verbs`]: the verbs nouns and values (access flags, QP states and attributes, work
+//!   requests, work completions) shared by every provider.
+//! - [`rc`]: the sans-IO Reliable Connection core (requester, responder, completer).
+//! - [`cm`]: the sans-IO connection manager (RDMA CM semantics on IB CM MADs over QP1).
+//! - [`soft`]: the software provider: drives the cores over UDP sockets on port 4791.
+//! - [`time`]: the timestamp type the sans-IO cores take as `now`.
+pub mod cm;
+pub mod rc;
+pub mod soft;
+pub mod time;
+pub mod verbs;
+pub mod wire;

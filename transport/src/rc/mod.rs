@@ -1,0 +1,1 @@
+//! Sans-IO Reliable Connection core. TODO(rc helper)

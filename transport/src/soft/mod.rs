@@ -1,0 +1,1 @@
+//! The software RoCEv2 provider. TODO
