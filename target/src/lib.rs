@@ -1,1 +1,26 @@
-//! placeholder
+//! `nvmf-target`: the NVMe over Fabrics target — subsystems, controllers and io_uring
+//! file namespaces, over the transport's verbs model (NVMe Base 2.x, NVMe over
+//! Fabrics, NVMe RDMA Transport 1.x).
+//!
+//! One concern per module, as Linux's drivers/nvme/target: [`subsystem`] and
+//! [`controller`] (state), [`fabrics`] (Connect, Property Get/Set), [`admin`] (admin
+//! commands), [`io`] (NVM commands), [`discovery`] (the discovery log page),
+//! [`rdma`] (the NVMe/RDMA transport: poll groups and the request state machine),
+//! [`server`] (start/stop, CM and Keep Alive), and the poll groups' building blocks
+//! [`buffers`] (the registered data slab), [`uring`] (io_uring), [`namespace`]
+//! (file-backed namespaces) and [`config`] (the daemon's TOML configuration).
+
+pub mod admin;
+pub mod buffers;
+pub mod config;
+pub mod controller;
+pub mod discovery;
+pub mod fabrics;
+pub mod io;
+pub mod namespace;
+pub mod rdma;
+pub mod server;
+pub mod subsystem;
+pub mod uring;
+
+pub use server::{start, TargetError, TargetHandle, DEFAULT_ACK_TIMEOUT};

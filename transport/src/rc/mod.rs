@@ -1,1 +1,30 @@
-//! Sans-IO Reliable Connection core. TODO(rc helper)
+//! Sans-IO Reliable Connection core (IBTA Vol 1 ch. 9.5-9.9; memory §10.6).
+//!
+//! [`RcQp`] is one RC queue pair: requester, completer and responder as a state machine
+//! the driver (the soft provider) feeds with received packets, timer expiries and the
+//! current time, and drains for packets to send and work completions, in the style of
+//! quinn-proto. No sockets, clocks or threads here. [`KeyTable`] holds the device's
+//! memory keys (MRs, type 2 memory windows) and performs the local and remote access
+//! checks; [`RecvQueue`] is a receive queue or SRQ.
+//!
+//! Reliability is go-back-N: a PSN sequence error NAK, a missing READ response or the
+//! local ACK timeout restart transmission at the oldest unacknowledged PSN, regenerating
+//! the packets from the work requests and registered memory.
+pub mod counters;
+pub mod mem;
+pub(crate) mod ops;
+pub mod payload;
+pub mod psn;
+pub mod qp;
+pub mod recv_queue;
+mod requester;
+mod responder;
+#[cfg(test)]
+mod tests;
+
+pub use counters::QpCounters;
+pub use mem::{KeyTable, MemRef, MrKeys, MrMemory};
+pub use ops::{ack_timeout, rnr_timer, RNR_TIMER_US};
+pub use payload::{Payload, TxPacket};
+pub use qp::{Completion, CompletionQueueKind, RcConfig, RcEnv, RcQp};
+pub use recv_queue::RecvQueue;

@@ -13,6 +13,7 @@ pub mod icrc;
 pub mod mad;
 pub mod opcode;
 pub mod packet;
+pub mod pcap;
 
 pub use headers::*;
 pub use icrc::*;

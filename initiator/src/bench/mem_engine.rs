@@ -1,0 +1,195 @@
+//! [`MemEngine`]: an [`IoEngine`] over a `Vec<u8>` "disk", for tests and dry runs.
+//!
+//! Submitted I/Os complete on the next [`IoEngine::poll`]. Faults can be injected:
+//! corrupted read data (to exercise verification) and failed I/Os at an offset.
+
+use super::engine::{EngineError, IoCompletion, IoEngine};
+use super::workload::{IoOp, IoRequest};
+
+/// What to do to reads (see [`MemEngine::corrupt_reads`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadCorruption {
+    /// Reads return the stored data.
+    None,
+    /// Every read returns the data with the last byte inverted.
+    FlipLastByte,
+}
+
+/// In-memory engine: a byte vector as the namespace, `depth` buffer slots of
+/// `slot_len` bytes each.
+#[derive(Debug, Clone)]
+pub struct MemEngine {
+    disk: Vec<u8>,
+    slots: Vec<Vec<u8>>,
+    pending: Vec<(u32, IoRequest)>,
+    in_flight: Vec<bool>,
+    corruption: ReadCorruption,
+    fail_offset: Option<u64>,
+    busy_every: Option<u64>,
+    submissions: u64,
+}
+
+impl MemEngine {
+    /// An engine over a zeroed disk of `disk_bytes` bytes, taking `depth` outstanding
+    /// I/Os of up to `slot_len` bytes.
+    pub fn new(disk_bytes: usize, depth: usize, slot_len: usize) -> Self {
+        Self {
+            disk: vec![0; disk_bytes],
+            slots: vec![vec![0; slot_len]; depth],
+            pending: Vec::with_capacity(depth),
+            in_flight: vec![false; depth],
+            corruption: ReadCorruption::None,
+            fail_offset: None,
+            busy_every: None,
+            submissions: 0,
+        }
+    }
+
+    /// Makes reads return corrupted data from now on.
+    pub fn corrupt_reads(&mut self, how: ReadCorruption) {
+        self.corruption = how;
+    }
+
+    /// Makes any I/O that starts at byte `offset` complete with an error.
+    pub fn fail_at(&mut self, offset: u64) {
+        self.fail_offset = Some(offset);
+    }
+
+    /// Refuses every `n`th submission with [`EngineError::Busy`] (n >= 1).
+    pub fn busy_every(&mut self, n: u64) {
+        self.busy_every = Some(n.max(1));
+    }
+
+    /// The disk contents.
+    pub fn disk(&self) -> &[u8] {
+        &self.disk
+    }
+
+    /// The disk contents, writable (to prepare or damage data).
+    pub fn disk_mut(&mut self) -> &mut [u8] {
+        &mut self.disk
+    }
+
+    fn execute(&mut self, tag: u32, req: &IoRequest) -> Result<(), String> {
+        if Some(req.offset) == self.fail_offset {
+            return Err(format!(
+                "injected failure at offset {} (NVMe status: Data Transfer Error)",
+                req.offset
+            ));
+        }
+        let len = req.len as usize;
+        let start = usize::try_from(req.offset).map_err(|_| "LBA Out of Range".to_string())?;
+        let range = start
+            .checked_add(len)
+            .filter(|&end| end <= self.disk.len())
+            .map(|end| start..end)
+            .ok_or_else(|| {
+                format!(
+                    "LBA Out of Range: offset {} + {} past {} bytes",
+                    req.offset,
+                    len,
+                    self.disk.len()
+                )
+            })?;
+        let slot = &mut self.slots[tag as usize];
+        match req.op {
+            IoOp::Write => self.disk[range].copy_from_slice(&slot[..len]),
+            IoOp::Read => {
+                slot[..len].copy_from_slice(&self.disk[range]);
+                if self.corruption == ReadCorruption::FlipLastByte && len > 0 {
+                    slot[len - 1] ^= 0xFF;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl IoEngine for MemEngine {
+    fn max_outstanding(&self) -> usize {
+        self.slots.len()
+    }
+
+    fn submit(&mut self, tag: u32, req: &IoRequest) -> Result<(), EngineError> {
+        let t = tag as usize;
+        if t >= self.slots.len() {
+            return Err(EngineError::InvalidRequest(format!(
+                "tag {tag} >= depth {}",
+                self.slots.len()
+            )));
+        }
+        if req.len as usize > self.slots[t].len() {
+            return Err(EngineError::InvalidRequest(format!(
+                "length {} over the {}-byte buffer",
+                req.len,
+                self.slots[t].len()
+            )));
+        }
+        if self.in_flight[t] {
+            return Err(EngineError::InvalidRequest(format!("tag {tag} already in use")));
+        }
+        self.submissions += 1;
+        if self.busy_every.is_some_and(|n| self.submissions % n == 0) {
+            return Err(EngineError::Busy);
+        }
+        self.in_flight[t] = true;
+        self.pending.push((tag, *req));
+        Ok(())
+    }
+
+    fn poll(&mut self, out: &mut Vec<IoCompletion>) -> Result<(), EngineError> {
+        let pending = std::mem::take(&mut self.pending);
+        for (tag, req) in &pending {
+            let result = self.execute(*tag, req);
+            self.in_flight[*tag as usize] = false;
+            out.push(IoCompletion { tag: *tag, result });
+        }
+        self.pending = pending;
+        self.pending.clear();
+        Ok(())
+    }
+
+    fn buffer(&mut self, tag: u32) -> &mut [u8] {
+        &mut self.slots[tag as usize]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn drain(e: &mut MemEngine) -> Vec<IoCompletion> {
+        let mut v = Vec::new();
+        e.poll(&mut v).unwrap();
+        v
+    }
+
+    #[test]
+    fn write_then_read_round_trips() {
+        let mut e = MemEngine::new(8192, 2, 4096);
+        e.buffer(0).fill(0xAB);
+        let w = IoRequest { op: IoOp::Write, offset: 4096, len: 4096 };
+        e.submit(0, &w).unwrap();
+        assert_eq!(drain(&mut e), vec![IoCompletion { tag: 0, result: Ok(()) }]);
+        assert!(e.disk()[4096..].iter().all(|&b| b == 0xAB));
+        let r = IoRequest { op: IoOp::Read, offset: 4096, len: 4096 };
+        e.submit(1, &r).unwrap();
+        assert_eq!(drain(&mut e).len(), 1);
+        assert!(e.buffer(1).iter().all(|&b| b == 0xAB));
+    }
+
+    #[test]
+    fn faults_are_reported() {
+        let mut e = MemEngine::new(8192, 1, 4096);
+        let r = IoRequest { op: IoOp::Read, offset: 8192, len: 4096 };
+        e.submit(0, &r).unwrap();
+        let c = drain(&mut e);
+        assert!(c[0].result.as_ref().unwrap_err().contains("LBA Out of Range"));
+        assert!(matches!(e.submit(1, &r), Err(EngineError::InvalidRequest(_))));
+        e.fail_at(0);
+        e.submit(0, &IoRequest { op: IoOp::Write, offset: 0, len: 512 }).unwrap();
+        assert!(drain(&mut e)[0].result.is_err());
+        e.busy_every(1);
+        assert_eq!(e.submit(0, &IoRequest { op: IoOp::Read, offset: 0, len: 512 }), Err(EngineError::Busy));
+    }
+}

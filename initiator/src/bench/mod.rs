@@ -1,0 +1,49 @@
+//! `nvmf-bench`: fio's workloads and reports over NVMe over Fabrics, independent of
+//! the transport.
+//!
+//! Flow: parse [`BenchArgs`] (fio option names), derive one [`JobSpec`] per job for
+//! the namespace size ([`BenchArgs::job_specs`]), pair each with an [`IoEngine`]
+//! (one NVMe-oF I/O queue; [`MemEngine`] for tests) as a [`Job`], [`run`] them on
+//! one busy-polling thread, and print the [`BenchResult`] with
+//! [`report::render_text`] or [`report::render_json`].
+//!
+//! ```
+//! use clap::Parser;
+//! use nvmf_initiator::bench::{run, BenchArgs, Job, MemEngine};
+//!
+//! let args = BenchArgs::parse_from(["nvmf-bench", "--rw=randrw", "--bs=4k", "--size=256k",
+//!                                   "--iodepth=4", "--verify=crc32c", "--io_size=2m"]);
+//! let namespace_bytes = 1 << 20;
+//! let jobs = args
+//!     .job_specs(namespace_bytes)
+//!     .unwrap()
+//!     .into_iter()
+//!     .map(|spec| {
+//!         let engine = MemEngine::new(namespace_bytes as usize, spec.iodepth as usize, spec.bs as usize);
+//!         Job::new(spec, Box::new(engine))
+//!     })
+//!     .collect();
+//! let result = run(jobs, &args.run_options());
+//! assert_eq!(result.verify.unwrap().mismatches, 0);
+//! let text = nvmf_initiator::bench::report::render_text(&result, std::process::id());
+//! assert!(text.contains("Run status group 0 (all jobs):"));
+//! ```
+
+pub mod engine;
+pub mod mem_engine;
+pub mod options;
+pub mod permutation;
+pub mod report;
+pub mod result;
+pub mod runner;
+pub mod stats;
+pub mod units;
+pub mod verify;
+pub mod workload;
+
+pub use engine::{EngineError, IoCompletion, IoEngine};
+pub use mem_engine::{MemEngine, ReadCorruption};
+pub use options::{BenchArgs, JobSpec, OptionsError, OutputFormat, RunOptions, RwMode, VerifyMode};
+pub use result::{BenchResult, GroupResult, JobError, JobResult, VerifySummary};
+pub use runner::{run, run_in_place, Job};
+pub use workload::{IoOp, IoRequest, Workload};

@@ -1,0 +1,263 @@
+//! fio's "normal" text report (stat.c: `show_thread_status_normal`,
+//! `show_ddir_status`, `show_group_stats`), with latencies always in microseconds.
+//!
+//! Per job one block; with more than one job a group block (`jobs=N`) follows; then
+//! fio's "Run status group 0 (all jobs)" summary. Each direction prints IOPS, BW,
+//! the completion latency (min, max, avg, stdev), a p50/p90/p99/p99.9 summary line,
+//! fio's percentile table, bandwidth/IOPS samples and the issued counts.
+
+use std::fmt::Write as _;
+use std::time::SystemTime;
+
+use super::fmt::{ctime_utc, num2str, N2sUnit};
+use crate::bench::result::{bw_bytes_per_sec, BenchResult, JobError};
+use crate::bench::stats::{DirStats, LatencyStats, FIO_PERCENTILES};
+
+/// fio's default `sig_figs`.
+const SIG_FIGS: usize = 4;
+const DIR_NAMES: [&str; 2] = ["read", "write"];
+const GROUP_DIR_NAMES: [&str; 2] = ["   READ", "  WRITE"];
+
+/// One report block: a job or the group.
+struct Block<'a> {
+    name: &'a str,
+    jobs: usize,
+    error: Option<&'a JobError>,
+    dirs: &'a [DirStats; 2],
+    runtime_ms: [u64; 2],
+    depth_dist: &'a [u64; 7],
+}
+
+/// The text report of `result`, as fio prints it with `--output-format=normal`.
+/// `pid` is printed in the job header (fio prints the job's process ID).
+pub fn render_text(result: &BenchResult, pid: u32) -> String {
+    let mut out = String::new();
+    let time = ctime_utc(SystemTime::now());
+    for j in &result.jobs {
+        let run = if j.dirs.iter().any(|d| d.ios > 0) { j.runtime_ms } else { 0 };
+        render_block(
+            &mut out,
+            &Block {
+                name: &j.spec.name,
+                jobs: 1,
+                error: j.error.as_ref(),
+                dirs: &j.dirs,
+                runtime_ms: [run; 2],
+                depth_dist: &j.depth_dist,
+            },
+            result,
+            pid,
+            &time,
+        );
+    }
+    if result.jobs.len() > 1 {
+        let g = &result.group;
+        render_block(
+            &mut out,
+            &Block {
+                name: result.jobs.first().map_or("group", |j| j.spec.name.as_str()),
+                jobs: result.jobs.len(),
+                error: g.error.as_ref(),
+                dirs: &g.dirs,
+                runtime_ms: g.max_run_ms,
+                depth_dist: &g.depth_dist,
+            },
+            result,
+            pid,
+            &time,
+        );
+    }
+    render_group_status(&mut out, result);
+    if let Some(v) = result.verify {
+        let _ = writeln!(
+            out,
+            "\nVerify (crc32c): {} blocks verified, {} mismatches",
+            v.verified, v.mismatches
+        );
+    }
+    out
+}
+
+fn render_block(out: &mut String, b: &Block<'_>, result: &BenchResult, pid: u32, time: &str) {
+    match b.error {
+        None => {
+            let _ = writeln!(out, "{}: (groupid=0, jobs={}): err= 0: pid={pid}: {time}", b.name, b.jobs);
+        }
+        Some(e) => {
+            let _ = writeln!(
+                out,
+                "{}: (groupid=0, jobs={}): err={:2} ({}: {}): pid={pid}: {time}",
+                b.name,
+                b.jobs,
+                e.errno,
+                e.errno_name(),
+                e.message
+            );
+        }
+    }
+    for d in 0..2 {
+        if b.dirs[d].bytes > 0 && b.runtime_ms[d] > 0 {
+            render_dir(out, DIR_NAMES[d], &b.dirs[d], b.runtime_ms[d], result.group.agg_bw_bytes(d));
+        }
+    }
+    let total: u64 = b.depth_dist.iter().sum();
+    let pct = |n: u64| {
+        if total == 0 {
+            0.0
+        } else {
+            let p = 100.0 * n as f64 / total as f64;
+            if p < 0.1 && n > 0 {
+                0.1
+            } else {
+                p
+            }
+        }
+    };
+    let dd = b.depth_dist;
+    let _ = writeln!(
+        out,
+        "  IO depths    : 1={:3.1}%, 2={:3.1}%, 4={:3.1}%, 8={:3.1}%, 16={:3.1}%, 32={:3.1}%, >=64={:3.1}%",
+        pct(dd[0]),
+        pct(dd[1]),
+        pct(dd[2]),
+        pct(dd[3]),
+        pct(dd[4]),
+        pct(dd[5]),
+        pct(dd[6])
+    );
+    let _ = writeln!(
+        out,
+        "     issued rwts: total={},{},0,0 short=0,0,0,0 dropped=0,0,0,0",
+        b.dirs[0].ios, b.dirs[1].ios
+    );
+    let _ = writeln!(out);
+}
+
+fn render_dir(out: &mut String, name: &str, d: &DirStats, runtime_ms: u64, group_agg_bw: u64) {
+    let bw = bw_bytes_per_sec(d.bytes, runtime_ms);
+    let iops = (u128::from(d.ios) * 1000 / u128::from(runtime_ms)) as u64;
+    let _ = writeln!(
+        out,
+        "  {name}: IOPS={}, BW={} ({})({}/{runtime_ms}msec)",
+        num2str(iops, SIG_FIGS, false, N2sUnit::None),
+        num2str(bw, SIG_FIGS, true, N2sUnit::BytePerSec),
+        num2str(bw, SIG_FIGS, false, N2sUnit::BytePerSec),
+        num2str(d.bytes, SIG_FIGS, true, N2sUnit::Byte),
+    );
+    render_latency(out, &d.clat);
+    render_bw_iops(out, d, group_agg_bw);
+}
+
+fn us(ns: u64) -> f64 {
+    ns as f64 / 1000.0
+}
+
+fn render_latency(out: &mut String, c: &LatencyStats) {
+    if c.count() == 0 {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "    clat (usec): min={}, max={}, avg={:5.02}, stdev={:5.02}",
+        num2str(c.min_ns() / 1000, 6, false, N2sUnit::None),
+        num2str(c.max_ns() / 1000, 6, false, N2sUnit::None),
+        c.mean_ns() / 1000.0,
+        c.stddev_ns() / 1000.0
+    );
+    let _ = writeln!(
+        out,
+        "     lat percentiles (usec): p50={:.1}, p90={:.1}, p99={:.1}, p99.9={:.1}",
+        us(c.percentile_ns(50.0)),
+        us(c.percentile_ns(90.0)),
+        us(c.percentile_ns(99.0)),
+        us(c.percentile_ns(99.9))
+    );
+    render_percentile_table(out, c);
+}
+
+/// fio's `show_clat_percentiles` with precision 2, scaled to usec (rounded up).
+fn render_percentile_table(out: &mut String, c: &LatencyStats) {
+    let vals: Vec<u64> = FIO_PERCENTILES
+        .iter()
+        .map(|&p| c.percentile_ns(p).div_ceil(1000))
+        .collect();
+    let maxv = vals.iter().copied().max().unwrap_or(0);
+    let width = (maxv.checked_ilog10().map_or(1, |d| d as usize + 1)).max(5);
+    let per_line = (80 - 7) / (2 + 10 + width);
+    out.push_str("    clat percentiles (usec):\n     |");
+    for (j, (&p, &v)) in FIO_PERCENTILES.iter().zip(&vals).enumerate() {
+        if j != 0 && j % per_line == 0 {
+            out.push_str("     |");
+        }
+        let last = j == vals.len() - 1;
+        let _ = write!(out, " {p:5.2}th=[{v:width$}]{}", if last { '\n' } else { ',' });
+        if !last && j % per_line == per_line - 1 {
+            out.push('\n');
+        }
+    }
+}
+
+fn render_bw_iops(out: &mut String, d: &DirStats, group_agg_bw: u64) {
+    let bw = &d.bw_kib_samples;
+    if bw.count() > 0 {
+        let agg_kib = group_agg_bw as f64 / 1024.0;
+        let per = if group_agg_bw > 1024 {
+            (bw.mean() * 100.0 / agg_kib).min(100.0)
+        } else {
+            100.0
+        };
+        let (div, unit) = if bw.mean() > 1024.0 * 1024.0 {
+            (1024.0, "MiB")
+        } else {
+            (1.0, "KiB")
+        };
+        let _ = writeln!(
+            out,
+            "   bw ({unit:>5}/s): min={:5}, max={:5}, per={per:3.2}%, avg={:5.02}, stdev={:5.02}, samples={}",
+            (bw.min() / div) as u64,
+            (bw.max() / div) as u64,
+            bw.mean() / div,
+            bw.stddev() / div,
+            bw.count()
+        );
+    }
+    let io = &d.iops_samples;
+    if io.count() > 0 {
+        let _ = writeln!(
+            out,
+            "   iops        : min={:5}, max={:5}, avg={:5.02}, stdev={:5.02}, samples={}",
+            io.min() as u64,
+            io.max() as u64,
+            io.mean(),
+            io.stddev(),
+            io.count()
+        );
+    }
+}
+
+fn render_group_status(out: &mut String, result: &BenchResult) {
+    let g = &result.group;
+    out.push_str("Run status group 0 (all jobs):\n");
+    for d in 0..2 {
+        if g.max_run_ms[d] == 0 {
+            continue;
+        }
+        let agg = g.agg_bw_bytes(d);
+        let s = |n: u64, pow2: bool, unit| num2str(n, SIG_FIGS, pow2, unit);
+        let _ = writeln!(
+            out,
+            "{}: bw={} ({}), {}-{} ({}-{}), io={} ({}), run={}-{}msec",
+            GROUP_DIR_NAMES[d],
+            s(agg, true, N2sUnit::BytePerSec),
+            s(agg, false, N2sUnit::BytePerSec),
+            s(g.min_bw_bytes[d], true, N2sUnit::BytePerSec),
+            s(g.max_bw_bytes[d], true, N2sUnit::BytePerSec),
+            s(g.min_bw_bytes[d], false, N2sUnit::BytePerSec),
+            s(g.max_bw_bytes[d], false, N2sUnit::BytePerSec),
+            s(g.dirs[d].bytes, true, N2sUnit::Byte),
+            s(g.dirs[d].bytes, false, N2sUnit::Byte),
+            g.min_run_ms[d],
+            g.max_run_ms[d]
+        );
+    }
+}

@@ -1,0 +1,479 @@
+//! The benchmark loop: one thread drives every job round-robin, busy-polling.
+//!
+//! The initiator is a run-to-completion poll group (DESIGN.md, principle 2) and the
+//! embedded target needs the other core, so jobs are not threads: each loop turn
+//! tops every job up to its iodepth, then polls its engine, without sleeping.
+//!
+//! Per I/O, completion latency is measured from just before [`IoEngine::submit`] to
+//! the poll that returned its completion ([`Instant`]), in nanoseconds. I/Os
+//! submitted during `ramp_time` are executed but not counted. A job's run time is
+//! from its first counted submit to its last counted completion. A failed I/O, a
+//! verification mismatch or an engine failure stops the job and is reported as
+//! fio's `err=`.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant, SystemTime};
+
+use super::engine::{EngineError, IoCompletion, IoEngine};
+use super::options::{JobSpec, RunOptions, VerifyMode};
+use super::result::{
+    depth_bucket, BenchResult, GroupResult, JobError, JobResult, VerifySummary, ERRNO_EILSEQ,
+    ERRNO_EIO, ERRNO_ETIMEDOUT,
+};
+use super::stats::{DirStats, Sampler};
+use super::verify::{fill_block, ReadCheck, VerifyTracker};
+use super::workload::{IoOp, IoRequest, Workload};
+
+/// One job: its workload and the engine (one I/O queue) that executes it.
+pub struct Job {
+    /// What to run.
+    pub spec: JobSpec,
+    /// Where to run it.
+    pub engine: Box<dyn IoEngine + Send>,
+}
+
+impl Job {
+    /// A job running `spec` on `engine`.
+    pub fn new(spec: JobSpec, engine: Box<dyn IoEngine + Send>) -> Self {
+        Self { spec, engine }
+    }
+}
+
+impl std::fmt::Debug for Job {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Job").field("spec", &self.spec).finish_non_exhaustive()
+    }
+}
+
+/// Runs `jobs` to completion (see the module docs) and returns what was measured.
+pub fn run(mut jobs: Vec<Job>, opts: &RunOptions) -> BenchResult {
+    run_in_place(&mut jobs, opts, None)
+}
+
+/// Like [`run`], but leaves the jobs (and their engines) with the caller, and stops
+/// early, as at the end of the runtime, once `stop` becomes true (e.g. on Ctrl-C).
+pub fn run_in_place(jobs: &mut [Job], opts: &RunOptions, stop: Option<&AtomicBool>) -> BenchResult {
+    let started = SystemTime::now();
+    let start = Instant::now();
+    let measure_from = start + opts.ramp_time;
+    let deadline = measure_from + opts.runtime;
+    let mut tracker = (opts.verify == VerifyMode::Crc32c).then(VerifyTracker::new);
+    let mut states: Vec<JobState> = jobs.iter().map(|j| JobState::new(j, start)).collect();
+    let mut comps = Vec::new();
+
+    loop {
+        let now = Instant::now();
+        let stop_now = now >= deadline || stop.is_some_and(|s| s.load(Ordering::Relaxed));
+        let mut all_done = true;
+        for (job, st) in jobs.iter_mut().zip(states.iter_mut()) {
+            if st.done {
+                continue;
+            }
+            all_done = false;
+            if stop_now {
+                st.stop(now);
+            }
+            if st.stop_at.is_none() {
+                st.fill(job, tracker.as_mut(), measure_from, now);
+            }
+            st.poll(job, tracker.as_mut(), measure_from, &mut comps);
+            st.check_done(now, opts.drain_timeout);
+        }
+        if all_done {
+            break;
+        }
+    }
+
+    let end = Instant::now();
+    let results: Vec<JobResult> = jobs
+        .iter()
+        .zip(states)
+        .map(|(j, st)| st.finish(&j.spec, start, end))
+        .collect();
+    BenchResult {
+        group: GroupResult::from_jobs(&results),
+        jobs: results,
+        verify: tracker.map(|t| VerifySummary {
+            verified: t.verified,
+            mismatches: t.mismatches,
+        }),
+        options: opts.clone(),
+        started,
+        elapsed: end - start,
+    }
+}
+
+/// Verification bookkeeping carried by one in-flight I/O.
+#[derive(Debug, Clone, Copy)]
+enum SlotVerify {
+    None,
+    Write(u64),
+    Read(ReadCheck),
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Slot {
+    req: IoRequest,
+    submitted: Instant,
+    measured: bool,
+    verify: SlotVerify,
+}
+
+struct JobState {
+    workload: Workload,
+    depth: usize,
+    free_tags: Vec<u32>,
+    slots: Vec<Option<Slot>>,
+    outstanding: usize,
+    retry: Option<IoRequest>,
+    stop_at: Option<Instant>,
+    done: bool,
+    done_at: Option<Instant>,
+    dirs: [DirStats; 2],
+    sampler: Sampler,
+    sample_tick: Option<Instant>,
+    active: [bool; 2],
+    first_submit: Option<Instant>,
+    last_completion: Option<Instant>,
+    error: Option<JobError>,
+    depth_dist: [u64; 7],
+}
+
+impl JobState {
+    fn new(job: &Job, now: Instant) -> Self {
+        let depth = (job.spec.iodepth as usize).min(job.engine.max_outstanding());
+        let mut st = Self {
+            workload: Workload::new(&job.spec),
+            depth,
+            free_tags: (0..depth as u32).rev().collect(),
+            slots: vec![None; depth],
+            outstanding: 0,
+            retry: None,
+            stop_at: None,
+            done: false,
+            done_at: None,
+            dirs: Default::default(),
+            sampler: Sampler::default(),
+            sample_tick: None,
+            active: [false; 2],
+            first_submit: None,
+            last_completion: None,
+            error: None,
+            depth_dist: [0; 7],
+        };
+        if depth == 0 {
+            st.fail(ERRNO_EIO, "engine accepts no outstanding I/O (queue depth 0)".into(), now);
+        }
+        st
+    }
+
+    fn stop(&mut self, now: Instant) {
+        if self.stop_at.is_none() {
+            self.stop_at = Some(now);
+        }
+    }
+
+    fn fail(&mut self, errno: i32, message: String, now: Instant) {
+        if self.error.is_none() {
+            self.error = Some(JobError { errno, message });
+        }
+        self.stop(now);
+    }
+
+    /// Submits until the job has `depth` I/Os outstanding, the engine is busy, or the
+    /// workload ends.
+    fn fill(&mut self, job: &mut Job, mut tracker: Option<&mut VerifyTracker>, measure_from: Instant, now: Instant) {
+        while self.outstanding < self.depth {
+            let req = match self.retry.take().or_else(|| self.workload.next_request()) {
+                Some(r) => r,
+                None => {
+                    self.stop(now);
+                    return;
+                }
+            };
+            let Some(tag) = self.free_tags.pop() else {
+                return;
+            };
+            let len = req.len as usize;
+            let verify = match (tracker.as_deref_mut(), req.op) {
+                (Some(t), IoOp::Write) => {
+                    let generation = t.write_started(req.offset);
+                    match job.engine.buffer(tag).get_mut(..len) {
+                        Some(block) => fill_block(block, req.offset, generation),
+                        None => {
+                            t.write_finished(req.offset, generation, false);
+                            self.free_tags.push(tag);
+                            self.fail(ERRNO_EIO, format!("engine buffer of tag {tag} is shorter than bs {len}"), now);
+                            return;
+                        }
+                    }
+                    SlotVerify::Write(generation)
+                }
+                (Some(t), IoOp::Read) => t.read_started(req.offset).map_or(SlotVerify::None, SlotVerify::Read),
+                (None, _) => SlotVerify::None,
+            };
+            let submitted = Instant::now();
+            match job.engine.submit(tag, &req) {
+                Ok(()) => {
+                    let measured = submitted >= measure_from;
+                    if measured && self.first_submit.is_none() {
+                        self.first_submit = Some(submitted);
+                    }
+                    self.slots[tag as usize] = Some(Slot { req, submitted, measured, verify });
+                    self.outstanding += 1;
+                    if measured {
+                        self.depth_dist[depth_bucket(self.outstanding)] += 1;
+                    }
+                }
+                Err(e) => {
+                    self.free_tags.push(tag);
+                    if let (Some(t), SlotVerify::Write(g)) = (tracker.as_deref_mut(), verify) {
+                        t.write_finished(req.offset, g, false);
+                    }
+                    if e == EngineError::Busy {
+                        self.retry = Some(req);
+                    } else {
+                        self.fail(ERRNO_EIO, format!("submit of {} failed: {e}", describe(&req)), now);
+                    }
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Polls the engine once and accounts every completion.
+    fn poll(
+        &mut self,
+        job: &mut Job,
+        mut tracker: Option<&mut VerifyTracker>,
+        measure_from: Instant,
+        comps: &mut Vec<IoCompletion>,
+    ) {
+        comps.clear();
+        if let Err(e) = job.engine.poll(comps) {
+            let now = Instant::now();
+            self.fail(ERRNO_EIO, format!("engine poll failed: {e}"), now);
+            // Nothing more will complete: abandon what is outstanding.
+            self.outstanding = 0;
+            return;
+        }
+        if comps.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        for c in comps.drain(..) {
+            let Some(slot) = self.slots.get_mut(c.tag as usize).and_then(Option::take) else {
+                self.fail(ERRNO_EIO, format!("engine completed tag {} that is not outstanding", c.tag), now);
+                continue;
+            };
+            self.outstanding -= 1;
+            self.free_tags.push(c.tag);
+            let req = slot.req;
+            let ok = c.result.is_ok();
+            match (tracker.as_deref_mut(), slot.verify) {
+                (Some(t), SlotVerify::Write(g)) => t.write_finished(req.offset, g, ok),
+                (Some(t), SlotVerify::Read(check)) if ok => {
+                    let block = job.engine.buffer(c.tag).get(..req.len as usize).unwrap_or(&[]);
+                    if let Err(e) = t.read_finished(block, req.offset, check) {
+                        self.fail(ERRNO_EILSEQ, e.to_string(), now);
+                    }
+                }
+                _ => {}
+            }
+            if let Err(msg) = c.result {
+                self.fail(ERRNO_EIO, format!("{} failed: {msg}", describe(&req)), now);
+                continue;
+            }
+            if slot.measured {
+                let d = req.op.index();
+                let ns = now.saturating_duration_since(slot.submitted).as_nanos();
+                self.dirs[d].clat.record(u64::try_from(ns).unwrap_or(u64::MAX));
+                self.dirs[d].ios += 1;
+                self.dirs[d].bytes += u64::from(req.len);
+                self.sampler.add(d, u64::from(req.len));
+                self.active[d] = true;
+                self.last_completion = Some(now);
+            }
+        }
+        if now >= measure_from {
+            let tick = self.sample_tick.unwrap_or(measure_from);
+            let elapsed = now.saturating_duration_since(tick).as_nanos() as u64;
+            self.sampler.advance(elapsed, self.active, &mut self.dirs);
+            self.sample_tick = Some(now);
+        }
+    }
+
+    fn check_done(&mut self, now: Instant, drain_timeout: Duration) {
+        let Some(stop_at) = self.stop_at else {
+            return;
+        };
+        if self.outstanding == 0 {
+            self.done = true;
+        } else if now.saturating_duration_since(stop_at) > drain_timeout {
+            let n = self.outstanding;
+            self.fail(
+                ERRNO_ETIMEDOUT,
+                format!("{n} I/Os still outstanding {drain_timeout:?} after the job stopped"),
+                now,
+            );
+            self.done = true;
+        }
+        if self.done {
+            self.done_at = Some(now);
+        }
+    }
+
+    fn finish(self, spec: &JobSpec, start: Instant, end: Instant) -> JobResult {
+        let runtime_ms = match (self.first_submit, self.last_completion) {
+            (Some(a), Some(b)) => {
+                let us = b.saturating_duration_since(a).as_micros();
+                u64::try_from(us.div_ceil(1000)).unwrap_or(u64::MAX).max(1)
+            }
+            _ => 0,
+        };
+        JobResult {
+            spec: spec.clone(),
+            dirs: self.dirs,
+            runtime_ms,
+            elapsed: self.done_at.unwrap_or(end).saturating_duration_since(start),
+            error: self.error,
+            depth_dist: self.depth_dist,
+        }
+    }
+}
+
+fn describe(req: &IoRequest) -> String {
+    let op = match req.op {
+        IoOp::Read => "read",
+        IoOp::Write => "write",
+    };
+    format!("{op} at offset {} length {}", req.offset, req.len)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::mem_engine::{MemEngine, ReadCorruption};
+    use crate::bench::options::RwMode;
+
+    const BS: u32 = 4096;
+
+    fn spec(rw: RwMode, index: u32, blocks: u64, io_blocks: u64, iodepth: u32) -> JobSpec {
+        JobSpec {
+            name: "t".into(),
+            index,
+            rw,
+            rwmixread: 50,
+            bs: BS,
+            iodepth,
+            offset: u64::from(index) * blocks * u64::from(BS),
+            size: blocks * u64::from(BS),
+            io_limit: Some(io_blocks * u64::from(BS)),
+            seed: 0x89 + u64::from(index),
+        }
+    }
+
+    fn opts(verify: VerifyMode) -> RunOptions {
+        RunOptions {
+            runtime: Duration::from_secs(3600),
+            verify,
+            ..RunOptions::default()
+        }
+    }
+
+    fn mem(blocks: u64, jobs: u64, depth: usize) -> MemEngine {
+        MemEngine::new((blocks * jobs) as usize * BS as usize, depth, BS as usize)
+    }
+
+    #[test]
+    fn counts_every_io_of_a_sized_job() {
+        let jobs = vec![
+            Job::new(spec(RwMode::RandRead, 0, 64, 64, 4), Box::new(mem(64, 2, 8))),
+            Job::new(spec(RwMode::Write, 1, 64, 100, 1), Box::new(mem(64, 2, 8))),
+        ];
+        let r = run(jobs, &opts(VerifyMode::None));
+        assert_eq!(r.jobs.len(), 2);
+        assert_eq!(r.jobs[0].dirs[0].ios, 64);
+        assert_eq!(r.jobs[0].dirs[0].bytes, 64 * 4096);
+        assert_eq!(r.jobs[0].dirs[0].clat.count(), 64);
+        assert_eq!(r.jobs[0].dirs[1].ios, 0);
+        assert_eq!(r.jobs[1].dirs[1].ios, 100);
+        assert!(r.jobs.iter().all(|j| j.error.is_none() && j.runtime_ms >= 1));
+        assert_eq!(r.group.dirs[0].ios, 64);
+        assert_eq!(r.group.dirs[1].ios, 100);
+        assert!(r.verify.is_none());
+    }
+
+    #[test]
+    fn randrw_with_crc32c_verifies_without_mismatch() {
+        let jobs = vec![
+            Job::new(spec(RwMode::RandRw, 0, 64, 64 * 20, 8), Box::new(mem(64, 2, 8))),
+            Job::new(spec(RwMode::ReadWrite, 1, 64, 64 * 20, 1), Box::new(mem(64, 2, 8))),
+        ];
+        let r = run(jobs, &opts(VerifyMode::Crc32c));
+        let v = r.verify.unwrap();
+        assert_eq!(v.mismatches, 0);
+        assert!(v.verified > 100, "only {} blocks verified", v.verified);
+        assert!(r.jobs.iter().all(|j| j.error.is_none()), "{:?}", r.jobs[0].error);
+    }
+
+    #[test]
+    fn verification_is_per_run() {
+        let mut jobs = vec![Job::new(spec(RwMode::Write, 0, 32, 32, 4), Box::new(mem(32, 1, 4)))];
+        let o = opts(VerifyMode::Crc32c);
+        let w = run_in_place(&mut jobs, &o, None);
+        assert_eq!(w.jobs[0].dirs[1].ios, 32);
+        // A second run over the same engine reads the blocks back, but only blocks
+        // written in the same run are checked.
+        jobs[0].spec.rw = RwMode::Read;
+        let r = run_in_place(&mut jobs, &o, None);
+        assert_eq!(r.jobs[0].dirs[0].ios, 32);
+        assert_eq!(r.verify.unwrap(), VerifySummary { verified: 0, mismatches: 0 });
+    }
+
+    #[test]
+    fn corrupted_reads_are_mismatches_that_stop_the_job() {
+        let mut engine = mem(64, 1, 4);
+        engine.corrupt_reads(ReadCorruption::FlipLastByte);
+        let jobs = vec![Job::new(spec(RwMode::RandRw, 0, 64, 64 * 20, 4), Box::new(engine))];
+        let r = run(jobs, &opts(VerifyMode::Crc32c));
+        let v = r.verify.unwrap();
+        assert!(v.mismatches > 0);
+        let e = r.jobs[0].error.as_ref().unwrap();
+        assert_eq!(e.errno, ERRNO_EILSEQ);
+        assert!(e.message.contains("bad crc32c at offset"), "{}", e.message);
+        assert_eq!(r.group.error.as_ref().unwrap().errno, ERRNO_EILSEQ);
+    }
+
+    #[test]
+    fn failed_io_stops_the_job_with_eio() {
+        let mut engine = mem(16, 1, 1);
+        engine.fail_at(5 * 4096);
+        let jobs = vec![Job::new(spec(RwMode::Read, 0, 16, 16, 1), Box::new(engine))];
+        let r = run(jobs, &opts(VerifyMode::None));
+        let e = r.jobs[0].error.as_ref().unwrap();
+        assert_eq!(e.errno, ERRNO_EIO);
+        assert!(e.message.contains("read at offset 20480"), "{}", e.message);
+        assert_eq!(r.jobs[0].dirs[0].ios, 5);
+    }
+
+    #[test]
+    fn busy_engine_is_retried() {
+        let mut engine = mem(16, 1, 4);
+        engine.busy_every(3);
+        let jobs = vec![Job::new(spec(RwMode::RandWrite, 0, 16, 48, 4), Box::new(engine))];
+        let r = run(jobs, &opts(VerifyMode::Crc32c));
+        assert!(r.jobs[0].error.is_none());
+        assert_eq!(r.jobs[0].dirs[1].ios, 48);
+    }
+
+    #[test]
+    fn stop_flag_ends_a_time_based_run() {
+        let mut s = spec(RwMode::RandRead, 0, 16, 0, 2);
+        s.io_limit = None;
+        let mut jobs = vec![Job::new(s, Box::new(mem(16, 1, 2)))];
+        let stop = AtomicBool::new(true);
+        let r = run_in_place(&mut jobs, &opts(VerifyMode::None), Some(&stop));
+        assert!(r.jobs[0].error.is_none());
+    }
+}

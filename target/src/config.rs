@@ -1,0 +1,744 @@
+//! The `nvmf-target` daemon configuration, in TOML (see `target/examples/target.toml`).
+//!
+//! ```toml
+//! poll_groups = 1
+//! [[listen]]
+//! addr = "127.0.0.2"          # trsvcid defaults to 4420
+//! [[subsystems]]
+//! nqn = "nqn.2026-11.io.nvmf-rdma:target"
+//! [[subsystems.namespaces]]
+//! nsid = 1
+//! path = "/var/tmp/ns1.img"   # created sparse at `size` when missing
+//! size = "1G"
+//! ```
+//!
+//! Parsing ([`TargetConfig::from_toml_str`], [`TargetConfig::from_file`]) validates too;
+//! errors name the file (or "configuration") and the offending item. Relative namespace
+//! paths are relative to the daemon's working directory.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Deserializer, Serialize};
+
+/// NVMe-oF's IANA-assigned port, the default `trsvcid` (NVMe over Fabrics 1.x §7.4.9).
+pub const DEFAULT_TRSVCID: u16 = 4420;
+/// Longest NQN in bytes, without the terminating NUL (NVMe Base 2.x §4.7).
+pub const NQN_MAX_LEN: usize = 223;
+/// The well-known discovery subsystem NQN (NVMe Base 2.x §4.7).
+pub const DISCOVERY_NQN: &str = "nqn.2014-08.org.nvmexpress.discovery";
+/// Identify Controller Serial Number field length in bytes (NVMe Base 2.x, SN).
+pub const SERIAL_MAX_LEN: usize = 20;
+/// Largest in-capsule data size accepted, in bytes (Linux nvmet-rdma's limit, 16 KiB).
+pub const MAX_INLINE_DATA_SIZE: u32 = 16 * 1024;
+/// Largest MDTS accepted, in bytes: a keyed SGL data block's length is 24 bits
+/// (NVMe Base 2.x §4.3.2), so 8 MiB is the largest power of two one can carry.
+pub const MAX_MDTS_BYTES: u32 = 8 << 20;
+
+fn default_trsvcid() -> u16 {
+    DEFAULT_TRSVCID
+}
+fn default_poll_groups() -> usize {
+    1
+}
+fn default_true() -> bool {
+    true
+}
+fn default_block_size() -> u32 {
+    512
+}
+fn default_inline_data_size() -> u32 {
+    4096
+}
+fn default_mdts_bytes() -> u32 {
+    1 << 20
+}
+fn default_max_queue_size() -> u16 {
+    128
+}
+fn default_kato_ms() -> u32 {
+    120_000
+}
+
+/// The whole daemon configuration.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TargetConfig {
+    /// Addresses to listen on: RoCEv2 on UDP 4791 of `addr`, RDMA CM service
+    /// `trsvcid`. At least one.
+    #[serde(default)]
+    pub listen: Vec<ListenAddr>,
+    /// Poll groups: busy-polling threads, one per core given to the target. Default 1.
+    #[serde(default = "default_poll_groups")]
+    pub poll_groups: usize,
+    /// Exported NVM subsystems. At least one.
+    #[serde(default)]
+    pub subsystems: Vec<SubsystemConfig>,
+    /// In-capsule data bytes accepted per command (IOCCSZ = 4 + this / 16, NVMe over
+    /// Fabrics 1.x Identify Controller): a multiple of 16 up to 16 KiB. Default 4096.
+    #[serde(default = "default_inline_data_size")]
+    pub inline_data_size: u32,
+    /// Largest data transfer of one command in bytes (MDTS = log2(this / 4096)): a power
+    /// of two from 4 KiB to 8 MiB, as bytes or a size string ("1M"). Default 1 MiB.
+    #[serde(default = "default_mdts_bytes", deserialize_with = "de_size_u32")]
+    pub mdts_bytes: u32,
+    /// Entries per queue offered (CAP.MQES + 1, NVMe Base 2.x §3.1.4.1), at least 2.
+    /// Default 128.
+    #[serde(default = "default_max_queue_size")]
+    pub max_queue_size: u16,
+    /// Keep Alive Timeout in milliseconds applied where a host's Connect leaves KATO 0
+    /// on a controller that needs one (discovery controllers, NVMe Base 2.x §3.9.4;
+    /// Linux nvmet's NVMET_DISC_KATO_MS). 0 disables. Default 120000.
+    #[serde(default = "default_kato_ms")]
+    pub kato_ms: u32,
+    /// Serve the discovery subsystem ([`DISCOVERY_NQN`]). Default true.
+    #[serde(default = "default_true")]
+    pub discovery: bool,
+}
+
+/// One listen address (NVMe over Fabrics 1.x Discovery Log Page Entry: TRADDR, TRSVCID).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListenAddr {
+    /// IPv4 or IPv6 address of the RoCE interface (TRADDR).
+    pub addr: IpAddr,
+    /// RDMA CM port (TRSVCID). Default 4420.
+    #[serde(default = "default_trsvcid")]
+    pub trsvcid: u16,
+}
+
+impl ListenAddr {
+    /// `addr:trsvcid`.
+    pub fn socket_addr(&self) -> SocketAddr {
+        SocketAddr::new(self.addr, self.trsvcid)
+    }
+}
+
+/// One NVM subsystem.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SubsystemConfig {
+    /// Subsystem NQN (SUBNQN): starts with "nqn.", at most 223 bytes, unique.
+    pub nqn: String,
+    /// Any host may connect. Default true. When false, only `hosts` may.
+    #[serde(default = "default_true")]
+    pub allow_any_host: bool,
+    /// Host NQNs allowed to connect when `allow_any_host` is false.
+    #[serde(default)]
+    pub hosts: Vec<String>,
+    /// Identify Controller Serial Number: at most 20 printable ASCII characters. When
+    /// absent the target derives one.
+    #[serde(default)]
+    pub serial: Option<String>,
+    /// Namespaces, with unique NSIDs.
+    #[serde(default)]
+    pub namespaces: Vec<NamespaceConfig>,
+}
+
+/// One namespace backed by a file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NamespaceConfig {
+    /// Namespace ID: 1 to 0xFFFFFFFE, unique within the subsystem.
+    pub nsid: u32,
+    /// Backing file. Created sparse at `size` when missing (its directory must exist).
+    pub path: PathBuf,
+    /// Size for creating a missing file: bytes, or "1G", "512M", "4KiB" (powers of
+    /// 1024); written as a string or an integer. Without it the file must exist.
+    #[serde(default, deserialize_with = "de_opt_size")]
+    pub size: Option<String>,
+    /// Logical block size in bytes: 512, 1024, 2048 or 4096. Default 512.
+    #[serde(default = "default_block_size")]
+    pub block_size: u32,
+}
+
+impl NamespaceConfig {
+    /// `size` in bytes, `None` when absent.
+    ///
+    /// # Errors
+    /// A message naming the namespace and the size when it does not parse (validated
+    /// configurations always parse).
+    pub fn size_bytes(&self) -> Result<Option<u64>, String> {
+        self.size
+            .as_deref()
+            .map(parse_size)
+            .transpose()
+            .map_err(|e| format!("namespace {} ({}): {e}", self.nsid, self.path.display()))
+    }
+}
+
+/// Why a configuration was refused. Each message starts with the file's path (or
+/// "configuration" for a string).
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("{}: cannot read: {source}", path.display())]
+    Read {
+        /// The configuration file.
+        path: PathBuf,
+        /// The operating system's error.
+        source: std::io::Error,
+    },
+    /// The TOML is malformed, or a field is unknown or of the wrong type.
+    #[error("{origin}: {source}")]
+    Parse {
+        /// The file path, or "configuration".
+        origin: String,
+        /// The TOML error, with line and column.
+        source: toml::de::Error,
+    },
+    /// The TOML is well-formed but a value is not acceptable.
+    #[error("{origin}: {reason}")]
+    Invalid {
+        /// The file path, or "configuration".
+        origin: String,
+        /// What is wrong and where (e.g. "subsystems[0].namespaces[1]: nsid 1 used twice").
+        reason: String,
+    },
+}
+
+/// Why [`parse_size`] refused a string.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid size {input:?}: {reason}")]
+pub struct ParseSizeError {
+    /// The string given.
+    pub input: String,
+    /// What is wrong.
+    pub reason: &'static str,
+}
+
+/// Parses a size: a decimal integer of bytes with an optional unit K, M, G or T (powers
+/// of 1024), optionally followed by "iB" or "B", case-insensitive, with optional spaces
+/// between number and unit: "4096", "512M", "1G", "1 GiB", "2tb".
+///
+/// # Errors
+/// [`ParseSizeError`] for an empty string, a missing or non-decimal number (fractions
+/// included), an unknown unit, or a value above `u64::MAX`.
+pub fn parse_size(s: &str) -> Result<u64, ParseSizeError> {
+    let err = |reason| ParseSizeError {
+        input: s.to_string(),
+        reason,
+    };
+    let t = s.trim();
+    let digits_end = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(digits_end);
+    if num.is_empty() {
+        return Err(err(
+            "expected a decimal number of bytes, e.g. 4096, 512M or 1G",
+        ));
+    }
+    let n: u64 = num.parse().map_err(|_| err("number too large"))?;
+    let unit = unit.trim_start().to_ascii_lowercase();
+    let shift = match unit.as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        "t" | "tb" | "tib" => 40,
+        _ => {
+            return Err(err(
+                "unknown unit (use K, M, G or T, optionally with B or iB)",
+            ))
+        }
+    };
+    n.checked_mul(1u64 << shift)
+        .ok_or_else(|| err("size too large"))
+}
+
+/// A size written as an integer or a string.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum SizeRepr {
+    Int(u64),
+    Str(String),
+}
+
+fn de_opt_size<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    Ok(Option::<SizeRepr>::deserialize(d)?.map(|r| match r {
+        SizeRepr::Int(n) => n.to_string(),
+        SizeRepr::Str(s) => s,
+    }))
+}
+
+fn de_size_u32<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    use serde::de::Error;
+    let n = match SizeRepr::deserialize(d)? {
+        SizeRepr::Int(n) => n,
+        SizeRepr::Str(s) => parse_size(&s).map_err(D::Error::custom)?,
+    };
+    u32::try_from(n).map_err(|_| D::Error::custom(format!("{n} bytes does not fit in 32 bits")))
+}
+
+/// Whether `nqn` is a syntactically acceptable NQN: "nqn." prefix, at most 223 bytes,
+/// no control characters (NVMe Base 2.x §4.7).
+pub fn is_valid_nqn(nqn: &str) -> bool {
+    nqn.starts_with("nqn.")
+        && nqn.len() > 4
+        && nqn.len() <= NQN_MAX_LEN
+        && !nqn.chars().any(|c| c.is_control())
+}
+
+fn nqn_problem(nqn: &str) -> Option<String> {
+    if !nqn.starts_with("nqn.") {
+        Some(format!("NQN {nqn:?} does not start with \"nqn.\""))
+    } else if nqn.len() > NQN_MAX_LEN {
+        Some(format!(
+            "NQN {nqn:?} is {} bytes, more than {NQN_MAX_LEN}",
+            nqn.len()
+        ))
+    } else if !is_valid_nqn(nqn) {
+        Some(format!(
+            "NQN {nqn:?} is empty after \"nqn.\" or has control characters"
+        ))
+    } else {
+        None
+    }
+}
+
+impl TargetConfig {
+    /// Parses and validates a TOML configuration.
+    ///
+    /// # Errors
+    /// [`ConfigError::Parse`] or [`ConfigError::Invalid`], with origin "configuration".
+    pub fn from_toml_str(s: &str) -> Result<TargetConfig, ConfigError> {
+        Self::parse(s, "configuration")
+    }
+
+    /// Reads, parses and validates a TOML configuration file.
+    ///
+    /// # Errors
+    /// [`ConfigError`] whose message starts with `path`.
+    pub fn from_file(path: &Path) -> Result<TargetConfig, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::parse(&text, &path.display().to_string())
+    }
+
+    fn parse(s: &str, origin: &str) -> Result<TargetConfig, ConfigError> {
+        let cfg: TargetConfig = toml::from_str(s).map_err(|source| ConfigError::Parse {
+            origin: origin.to_string(),
+            source,
+        })?;
+        cfg.check().map_err(|reason| ConfigError::Invalid {
+            origin: origin.to_string(),
+            reason,
+        })?;
+        Ok(cfg)
+    }
+
+    /// The configuration used without a file: listen on `addr`:4420, one subsystem
+    /// `nqn` open to any host, namespace 1 on `path` (created sparse at `size_bytes`
+    /// when missing), 512-byte blocks, every other field at its default.
+    pub fn default_for(addr: IpAddr, nqn: &str, path: &Path, size_bytes: u64) -> TargetConfig {
+        TargetConfig {
+            listen: vec![ListenAddr {
+                addr,
+                trsvcid: DEFAULT_TRSVCID,
+            }],
+            poll_groups: default_poll_groups(),
+            subsystems: vec![SubsystemConfig {
+                nqn: nqn.to_string(),
+                allow_any_host: true,
+                hosts: Vec::new(),
+                serial: None,
+                namespaces: vec![NamespaceConfig {
+                    nsid: 1,
+                    path: path.to_path_buf(),
+                    size: Some(size_bytes.to_string()),
+                    block_size: default_block_size(),
+                }],
+            }],
+            inline_data_size: default_inline_data_size(),
+            mdts_bytes: default_mdts_bytes(),
+            max_queue_size: default_max_queue_size(),
+            kato_ms: default_kato_ms(),
+            discovery: true,
+        }
+    }
+
+    /// Checks every rule the parser checks (use after editing a parsed or default
+    /// configuration).
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] with origin "configuration", naming the first problem.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.check().map_err(|reason| ConfigError::Invalid {
+            origin: "configuration".to_string(),
+            reason,
+        })
+    }
+
+    fn check(&self) -> Result<(), String> {
+        if self.listen.is_empty() {
+            return Err("at least one [[listen]] address is needed".into());
+        }
+        for (i, l) in self.listen.iter().enumerate() {
+            if l.trsvcid == 0 {
+                return Err(format!("listen[{i}] ({}): trsvcid 0 is not a port", l.addr));
+            }
+        }
+        if self.poll_groups == 0 {
+            return Err("poll_groups must be at least 1".into());
+        }
+        if self.inline_data_size % 16 != 0 || self.inline_data_size > MAX_INLINE_DATA_SIZE {
+            return Err(format!(
+                "inline_data_size {} must be a multiple of 16 and at most {MAX_INLINE_DATA_SIZE}",
+                self.inline_data_size
+            ));
+        }
+        if !self.mdts_bytes.is_power_of_two() || !(4096..=MAX_MDTS_BYTES).contains(&self.mdts_bytes)
+        {
+            return Err(format!(
+                "mdts_bytes {} must be a power of two from 4096 to {MAX_MDTS_BYTES}",
+                self.mdts_bytes
+            ));
+        }
+        if self.max_queue_size < 2 {
+            return Err(format!(
+                "max_queue_size {} must be at least 2",
+                self.max_queue_size
+            ));
+        }
+        if self.subsystems.is_empty() {
+            return Err("at least one [[subsystems]] entry is needed".into());
+        }
+        let mut nqns = HashSet::new();
+        let mut paths: HashSet<&Path> = HashSet::new();
+        for (i, s) in self.subsystems.iter().enumerate() {
+            let at = format!("subsystems[{i}]");
+            if let Some(p) = nqn_problem(&s.nqn) {
+                return Err(format!("{at}: {p}"));
+            }
+            if s.nqn == DISCOVERY_NQN {
+                return Err(format!(
+                    "{at}: {DISCOVERY_NQN} is the discovery subsystem; use `discovery = true`"
+                ));
+            }
+            if !nqns.insert(s.nqn.as_str()) {
+                return Err(format!("{at}: NQN {} is used twice", s.nqn));
+            }
+            let at = format!("{at} ({})", s.nqn);
+            for (h, host) in s.hosts.iter().enumerate() {
+                if let Some(p) = nqn_problem(host) {
+                    return Err(format!("{at}: hosts[{h}]: {p}"));
+                }
+            }
+            if !s.allow_any_host && s.hosts.is_empty() {
+                return Err(format!(
+                    "{at}: allow_any_host = false with no hosts: nobody could connect"
+                ));
+            }
+            if let Some(sn) = &s.serial {
+                if sn.is_empty()
+                    || sn.len() > SERIAL_MAX_LEN
+                    || !sn.bytes().all(|b| (0x20..=0x7E).contains(&b))
+                {
+                    return Err(format!(
+                        "{at}: serial {sn:?} must be 1 to {SERIAL_MAX_LEN} printable ASCII characters"
+                    ));
+                }
+            }
+            let mut nsids = HashSet::new();
+            for (j, n) in s.namespaces.iter().enumerate() {
+                let at = format!("{at}: namespaces[{j}]");
+                if n.nsid == 0 || n.nsid == u32::MAX {
+                    return Err(format!(
+                        "{at}: nsid {:#x} is reserved (valid: 1 to 0xFFFFFFFE)",
+                        n.nsid
+                    ));
+                }
+                if !nsids.insert(n.nsid) {
+                    return Err(format!("{at}: nsid {} is used twice", n.nsid));
+                }
+                if n.path.as_os_str().is_empty() {
+                    return Err(format!("{at}: path is empty"));
+                }
+                if !paths.insert(n.path.as_path()) {
+                    return Err(format!(
+                        "{at}: path {} backs two namespaces",
+                        n.path.display()
+                    ));
+                }
+                if !n.block_size.is_power_of_two() || !(512..=4096).contains(&n.block_size) {
+                    return Err(format!(
+                        "{at}: block_size {} must be 512, 1024, 2048 or 4096",
+                        n.block_size
+                    ));
+                }
+                if let Some(s) = &n.size {
+                    let bytes = parse_size(s).map_err(|e| format!("{at}: size: {e}"))?;
+                    if bytes == 0 || bytes % u64::from(n.block_size) != 0 {
+                        return Err(format!(
+                            "{at}: size {s} ({bytes} bytes) must be a positive multiple of block_size {}",
+                            n.block_size
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Display for ListenAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.socket_addr())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const EXAMPLE: &str = include_str!("../examples/target.toml");
+    const EXAMPLE_PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/target.toml");
+
+    const MINIMAL: &str = r#"
+[[listen]]
+addr = "10.0.0.1"
+[[subsystems]]
+nqn = "nqn.2026-11.io.example:a"
+"#;
+
+    fn invalid(toml: &str) -> String {
+        match TargetConfig::from_toml_str(toml) {
+            Err(ConfigError::Invalid { reason, .. }) => reason,
+            other => panic!("expected Invalid, got {other:?}"),
+        }
+    }
+
+    /// MINIMAL plus extra text in the last subsystem (or top-level keys prepended).
+    fn with_ns(ns: &str) -> String {
+        format!("{MINIMAL}{ns}")
+    }
+
+    #[test]
+    fn example_file_parses() {
+        let a = TargetConfig::from_toml_str(EXAMPLE).unwrap();
+        let b = TargetConfig::from_file(Path::new(EXAMPLE_PATH)).unwrap();
+        assert_eq!(a, b);
+        assert_eq!(a.listen.len(), 1);
+        assert_eq!(a.listen[0].socket_addr(), "127.0.0.2:4420".parse().unwrap());
+        assert_eq!(a.poll_groups, 1);
+        assert_eq!(a.mdts_bytes, 1 << 20);
+        assert_eq!(a.inline_data_size, 4096);
+        assert_eq!(a.max_queue_size, 128);
+        assert!(a.discovery);
+        assert_eq!(a.subsystems.len(), 2);
+        let s0 = &a.subsystems[0];
+        assert_eq!(s0.nqn, "nqn.2026-11.io.nvmf-rdma:target");
+        assert!(s0.allow_any_host);
+        assert_eq!(s0.serial.as_deref(), Some("NVMFRDMA0001"));
+        assert_eq!(s0.namespaces[0].nsid, 1);
+        assert_eq!(s0.namespaces[0].size_bytes(), Ok(Some(1 << 30)));
+        assert_eq!(s0.namespaces[0].block_size, 512);
+        assert_eq!(s0.namespaces[1].size_bytes(), Ok(Some(64 << 20)));
+        let s1 = &a.subsystems[1];
+        assert!(!s1.allow_any_host);
+        assert_eq!(s1.hosts.len(), 1);
+        assert_eq!(s1.namespaces[0].block_size, 4096);
+        assert_eq!(s1.namespaces[0].size_bytes(), Ok(Some(256 << 20)));
+    }
+
+    #[test]
+    fn defaults_apply() {
+        let c = TargetConfig::from_toml_str(MINIMAL).unwrap();
+        assert_eq!(c.listen[0].trsvcid, 4420);
+        assert_eq!(c.poll_groups, 1);
+        assert_eq!(c.inline_data_size, 4096);
+        assert_eq!(c.mdts_bytes, 1 << 20);
+        assert_eq!(c.max_queue_size, 128);
+        assert_eq!(c.kato_ms, 120_000);
+        assert!(c.discovery);
+        assert!(c.subsystems[0].allow_any_host);
+        assert!(c.subsystems[0].hosts.is_empty());
+        assert!(c.subsystems[0].namespaces.is_empty());
+        let c = TargetConfig::from_toml_str(&with_ns(
+            "[[subsystems.namespaces]]\nnsid = 3\npath = \"x.img\"\nsize = 1048576\n",
+        ))
+        .unwrap();
+        let n = &c.subsystems[0].namespaces[0];
+        assert_eq!((n.nsid, n.block_size), (3, 512));
+        assert_eq!(n.size.as_deref(), Some("1048576"));
+        assert_eq!(n.size_bytes(), Ok(Some(1 << 20)));
+    }
+
+    #[test]
+    fn default_for_is_valid() {
+        let c = TargetConfig::default_for(
+            "127.0.0.2".parse().unwrap(),
+            "nqn.2026-11.io.nvmf-rdma:target",
+            Path::new("nvmf-target.img"),
+            1 << 30,
+        );
+        c.validate().unwrap();
+        assert_eq!(
+            c.subsystems[0].namespaces[0].size_bytes(),
+            Ok(Some(1 << 30))
+        );
+        assert_eq!(c.listen[0].trsvcid, 4420);
+        // It survives a TOML round trip.
+        let text = toml::to_string(&c).unwrap();
+        assert_eq!(TargetConfig::from_toml_str(&text).unwrap(), c);
+    }
+
+    #[test]
+    fn parse_size_units() {
+        for (s, v) in [
+            ("0", 0u64),
+            ("4096", 4096),
+            ("4096B", 4096),
+            ("1K", 1024),
+            ("1k", 1024),
+            ("4KiB", 4096),
+            ("512M", 512 << 20),
+            ("512MB", 512 << 20),
+            ("1G", 1 << 30),
+            ("1 GiB", 1 << 30),
+            (" 2gb ", 2 << 30),
+            ("3T", 3 << 40),
+            ("16777215T", 16_777_215u64 << 40),
+        ] {
+            assert_eq!(parse_size(s), Ok(v), "{s}");
+        }
+        for s in [
+            "",
+            "G",
+            "1.5G",
+            "-1",
+            "1X",
+            "1GiBs",
+            "1 G B",
+            "16777216T",
+            "99999999999999999999",
+        ] {
+            let e = parse_size(s).unwrap_err();
+            assert_eq!(e.input, s);
+            assert!(e.to_string().contains("invalid size"), "{e}");
+        }
+    }
+
+    #[test]
+    fn nqn_rules() {
+        let ok = format!("nqn.{}", "a".repeat(NQN_MAX_LEN - 4));
+        assert_eq!(ok.len(), 223);
+        assert!(is_valid_nqn(&ok));
+        let long = format!("{ok}b");
+        let r = invalid(&format!(
+            "[[listen]]\naddr = \"::1\"\n[[subsystems]]\nnqn = \"{long}\"\n"
+        ));
+        assert!(r.contains("224 bytes"), "{r}");
+        let r = invalid(
+            "[[listen]]\naddr = \"::1\"\n[[subsystems]]\nnqn = \"iqn.2001-04.com.example\"\n",
+        );
+        assert!(r.contains("does not start with \"nqn.\""), "{r}");
+        let r = invalid(&format!(
+            "[[listen]]\naddr = \"::1\"\n[[subsystems]]\nnqn = \"{DISCOVERY_NQN}\"\n"
+        ));
+        assert!(r.contains("discovery"), "{r}");
+        let r = invalid(&format!(
+            "{MINIMAL}[[subsystems]]\nnqn = \"nqn.2026-11.io.example:a\"\n"
+        ));
+        assert!(r.contains("used twice"), "{r}");
+        let r = invalid(&format!(
+            "{MINIMAL}[[subsystems]]\nnqn = \"nqn.x:b\"\nallow_any_host = false\n"
+        ));
+        assert!(r.contains("nobody could connect"), "{r}");
+        let r = invalid(&format!(
+            "{MINIMAL}[[subsystems]]\nnqn = \"nqn.x:b\"\nallow_any_host = false\nhosts = [\"host1\"]\n"
+        ));
+        assert!(r.contains("hosts[0]"), "{r}");
+    }
+
+    #[test]
+    fn structural_errors() {
+        assert!(
+            invalid("[[listen]]\naddr = \"10.0.0.1\"\n").contains("at least one [[subsystems]]")
+        );
+        assert!(invalid("[[subsystems]]\nnqn = \"nqn.x:a\"\n").contains("[[listen]]"));
+        assert!(invalid(&format!("poll_groups = 0\n{MINIMAL}")).contains("poll_groups"));
+        assert!(invalid(&format!("mdts_bytes = 3000\n{MINIMAL}")).contains("mdts_bytes"));
+        assert!(invalid(&format!("mdts_bytes = \"16M\"\n{MINIMAL}")).contains("mdts_bytes"));
+        assert!(invalid(&format!("inline_data_size = 100\n{MINIMAL}")).contains("inline_data_size"));
+        assert!(invalid(&format!("max_queue_size = 1\n{MINIMAL}")).contains("max_queue_size"));
+        assert!(invalid(&with_ns("serial = \"ABCDEFGHIJKLMNOPQRSTU\"\n")).contains("serial"));
+        let c =
+            TargetConfig::from_toml_str(&format!("mdts_bytes = \"256KiB\"\n{MINIMAL}")).unwrap();
+        assert_eq!(c.mdts_bytes, 256 << 10);
+    }
+
+    #[test]
+    fn namespace_errors() {
+        let ns = |body: &str| with_ns(&format!("[[subsystems.namespaces]]\n{body}\n"));
+        let r = invalid(&ns("nsid = 0\npath = \"a\""));
+        assert!(r.contains("namespaces[0]") && r.contains("reserved"), "{r}");
+        let r = invalid(&ns("nsid = 4294967295\npath = \"a\""));
+        assert!(r.contains("reserved"), "{r}");
+        let r = invalid(&format!(
+            "{}[[subsystems.namespaces]]\nnsid = 1\npath = \"b\"\n",
+            ns("nsid = 1\npath = \"a\"")
+        ));
+        assert!(
+            r.contains("namespaces[1]") && r.contains("nsid 1 is used twice"),
+            "{r}"
+        );
+        let r = invalid(&format!(
+            "{}[[subsystems.namespaces]]\nnsid = 2\npath = \"a\"\n",
+            ns("nsid = 1\npath = \"a\"")
+        ));
+        assert!(r.contains("backs two namespaces"), "{r}");
+        let r = invalid(&ns("nsid = 1\npath = \"a\"\nblock_size = 1000"));
+        assert!(r.contains("block_size 1000"), "{r}");
+        let r = invalid(&ns("nsid = 1\npath = \"a\"\nsize = \"1.5G\""));
+        assert!(r.contains("invalid size"), "{r}");
+        let r = invalid(&ns("nsid = 1\npath = \"a\"\nsize = 1000"));
+        assert!(r.contains("multiple of block_size 512"), "{r}");
+        let r = invalid(&ns("nsid = 1\npath = \"a\"\nsize = \"1M\"\nblock_size = 4096\n[[subsystems.namespaces]]\nnsid = 2\npath = \"b\"\nsize = \"6K\"\nblock_size = 4096"));
+        assert!(r.contains("namespaces[1]") && r.contains("6K"), "{r}");
+        // Same NSID in two subsystems is fine.
+        TargetConfig::from_toml_str(&format!(
+            "{}[[subsystems]]\nnqn = \"nqn.x:b\"\n[[subsystems.namespaces]]\nnsid = 1\npath = \"b\"\n",
+            ns("nsid = 1\npath = \"a\"")
+        ))
+        .unwrap();
+    }
+
+    #[test]
+    fn parse_errors_name_the_line() {
+        let e = TargetConfig::from_toml_str(&format!("{MINIMAL}typo_field = 1\n")).unwrap_err();
+        assert!(matches!(e, ConfigError::Parse { .. }), "{e}");
+        let msg = e.to_string();
+        assert!(msg.starts_with("configuration:"), "{msg}");
+        assert!(msg.contains("typo_field"), "{msg}");
+        let e = TargetConfig::from_toml_str("[[listen]]\naddr = \"10.0.0.256\"\n").unwrap_err();
+        assert!(matches!(e, ConfigError::Parse { .. }), "{e}");
+        assert!(e.to_string().contains("line 2"), "{e}");
+        let e = TargetConfig::from_toml_str("[[listen]\n").unwrap_err();
+        assert!(matches!(e, ConfigError::Parse { .. }), "{e}");
+    }
+
+    #[test]
+    fn file_errors_name_the_file() {
+        let dir = tempfile::tempdir_in(std::env::temp_dir()).unwrap();
+        let missing = dir.path().join("absent.toml");
+        let e = TargetConfig::from_file(&missing).unwrap_err();
+        assert!(matches!(e, ConfigError::Read { .. }));
+        assert!(
+            e.to_string().contains(&missing.display().to_string()),
+            "{e}"
+        );
+        let bad = dir.path().join("bad.toml");
+        std::fs::write(&bad, "[[listen]]\naddr = \"10.0.0.1\"\n").unwrap();
+        let e = TargetConfig::from_file(&bad).unwrap_err();
+        assert!(matches!(e, ConfigError::Invalid { .. }));
+        assert!(e.to_string().starts_with(&bad.display().to_string()), "{e}");
+        std::fs::write(&bad, "listen = 3\n").unwrap();
+        let e = TargetConfig::from_file(&bad).unwrap_err();
+        assert!(matches!(e, ConfigError::Parse { .. }));
+        assert!(e.to_string().starts_with(&bad.display().to_string()), "{e}");
+    }
+}

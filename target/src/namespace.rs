@@ -1,0 +1,574 @@
+//! Namespaces backed by regular files (NVM Command Set 1.x: a namespace is a range of
+//! logical blocks, LBA 0 to NSZE - 1).
+//!
+//! The file is opened read-write and, by default, through the page cache: on this host
+//! a cached 4 KiB io_uring read costs about 1.25 us against about 50 us with O_DIRECT on
+//! the virtio disk (DESIGN, facts). O_DIRECT is available as an option. Durability then
+//! comes from Flush (fsync) and FUA (RWF_DSYNC), see [`crate::uring`].
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+/// Why a file namespace could not be opened. Every message names the path.
+#[derive(Debug, thiserror::Error)]
+pub enum NamespaceError {
+    /// The file does not exist and no size was given to create it.
+    #[error("namespace file {}: does not exist (give a size to create it)", path.display())]
+    NotFound {
+        /// The namespace path.
+        path: PathBuf,
+    },
+    /// The file should be created but its parent directory does not exist; directories
+    /// are never created implicitly.
+    #[error("namespace file {}: cannot create it, parent directory {} does not exist", path.display(), parent.display())]
+    ParentMissing {
+        /// The namespace path.
+        path: PathBuf,
+        /// Its parent directory.
+        parent: PathBuf,
+    },
+    /// The path names a directory.
+    #[error("namespace file {}: is a directory", path.display())]
+    IsDirectory {
+        /// The namespace path.
+        path: PathBuf,
+    },
+    /// The path names something other than a regular file (block device, FIFO, ...).
+    #[error("namespace file {}: is a {kind}, not a regular file", path.display())]
+    NotRegularFile {
+        /// The namespace path.
+        path: PathBuf,
+        /// What it is instead.
+        kind: &'static str,
+    },
+    /// The file cannot be opened for reading and writing.
+    #[error("namespace file {}: permission denied (it must be readable and writable): {source}", path.display())]
+    PermissionDenied {
+        /// The namespace path.
+        path: PathBuf,
+        /// The operating system's error.
+        source: io::Error,
+    },
+    /// The logical block size is not a power of two from 512 to 4096 bytes.
+    #[error("namespace file {}: block size {block_size} is not 512, 1024, 2048 or 4096 bytes", path.display())]
+    BadBlockSize {
+        /// The namespace path.
+        path: PathBuf,
+        /// The block size asked for, in bytes.
+        block_size: u32,
+    },
+    /// The (existing or requested) size is not a whole number of logical blocks.
+    #[error("namespace file {}: size {size} bytes is not a multiple of the block size {block_size}", path.display())]
+    SizeNotMultiple {
+        /// The namespace path.
+        path: PathBuf,
+        /// File size in bytes.
+        size: u64,
+        /// Logical block size in bytes.
+        block_size: u32,
+    },
+    /// The file (or the size asked for) is 0 bytes: a namespace needs at least one block.
+    #[error("namespace file {}: size is 0 bytes, a namespace needs at least one logical block", path.display())]
+    Empty {
+        /// The namespace path.
+        path: PathBuf,
+    },
+    /// Another I/O error while opening, creating or sizing the file.
+    #[error("namespace file {}: {op} failed: {source}", path.display())]
+    Io {
+        /// The namespace path.
+        path: PathBuf,
+        /// What was being done ("open", "create", "set size", "stat").
+        op: &'static str,
+        /// The operating system's error.
+        source: io::Error,
+    },
+}
+
+/// How to open a [`FileNamespace`] (see [`FileNamespace::open_with`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NamespaceOptions {
+    /// When the file does not exist, create it, sparse, with this many bytes. Ignored
+    /// (with a warning if it differs) when the file exists.
+    pub create_size_bytes: Option<u64>,
+    /// Logical block size in bytes: 512, 1024, 2048 or 4096 (NVMe LBA data size,
+    /// LBADS = log2).
+    pub block_size: u32,
+    /// Open with O_DIRECT (bypass the page cache). Buffers and offsets must then be
+    /// aligned to the device's logical block size. Default false.
+    pub direct: bool,
+}
+
+impl Default for NamespaceOptions {
+    fn default() -> Self {
+        NamespaceOptions {
+            create_size_bytes: None,
+            block_size: 512,
+            direct: false,
+        }
+    }
+}
+
+/// A namespace backed by a regular file: `nlb()` logical blocks of `block_size()` bytes,
+/// LBA `n` at byte offset `n * block_size()`.
+#[derive(Debug)]
+pub struct FileNamespace {
+    file: File,
+    path: PathBuf,
+    size_bytes: u64,
+    block_size: u32,
+    direct: bool,
+    created: bool,
+}
+
+fn file_kind(ft: std::fs::FileType) -> &'static str {
+    if ft.is_block_device() {
+        "block device"
+    } else if ft.is_char_device() {
+        "character device"
+    } else if ft.is_fifo() {
+        "FIFO"
+    } else if ft.is_socket() {
+        "socket"
+    } else {
+        "special file"
+    }
+}
+
+impl FileNamespace {
+    /// Opens the regular file at `path` read-write through the page cache, creating it
+    /// sparse with `create_size_bytes` bytes when it is missing and a size is given.
+    /// `block_size` is the logical block size (512 or 4096; 1024 and 2048 also work).
+    ///
+    /// # Errors
+    /// See [`FileNamespace::open_with`].
+    pub fn open(
+        path: &Path,
+        create_size_bytes: Option<u64>,
+        block_size: u32,
+    ) -> Result<FileNamespace, NamespaceError> {
+        Self::open_with(
+            path,
+            &NamespaceOptions {
+                create_size_bytes,
+                block_size,
+                direct: false,
+            },
+        )
+    }
+
+    /// Opens (or creates) a file namespace with explicit options.
+    ///
+    /// A missing file is created only when `create_size_bytes` is given, only if its
+    /// parent directory exists, with mode 0644, and sized with `ftruncate` so it takes no
+    /// blocks until written. An existing file keeps its size.
+    ///
+    /// # Errors
+    /// A [`NamespaceError`] naming the path: missing file without a size, missing parent
+    /// directory, a directory or other non-regular file, no read-write permission, a
+    /// block size other than 512..=4096 (power of two), a size of 0 or not a multiple of
+    /// the block size, or another I/O error (e.g. `EINVAL` for O_DIRECT on a file system
+    /// without it).
+    pub fn open_with(
+        path: &Path,
+        opts: &NamespaceOptions,
+    ) -> Result<FileNamespace, NamespaceError> {
+        let path_buf = path.to_path_buf();
+        let block_size = opts.block_size;
+        if !(block_size.is_power_of_two() && (512..=4096).contains(&block_size)) {
+            return Err(NamespaceError::BadBlockSize {
+                path: path_buf,
+                block_size,
+            });
+        }
+        if let Some(size) = opts.create_size_bytes {
+            check_size(path, size, block_size)?;
+        }
+        let mut oo = OpenOptions::new();
+        oo.read(true).write(true);
+        if opts.direct {
+            oo.custom_flags(libc::O_DIRECT);
+        }
+        let mut created = false;
+        let file = match std::fs::metadata(path) {
+            Ok(meta) => {
+                if meta.is_dir() {
+                    return Err(NamespaceError::IsDirectory { path: path_buf });
+                }
+                if !meta.is_file() {
+                    return Err(NamespaceError::NotRegularFile {
+                        path: path_buf,
+                        kind: file_kind(meta.file_type()),
+                    });
+                }
+                oo.open(path).map_err(|e| open_error(path, "open", e))?
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                let Some(size) = opts.create_size_bytes else {
+                    return Err(NamespaceError::NotFound { path: path_buf });
+                };
+                let parent = match path.parent() {
+                    Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+                    _ => PathBuf::from("."),
+                };
+                if !parent.is_dir() {
+                    return Err(NamespaceError::ParentMissing {
+                        path: path_buf,
+                        parent,
+                    });
+                }
+                let file = oo
+                    .create_new(true)
+                    .mode(0o644)
+                    .open(path)
+                    .map_err(|e| open_error(path, "create", e))?;
+                file.set_len(size).map_err(|source| NamespaceError::Io {
+                    path: path_buf.clone(),
+                    op: "set size",
+                    source,
+                })?;
+                created = true;
+                tracing::info!(path = %path.display(), size, "created sparse namespace file");
+                file
+            }
+            Err(e) => return Err(open_error(path, "stat", e)),
+        };
+        let size_bytes = file
+            .metadata()
+            .map_err(|source| NamespaceError::Io {
+                path: path_buf.clone(),
+                op: "stat",
+                source,
+            })?
+            .len();
+        if let Some(asked) = opts.create_size_bytes {
+            if !created && asked != size_bytes {
+                tracing::warn!(
+                    path = %path.display(),
+                    existing = size_bytes,
+                    asked,
+                    "namespace file exists: keeping its size"
+                );
+            }
+        }
+        check_size(path, size_bytes, block_size)?;
+        Ok(FileNamespace {
+            file,
+            path: path_buf,
+            size_bytes,
+            block_size,
+            direct: opts.direct,
+            created,
+        })
+    }
+
+    /// The open file's descriptor (for [`crate::uring::Ring::register_files`]); valid
+    /// as long as this namespace lives.
+    pub fn fd(&self) -> RawFd {
+        self.file.as_raw_fd()
+    }
+
+    /// The open file.
+    pub fn file(&self) -> &File {
+        &self.file
+    }
+
+    /// Size in bytes (a multiple of the block size), as found at open.
+    pub fn size_bytes(&self) -> u64 {
+        self.size_bytes
+    }
+
+    /// Logical block size in bytes.
+    pub fn block_size(&self) -> u32 {
+        self.block_size
+    }
+
+    /// log2 of the block size: the LBA Data Size (LBADS) of the LBA format, NVM Command
+    /// Set 1.x Identify Namespace.
+    pub fn lbads(&self) -> u8 {
+        self.block_size.trailing_zeros() as u8
+    }
+
+    /// Number of logical blocks: Namespace Size (NSZE) and Capacity (NCAP).
+    pub fn nlb(&self) -> u64 {
+        self.size_bytes / u64::from(self.block_size)
+    }
+
+    /// The file's path as given.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Whether the file was created by this open.
+    pub fn created(&self) -> bool {
+        self.created
+    }
+
+    /// Whether the file is open with O_DIRECT.
+    pub fn is_direct(&self) -> bool {
+        self.direct
+    }
+
+    /// Whether blocks `slba .. slba + nlb` lie in the namespace. `nlb` is a count of
+    /// blocks (the NVMe NLB field plus one, as NLB is 0's based); a count of 0 is
+    /// refused. Overflow-safe: a range whose end does not fit in u64 is out of range.
+    /// A `false` answer is NVMe status LBA Out of Range (NVM Command Set 1.x, 80h).
+    pub fn lba_range_check(&self, slba: u64, nlb: u64) -> bool {
+        nlb != 0 && slba.checked_add(nlb).is_some_and(|end| end <= self.nlb())
+    }
+
+    /// The byte range `(offset, len)` of blocks `slba .. slba + nlb`, or `None` when
+    /// [`FileNamespace::lba_range_check`] refuses them. Cannot overflow: the range lies
+    /// inside the file.
+    pub fn byte_range(&self, slba: u64, nlb: u64) -> Option<(u64, u64)> {
+        if !self.lba_range_check(slba, nlb) {
+            return None;
+        }
+        let shift = self.block_size.trailing_zeros();
+        Some((slba << shift, nlb << shift))
+    }
+}
+
+impl AsRawFd for FileNamespace {
+    fn as_raw_fd(&self) -> RawFd {
+        self.file.as_raw_fd()
+    }
+}
+
+impl AsFd for FileNamespace {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.file.as_fd()
+    }
+}
+
+fn check_size(path: &Path, size: u64, block_size: u32) -> Result<(), NamespaceError> {
+    if size == 0 {
+        return Err(NamespaceError::Empty {
+            path: path.to_path_buf(),
+        });
+    }
+    if size % u64::from(block_size) != 0 {
+        return Err(NamespaceError::SizeNotMultiple {
+            path: path.to_path_buf(),
+            size,
+            block_size,
+        });
+    }
+    Ok(())
+}
+
+fn open_error(path: &Path, op: &'static str, source: io::Error) -> NamespaceError {
+    let path = path.to_path_buf();
+    match source.kind() {
+        io::ErrorKind::PermissionDenied => NamespaceError::PermissionDenied { path, source },
+        io::ErrorKind::NotFound if op == "open" => NamespaceError::NotFound { path },
+        _ => NamespaceError::Io { path, op, source },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+
+    /// A fresh directory on the ext4 temp dir (never /dev/shm).
+    fn temp_dir() -> tempfile::TempDir {
+        tempfile::tempdir_in(std::env::temp_dir()).unwrap()
+    }
+
+    #[test]
+    fn missing_file_without_size_names_the_path() {
+        let dir = temp_dir();
+        let path = dir.path().join("absent.img");
+        let err = FileNamespace::open(&path, None, 512).unwrap_err();
+        assert!(matches!(err, NamespaceError::NotFound { .. }), "{err}");
+        let msg = err.to_string();
+        assert!(msg.contains(&path.display().to_string()), "{msg}");
+        assert!(msg.contains("does not exist"), "{msg}");
+        assert!(!path.exists());
+    }
+
+    #[test]
+    fn creates_sparse_file() {
+        let dir = temp_dir();
+        let path = dir.path().join("ns1.img");
+        let ns = FileNamespace::open(&path, Some(1 << 30), 512).unwrap();
+        assert!(ns.created());
+        assert_eq!(ns.size_bytes(), 1 << 30);
+        assert_eq!(ns.nlb(), (1 << 30) / 512);
+        assert_eq!(ns.block_size(), 512);
+        assert_eq!(ns.lbads(), 9);
+        assert_eq!(ns.path(), path.as_path());
+        assert!(ns.fd() >= 0);
+        let meta = std::fs::metadata(&path).unwrap();
+        assert_eq!(meta.len(), 1 << 30);
+        assert_eq!(meta.blocks(), 0, "sparse: no blocks allocated");
+        assert_eq!(meta.permissions().mode() & 0o777, 0o644);
+        drop(ns);
+        // Reopening uses the existing file and its size.
+        let ns = FileNamespace::open(&path, None, 4096).unwrap();
+        assert!(!ns.created());
+        assert_eq!(ns.nlb(), (1 << 30) / 4096);
+        let ns = FileNamespace::open(&path, Some(4096), 4096).unwrap();
+        assert_eq!(ns.size_bytes(), 1 << 30, "existing size wins");
+    }
+
+    #[test]
+    fn directory_is_refused() {
+        let dir = temp_dir();
+        let err = FileNamespace::open(dir.path(), Some(1 << 20), 512).unwrap_err();
+        assert!(matches!(err, NamespaceError::IsDirectory { .. }), "{err}");
+        assert!(err.to_string().contains(&dir.path().display().to_string()));
+        assert!(err.to_string().contains("directory"));
+    }
+
+    #[test]
+    fn missing_parent_is_not_created() {
+        let dir = temp_dir();
+        let path = dir.path().join("no/such/dir/ns.img");
+        let err = FileNamespace::open(&path, Some(1 << 20), 512).unwrap_err();
+        assert!(matches!(err, NamespaceError::ParentMissing { .. }), "{err}");
+        assert!(err.to_string().contains(&path.display().to_string()));
+        assert!(!dir.path().join("no").exists());
+    }
+
+    #[test]
+    fn sizes_must_be_whole_blocks() {
+        let dir = temp_dir();
+        let path = dir.path().join("odd.img");
+        let err = FileNamespace::open(&path, Some(1000), 512).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                NamespaceError::SizeNotMultiple {
+                    size: 1000,
+                    block_size: 512,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert!(err.to_string().contains(&path.display().to_string()));
+        assert!(!path.exists(), "nothing created for a bad size");
+        let err = FileNamespace::open(&path, Some(0), 512).unwrap_err();
+        assert!(matches!(err, NamespaceError::Empty { .. }), "{err}");
+
+        // An existing file of 6144 bytes: fine at 512, not at 4096.
+        std::fs::write(&path, vec![1u8; 6144]).unwrap();
+        assert_eq!(FileNamespace::open(&path, None, 512).unwrap().nlb(), 12);
+        let err = FileNamespace::open(&path, None, 4096).unwrap_err();
+        assert!(
+            matches!(err, NamespaceError::SizeNotMultiple { size: 6144, .. }),
+            "{err}"
+        );
+        std::fs::write(&path, b"").unwrap();
+        let err = FileNamespace::open(&path, None, 512).unwrap_err();
+        assert!(matches!(err, NamespaceError::Empty { .. }), "{err}");
+    }
+
+    #[test]
+    fn bad_block_size_is_refused() {
+        let dir = temp_dir();
+        let path = dir.path().join("bs.img");
+        for bs in [0, 256, 1000, 8192] {
+            let err = FileNamespace::open(&path, Some(1 << 20), bs).unwrap_err();
+            assert!(matches!(err, NamespaceError::BadBlockSize { .. }), "{err}");
+            assert!(err.to_string().contains(&path.display().to_string()));
+        }
+        assert!(!path.exists());
+    }
+
+    #[test]
+    fn unwritable_file_is_refused() {
+        let dir = temp_dir();
+        let path = dir.path().join("ro.img");
+        std::fs::write(&path, vec![0u8; 4096]).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o444)).unwrap();
+        // SAFETY: geteuid has no preconditions.
+        let root = unsafe { libc::geteuid() } == 0;
+        // root bypasses file modes (CAP_DAC_OVERRIDE) but not the immutable attribute.
+        let immutable = root
+            && std::process::Command::new("chattr")
+                .arg("+i")
+                .arg(&path)
+                .status()
+                .is_ok_and(|s| s.success());
+        if root && !immutable {
+            eprintln!("running as root without chattr: permission check not testable");
+            return;
+        }
+        let err = FileNamespace::open(&path, None, 512).unwrap_err();
+        if immutable {
+            let _ = std::process::Command::new("chattr")
+                .arg("-i")
+                .arg(&path)
+                .status();
+        }
+        assert!(
+            matches!(err, NamespaceError::PermissionDenied { .. }),
+            "{err}"
+        );
+        let msg = err.to_string();
+        assert!(msg.contains(&path.display().to_string()), "{msg}");
+        assert!(msg.contains("permission denied"), "{msg}");
+    }
+
+    #[test]
+    fn special_files_are_refused() {
+        let err = FileNamespace::open(Path::new("/dev/null"), None, 512).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                NamespaceError::NotRegularFile {
+                    kind: "character device",
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert!(err.to_string().contains("/dev/null"));
+    }
+
+    #[test]
+    fn lba_range_check_is_overflow_safe() {
+        let dir = temp_dir();
+        let ns = FileNamespace::open(&dir.path().join("r.img"), Some(1 << 20), 4096).unwrap();
+        let n = ns.nlb();
+        assert_eq!(n, 256);
+        assert!(ns.lba_range_check(0, 1));
+        assert!(ns.lba_range_check(0, n));
+        assert!(ns.lba_range_check(n - 1, 1));
+        assert!(!ns.lba_range_check(n - 1, 2));
+        assert!(!ns.lba_range_check(n, 1));
+        assert!(!ns.lba_range_check(0, 0));
+        assert!(!ns.lba_range_check(u64::MAX, 1));
+        assert!(!ns.lba_range_check(1, u64::MAX));
+        assert!(!ns.lba_range_check(u64::MAX, u64::MAX));
+        assert_eq!(ns.byte_range(2, 3), Some((8192, 12288)));
+        assert_eq!(ns.byte_range(n - 1, 1), Some(((n - 1) * 4096, 4096)));
+        assert_eq!(ns.byte_range(u64::MAX / 4096 + 1, 1), None);
+    }
+
+    #[test]
+    fn direct_io_open_on_ext4() {
+        let dir = temp_dir();
+        let path = dir.path().join("direct.img");
+        let opts = NamespaceOptions {
+            create_size_bytes: Some(1 << 20),
+            block_size: 4096,
+            direct: true,
+        };
+        let ns = FileNamespace::open_with(&path, &opts).unwrap();
+        assert!(ns.is_direct());
+        // SAFETY: fcntl F_GETFL on an fd we own.
+        let flags = unsafe { libc::fcntl(ns.fd(), libc::F_GETFL) };
+        assert_ne!(flags & libc::O_DIRECT, 0);
+        let ns = FileNamespace::open(&path, None, 4096).unwrap();
+        // SAFETY: as above.
+        let flags = unsafe { libc::fcntl(ns.fd(), libc::F_GETFL) };
+        assert_eq!(flags & libc::O_DIRECT, 0, "page cache by default");
+    }
+}

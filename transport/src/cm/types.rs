@@ -1,0 +1,210 @@
+//! The nouns of the connection manager's API: connection IDs, parameters, events,
+//! errors, per-connection information and counters.
+use std::net::IpAddr;
+
+use crate::verbs::Mtu;
+
+/// A connection, named by its local communication ID (IBTA §12.6.5 "Local
+/// Communication ID"): the ID this side puts in the messages it sends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ConnId(pub u32);
+
+/// What the active side asks for in [`Cm::connect`](super::Cm::connect) (the REQ,
+/// IBTA §12.6.5, and RDMA CM's IP header).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConnectParams {
+    /// The passive side's IP address (same family as the local address).
+    pub dest: IpAddr,
+    /// The RDMA CM port to connect to (service ID `0x0106_0000 | port`; 4420 for NVMe).
+    pub dest_port: u16,
+    /// The IP CM source port (any port the caller picks; it only feeds the flow label
+    /// `cm_flow_label(src_port, dest_port)` and the CMA header).
+    pub src_port: u16,
+    /// The local RC QP number (24 bits).
+    pub local_qpn: u32,
+    /// The PSN of this side's first request packet (24 bits).
+    pub starting_psn: u32,
+    /// RDMA READs/atomics this side accepts in flight as responder (`responder_resources`).
+    pub responder_resources: u8,
+    /// RDMA READs/atomics this side issues in flight (`initiator_depth`).
+    pub initiator_depth: u8,
+    /// Transport retry count for the QPs (3 bits, 0..=7).
+    pub retry_count: u8,
+    /// RNR retry count for the QPs (3 bits; 7 = infinite).
+    pub rnr_retry_count: u8,
+    /// Path MTU.
+    pub path_mtu: Mtu,
+    /// Local ACK timeout (4.096 us x 2^value, 5 bits; Linux hosts ask for 0x13).
+    pub local_ack_timeout: u8,
+    /// User private data, at most [`CMA_REQ_USER_PRIVATE_DATA_LEN`](crate::wire::cm::CMA_REQ_USER_PRIVATE_DATA_LEN)
+    /// (56) bytes: it follows the 36-byte CMA header in the REQ's 92 bytes.
+    pub private_data: Vec<u8>,
+}
+
+/// What the passive side answers in [`Cm::accept`](super::Cm::accept) (the REP,
+/// IBTA §12.6.8).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AcceptParams {
+    /// The local RC QP number (24 bits).
+    pub local_qpn: u32,
+    /// The PSN of this side's first request packet (24 bits).
+    pub starting_psn: u32,
+    /// RDMA READs/atomics this side accepts in flight as responder.
+    pub responder_resources: u8,
+    /// RDMA READs/atomics this side issues in flight.
+    pub initiator_depth: u8,
+    /// RNR retry count the active side should use towards us (3 bits).
+    pub rnr_retry_count: u8,
+    /// Private data, at most [`REP_PRIVATE_DATA_LEN`](crate::wire::cm::REP_PRIVATE_DATA_LEN) (196) bytes.
+    pub private_data: Vec<u8>,
+}
+
+/// What the connection manager tells the application ([`Cm::poll_event`](super::Cm::poll_event)).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CmEvent {
+    /// Passive side: a REQ for a listened port arrived. The application creates a QP and
+    /// calls `accept()` or `reject()`. `responder_resources` / `initiator_depth` are the
+    /// active side's values (swap them for the local QP, as rdma_cm does);
+    /// `private_data` is the user part after the CMA header (56 bytes, zero padded).
+    ConnectRequest {
+        id: ConnId,
+        remote_ip: IpAddr,
+        /// The active side's IP CM source port.
+        remote_port: u16,
+        /// The listened port the REQ's service ID names.
+        local_port: u16,
+        remote_qpn: u32,
+        remote_psn: u32,
+        responder_resources: u8,
+        initiator_depth: u8,
+        path_mtu: Mtu,
+        local_ack_timeout: u8,
+        retry_count: u8,
+        rnr_retry_count: u8,
+        /// The REQ's primary path flow label (feeds the QP's UDP source port).
+        flow_label: u32,
+        private_data: Vec<u8>,
+    },
+    /// Active side: the REP arrived. The application moves its QP to RTR/RTS with these
+    /// values, then calls `send_rtu(id)`. `private_data` is the REP's 196 bytes.
+    ConnectReply {
+        id: ConnId,
+        remote_qpn: u32,
+        remote_psn: u32,
+        responder_resources: u8,
+        initiator_depth: u8,
+        rnr_retry_count: u8,
+        /// The flow label this side put in its REQ.
+        flow_label: u32,
+        private_data: Vec<u8>,
+    },
+    /// The connection is established: passive side when the RTU arrived (or the
+    /// application reported traffic with `established()`), active side when it sent
+    /// the RTU.
+    Established { id: ConnId },
+    /// The peer rejected our REQ or REP (IBTA §12.6.7); `reason` is a `CM_REJ_*` code,
+    /// `private_data` the REJ's 148 bytes. The connection is gone.
+    Rejected {
+        id: ConnId,
+        reason: u16,
+        private_data: Vec<u8>,
+    },
+    /// A REQ, REP or DREQ went unanswered through all retries. The connection is gone.
+    Unreachable { id: ConnId },
+    /// A DREQ arrived (and was answered with a DREP), or our DREQ was answered. The
+    /// connection is gone.
+    Disconnected { id: ConnId },
+}
+
+/// Connection states (IBTA §12.9.5, Figure 151), as far as this CM keeps them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CmState {
+    /// Active: REQ sent, waiting for REP/REJ.
+    ReqSent,
+    /// Passive: REQ received, waiting for the application's accept/reject.
+    ReqRcvd,
+    /// Passive: REP sent, waiting for RTU.
+    RepSent,
+    /// Active: REP received, waiting for the application's `send_rtu`.
+    RepRcvd,
+    /// Both sides: connection established.
+    Established,
+    /// DREQ sent, waiting for DREP.
+    DreqSent,
+}
+
+/// Which side of the connection establishment this side is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CmRole {
+    /// Sent the REQ (the host / initiator).
+    Active,
+    /// Received the REQ (the target).
+    Passive,
+}
+
+/// A snapshot of one connection ([`Cm::conn_info`](super::Cm::conn_info)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConnInfo {
+    pub role: CmRole,
+    pub state: CmState,
+    pub remote_ip: IpAddr,
+    /// The peer's communication ID, 0 until known.
+    pub remote_comm_id: u32,
+    /// The peer's QPN, 0 until known.
+    pub remote_qpn: u32,
+    /// The local QPN, 0 until known (passive side: until `accept`).
+    pub local_qpn: u32,
+    /// The primary path flow label (the QP's UDP source port comes from it).
+    pub flow_label: u32,
+    /// This side's RDMA CM port (passive: the listened port; active: the IP CM source port).
+    pub local_port: u16,
+    /// The peer's RDMA CM port.
+    pub remote_port: u16,
+}
+
+/// Counters of the connection manager ([`Cm::stats`](super::Cm::stats)).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CmStats {
+    /// MADs passed to `handle_mad`.
+    pub mads_received: u64,
+    /// MADs dropped as malformed (short, wrong version/class/method).
+    pub malformed: u64,
+    /// Well-formed MADs of a CM attribute this CM does not implement (SIDR, LAP, ...).
+    pub unsupported: u64,
+    /// Messages naming no known connection, or out of place in its state.
+    pub unmatched: u64,
+    /// Duplicate REQs and REPs seen.
+    pub duplicates: u64,
+    /// REQ/REP/DREQ retransmissions.
+    pub retransmits: u64,
+    /// MADs queued for transmission.
+    pub mads_sent: u64,
+}
+
+/// Why an application call to the connection manager failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CmError {
+    /// `listen` on a port already listened on.
+    #[error("port {0} is already listened on")]
+    AlreadyListening(u16),
+    /// The connection does not exist (never did, or it has been torn down).
+    #[error("no connection {0:?}")]
+    UnknownConnection(ConnId),
+    /// The call does not fit the connection's state.
+    #[error("connection {id:?} is in state {state:?}; this call needs {expected}")]
+    InvalidState {
+        id: ConnId,
+        state: CmState,
+        expected: &'static str,
+    },
+    /// Private data longer than the message allows.
+    #[error("private data of {len} bytes exceeds the {max}-byte limit")]
+    PrivateDataTooLong { len: usize, max: usize },
+    /// The destination's address family differs from the local address's.
+    #[error("destination {dest} is not of the local address family ({local})")]
+    AddressFamilyMismatch { local: IpAddr, dest: IpAddr },
+    /// A parameter out of its wire range (QPN or PSN over 24 bits, retry counts over 3
+    /// bits, ACK timeout over 5 bits).
+    #[error("invalid parameter: {0}")]
+    InvalidParameter(&'static str),
+}

@@ -1,0 +1,480 @@
+//! The RC queue pair: state machine (IBTA Vol 1 §10.3), verbs entry points and the
+//! sans-IO driver interface. The requester/completer lives in `requester.rs`, the
+//! responder in `responder.rs`.
+use std::collections::VecDeque;
+
+use crate::time::Timestamp;
+use crate::verbs::{
+    AccessFlags, AhAttr, Mtu, QpAttr, QpCap, QpState, RecvWr, SendWr, VerbsError, WcOpcode, WcStatus,
+    WorkCompletion, MAX_SGE,
+};
+use crate::wire::{Bth, Opcode, Packet, PacketHeaders};
+
+use super::counters::QpCounters;
+use super::mem::KeyTable;
+use super::ops::{classify, Kind};
+use super::payload::{pad_for, TxPacket};
+use super::psn::PSN_MASK;
+use super::recv_queue::RecvQueue;
+use super::requester::ReqState;
+use super::responder::RespState;
+
+/// Tuning of the RC core (not part of IBTA).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RcConfig {
+    /// Requester window: no new SEND/WRITE packet is sent while this many payload bytes
+    /// are unacknowledged (at least one packet is always allowed). Default 1 MiB.
+    pub max_inflight_bytes: u64,
+    /// Most bytes of outstanding RDMA READ response data (at least one READ is always
+    /// allowed). Default 4 MiB.
+    pub max_read_inflight_bytes: u64,
+    /// Set AckReq on every N-th packet inside long messages (always on the last packet
+    /// of a message). Default 16; 0 means only on the last.
+    pub ack_req_every_packets: u32,
+}
+
+impl Default for RcConfig {
+    fn default() -> Self {
+        RcConfig { max_inflight_bytes: 1 << 20, max_read_inflight_bytes: 4 << 20, ack_req_every_packets: 16 }
+    }
+}
+
+/// What the driver lends the QP for one call: the device's key table and, for a QP
+/// created with an SRQ, that SRQ.
+pub struct RcEnv<'a> {
+    pub keys: &'a KeyTable,
+    pub srq: Option<&'a mut RecvQueue>,
+}
+
+/// Which CQ a completion belongs to (the QP's send CQ or receive CQ).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CompletionQueueKind {
+    Send,
+    Recv,
+}
+
+/// A work completion and the queue it goes to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Completion {
+    pub queue: CompletionQueueKind,
+    pub wc: WorkCompletion,
+}
+
+/// Attribute values of a QP (what `ibv_query_qp` reports).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Attrs {
+    pub access: AccessFlags,
+    pub mtu: Mtu,
+    pub dest_qpn: u32,
+    pub rq_psn: u32,
+    pub sq_psn: u32,
+    pub max_rd_atomic: u8,
+    pub max_dest_rd_atomic: u8,
+    pub min_rnr_timer: u8,
+    pub timeout: u8,
+    pub retry_cnt: u8,
+    pub rnr_retry: u8,
+    pub ah: Option<AhAttr>,
+}
+
+/// A Reliable Connection QP (IBTA Vol 1 ch. 9.5-9.9): requester, completer and
+/// responder as one sans-IO state machine.
+///
+/// The driver feeds it received packets ([`RcQp::handle_packet`]) and timer expiries
+/// ([`RcQp::handle_timeout`] once `now >= poll_timeout()`), and drains packets
+/// ([`RcQp::poll_transmit`]) and completions ([`RcQp::poll_completion`]). Go-back-N
+/// retransmission regenerates packets from the work requests and registered memory.
+pub struct RcQp {
+    pub(crate) qpn: u32,
+    pub(crate) pd: u32,
+    pub(crate) cap: QpCap,
+    pub(crate) has_srq: bool,
+    pub(crate) cfg: RcConfig,
+    pub(crate) state: QpState,
+    pub(crate) a: Attrs,
+    pub(crate) rq: RecvQueue,
+    pub(crate) req: ReqState,
+    pub(crate) resp: RespState,
+    pub(crate) cq: VecDeque<Completion>,
+    pub(crate) counters: QpCounters,
+}
+
+impl RcQp {
+    /// A QP in the Reset state. `cap` bounds the queues (SGE counts beyond
+    /// [`MAX_SGE`] are clamped); with `has_srq` receives come from [`RcEnv::srq`] and
+    /// [`RcQp::post_recv`] is refused.
+    pub fn new(qpn: u32, pd: u32, cap: QpCap, has_srq: bool, cfg: RcConfig) -> Self {
+        let a = Attrs {
+            access: AccessFlags::empty(),
+            mtu: Mtu::Mtu1024,
+            dest_qpn: 0,
+            rq_psn: 0,
+            sq_psn: 0,
+            max_rd_atomic: 1,
+            max_dest_rd_atomic: 1,
+            min_rnr_timer: 12,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            ah: None,
+        };
+        RcQp {
+            qpn: qpn & PSN_MASK,
+            pd,
+            cap,
+            has_srq,
+            cfg,
+            state: QpState::Reset,
+            a,
+            rq: RecvQueue::new(pd, if has_srq { 0 } else { cap.max_recv_wr }),
+            req: ReqState::new(cap.max_send_wr),
+            resp: RespState::default(),
+            cq: VecDeque::new(),
+            counters: QpCounters::default(),
+        }
+    }
+
+    /// The QP number (24 bits).
+    pub fn qpn(&self) -> u32 {
+        self.qpn
+    }
+    /// The protection domain.
+    pub fn pd(&self) -> u32 {
+        self.pd
+    }
+    /// The current state.
+    pub fn state(&self) -> QpState {
+        self.state
+    }
+    /// The remote QP number (valid from RTR on).
+    pub fn dest_qpn(&self) -> u32 {
+        self.a.dest_qpn
+    }
+    /// The path MTU in use.
+    pub fn path_mtu(&self) -> Mtu {
+        self.a.mtu
+    }
+    /// The counters.
+    pub fn counters(&self) -> &QpCounters {
+        &self.counters
+    }
+    /// Receive WRs posted to the QP's own receive queue.
+    pub fn recv_queue_len(&self) -> usize {
+        self.rq.len()
+    }
+    /// Send WRs posted and not yet completed.
+    pub fn send_queue_len(&self) -> usize {
+        self.req.sq.len()
+    }
+
+    /// Current attributes (`ibv_query_qp`): every field `Some`, except `ah_attr` before
+    /// RTR and `qkey` (UD only). `sq_psn` / `rq_psn` are the values set at RTS / RTR.
+    pub fn attr(&self) -> QpAttr {
+        let a = &self.a;
+        QpAttr {
+            qp_state: Some(self.state),
+            qp_access_flags: Some(a.access),
+            path_mtu: Some(a.mtu),
+            dest_qp_num: Some(a.dest_qpn),
+            rq_psn: Some(a.rq_psn),
+            sq_psn: Some(a.sq_psn),
+            max_rd_atomic: Some(a.max_rd_atomic),
+            max_dest_rd_atomic: Some(a.max_dest_rd_atomic),
+            min_rnr_timer: Some(a.min_rnr_timer),
+            timeout: Some(a.timeout),
+            retry_cnt: Some(a.retry_cnt),
+            rnr_retry: Some(a.rnr_retry),
+            ah_attr: a.ah,
+            qkey: None,
+        }
+    }
+
+    /// `ibv_modify_qp` (IBTA §10.3, §11.2.4.2). Transitions: Reset->Init, Init->Init,
+    /// Init->Rtr (needs dest_qp_num, rq_psn, path_mtu, ah_attr, given now or before),
+    /// Rtr->Rts (needs sq_psn), Rts->Rts, Rts<->Sqd, SqError->Rts, any->Error (flushes
+    /// every outstanding send WR and posted own-RQ receive WR with IBV_WC_WR_FLUSH_ERR),
+    /// any->Reset (discards everything without completions). Without `qp_state` the
+    /// attributes change in place. Errors: `InvalidState` (transition not allowed),
+    /// `InvalidArgument` (missing required attribute, retry counts above 7, timer code
+    /// above 31).
+    pub fn modify(&mut self, attr: &QpAttr) -> Result<(), VerbsError> {
+        use QpState::*;
+        let to = attr.qp_state.unwrap_or(self.state);
+        let ok = matches!(
+            (self.state, to),
+            (_, Reset | Error)
+                | (Reset, Init)
+                | (Init, Init | Rtr)
+                | (Rtr, Rts)
+                | (Rts, Rts | Sqd)
+                | (Sqd, Sqd | Rts)
+                | (SqError, SqError | Rts)
+                | (Rtr, Rtr)
+        );
+        if !ok {
+            return Err(VerbsError::InvalidState(self.state));
+        }
+        if attr.retry_cnt.is_some_and(|v| v > 7) || attr.rnr_retry.is_some_and(|v| v > 7) {
+            return Err(VerbsError::InvalidArgument("retry count above 7"));
+        }
+        if attr.min_rnr_timer.is_some_and(|v| v > 31) || attr.timeout.is_some_and(|v| v > 31) {
+            return Err(VerbsError::InvalidArgument("timer code above 31"));
+        }
+        if to == Rtr && self.state == Init {
+            if attr.dest_qp_num.is_none()
+                || attr.rq_psn.is_none()
+                || attr.path_mtu.is_none()
+                || (attr.ah_attr.is_none() && self.a.ah.is_none())
+            {
+                return Err(VerbsError::InvalidArgument("RTR needs dest_qp_num, rq_psn, path_mtu and ah_attr"));
+            }
+        }
+        if to == Rts && self.state == Rtr && attr.sq_psn.is_none() {
+            return Err(VerbsError::InvalidArgument("RTS needs sq_psn"));
+        }
+        match to {
+            Reset => {
+                self.reset();
+                return Ok(());
+            }
+            Error => {
+                self.apply(attr);
+                self.resp.out.clear();
+                self.enter_error();
+                return Ok(());
+            }
+            _ => {}
+        }
+        self.apply(attr);
+        if to == Rtr && self.state == Init {
+            self.resp.start(self.a.rq_psn);
+        }
+        if to == Rts && self.state == Rtr {
+            let (psn, retry, rnr) = (self.a.sq_psn, self.a.retry_cnt, self.a.rnr_retry);
+            self.req.start(psn, retry, rnr);
+        }
+        if self.state == Rts || self.state == Sqd || self.state == SqError {
+            // Changed retry counts apply from now on.
+            if let Some(r) = attr.retry_cnt {
+                self.req.retries_left = r;
+            }
+            if let Some(r) = attr.rnr_retry {
+                self.req.rnr_retries_left = r;
+            }
+        }
+        self.state = to;
+        Ok(())
+    }
+
+    fn apply(&mut self, attr: &QpAttr) {
+        let a = &mut self.a;
+        if let Some(v) = attr.qp_access_flags {
+            a.access = v;
+        }
+        if let Some(v) = attr.path_mtu {
+            a.mtu = v;
+        }
+        if let Some(v) = attr.dest_qp_num {
+            a.dest_qpn = v & PSN_MASK;
+        }
+        if let Some(v) = attr.rq_psn {
+            a.rq_psn = v & PSN_MASK;
+        }
+        if let Some(v) = attr.sq_psn {
+            a.sq_psn = v & PSN_MASK;
+        }
+        if let Some(v) = attr.max_rd_atomic {
+            a.max_rd_atomic = v;
+        }
+        if let Some(v) = attr.max_dest_rd_atomic {
+            a.max_dest_rd_atomic = v;
+        }
+        if let Some(v) = attr.min_rnr_timer {
+            a.min_rnr_timer = v;
+        }
+        if let Some(v) = attr.timeout {
+            a.timeout = v;
+        }
+        if let Some(v) = attr.retry_cnt {
+            a.retry_cnt = v;
+        }
+        if let Some(v) = attr.rnr_retry {
+            a.rnr_retry = v;
+        }
+        if attr.ah_attr.is_some() {
+            a.ah = attr.ah_attr;
+        }
+    }
+
+    fn reset(&mut self) {
+        self.state = QpState::Reset;
+        self.req = ReqState::new(self.cap.max_send_wr);
+        self.resp = RespState::default();
+        self.rq = RecvQueue::new(self.pd, if self.has_srq { 0 } else { self.cap.max_recv_wr });
+        self.cq.clear();
+    }
+
+    /// Moves to Error: flushes the send queue (in posting order; WRs already finished
+    /// keep their status), the receive in progress and the own receive queue.
+    pub(crate) fn enter_error(&mut self) {
+        self.state = QpState::Error;
+        self.flush_send_queue();
+        if let Some(wr_id) = self.resp.take_recv_in_progress() {
+            self.push_recv_wc(WorkCompletion::new(wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, self.qpn));
+        }
+        while let Some(wr) = self.rq.pop() {
+            self.push_recv_wc(WorkCompletion::new(wr.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, self.qpn));
+        }
+    }
+
+    pub(crate) fn push_send_wc(&mut self, wc: WorkCompletion) {
+        self.cq.push_back(Completion { queue: CompletionQueueKind::Send, wc });
+    }
+
+    pub(crate) fn push_recv_wc(&mut self, wc: WorkCompletion) {
+        self.cq.push_back(Completion { queue: CompletionQueueKind::Recv, wc });
+    }
+
+    /// `ibv_post_send`. Allowed in RTS and SQD (queued) and in Error (completed at once
+    /// with IBV_WC_WR_FLUSH_ERR). Memory is not touched until the WR is processed.
+    /// `SendFlags::INLINE` is treated like a normal gather list (the lkeys are checked).
+    /// Errors: `InvalidState`, `QueueFull` (max_send_wr outstanding), `InvalidArgument`
+    /// (more SGEs than max_send_sge, message above 2^31 bytes).
+    pub fn post_send(&mut self, wr: &SendWr) -> Result<(), VerbsError> {
+        match self.state {
+            QpState::Rts | QpState::Sqd | QpState::Error => {}
+            s => return Err(VerbsError::InvalidState(s)),
+        }
+        if wr.sg_list.as_slice().len() > (self.cap.max_send_sge as usize).min(MAX_SGE) {
+            return Err(VerbsError::InvalidArgument("too many SGEs"));
+        }
+        if wr.sg_list.total_len() > 1 << 31 {
+            return Err(VerbsError::InvalidArgument("message longer than 2^31 bytes"));
+        }
+        if self.req.sq.len() >= self.cap.max_send_wr as usize {
+            return Err(VerbsError::QueueFull);
+        }
+        if self.state == QpState::Error {
+            let wc = WorkCompletion::new(wr.wr_id, WcStatus::WrFlushErr, super::requester::wc_opcode(&wr.op), self.qpn);
+            self.push_send_wc(wc);
+            return Ok(());
+        }
+        self.req.push(*wr);
+        Ok(())
+    }
+
+    /// `ibv_post_recv` on the QP's own receive queue. Allowed from Init on; in Error the
+    /// WR completes at once with IBV_WC_WR_FLUSH_ERR. Errors: `InvalidArgument` for a QP
+    /// with an SRQ or too many SGEs, `InvalidState` in Reset, `QueueFull`.
+    pub fn post_recv(&mut self, wr: &RecvWr) -> Result<(), VerbsError> {
+        if self.has_srq {
+            return Err(VerbsError::InvalidArgument("QP uses an SRQ"));
+        }
+        if wr.sg_list.as_slice().len() > (self.cap.max_recv_sge as usize).min(MAX_SGE) {
+            return Err(VerbsError::InvalidArgument("too many SGEs"));
+        }
+        match self.state {
+            QpState::Reset => Err(VerbsError::InvalidState(QpState::Reset)),
+            QpState::Error => {
+                self.push_recv_wc(WorkCompletion::new(wr.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, self.qpn));
+                Ok(())
+            }
+            _ => self.rq.post(*wr),
+        }
+    }
+
+    /// Handles one received packet addressed to this QP (the driver has checked the
+    /// ICRC). Requests go to the responder (RTR and later), ACKs and READ responses to
+    /// the completer (RTS, SQD, SQ error). Packets for another QP, in Reset, Init or
+    /// Error, or of non-RC opcodes are dropped. Never panics.
+    pub fn handle_packet(&mut self, now: Timestamp, pkt: &Packet<'_>, env: &mut RcEnv<'_>) {
+        if pkt.hdr.bth.dest_qp & PSN_MASK != self.qpn {
+            return;
+        }
+        let (kind, ..) = classify(pkt.hdr.bth.opcode);
+        match (kind, self.state) {
+            (_, QpState::Reset | QpState::Init | QpState::Error) | (Kind::Other, _) => {}
+            (Kind::ReadResponse | Kind::Ack, QpState::Rts | QpState::Sqd | QpState::SqError) => {
+                self.counters.rcvd_pkts += 1;
+                self.completer_handle(now, pkt);
+            }
+            (Kind::ReadResponse | Kind::Ack, _) => {}
+            _ => {
+                self.counters.rcvd_pkts += 1;
+                self.responder_handle(pkt, env);
+            }
+        }
+    }
+
+    /// Handles expired timers (call when `now >= poll_timeout()`): the local ACK
+    /// timeout (go-back-N retransmission or IBV_WC_RETRY_EXC_ERR) and the end of an RNR
+    /// wait.
+    pub fn handle_timeout(&mut self, now: Timestamp, _env: &mut RcEnv<'_>) {
+        self.requester_timeout(now);
+    }
+
+    /// The earliest time at which [`RcQp::handle_timeout`] has work; `None` if no timer
+    /// is armed.
+    pub fn poll_timeout(&self) -> Option<Timestamp> {
+        match (self.req.ack_deadline, self.req.rnr_until) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// The next packet to send: responder output (ACKs, NAKs, READ responses) first,
+    /// then requests within the window. `None` when nothing can be sent now.
+    pub fn poll_transmit(&mut self, now: Timestamp, env: &mut RcEnv<'_>) -> Option<TxPacket> {
+        if matches!(self.state, QpState::Reset | QpState::Init) {
+            return None;
+        }
+        let p = match self.responder_transmit() {
+            Some(p) => Some(p),
+            None => self.requester_transmit(now, env),
+        };
+        if p.is_some() {
+            self.counters.sent_pkts += 1;
+        }
+        p
+    }
+
+    /// The next work completion, in the order produced (send completions in posting
+    /// order).
+    pub fn poll_completion(&mut self) -> Option<Completion> {
+        self.cq.pop_front()
+    }
+
+    /// Headers for a packet to the peer with `opcode`, `psn` and the payload length.
+    pub(crate) fn headers(&self, opcode: Opcode, psn: u32, ack_req: bool, payload_len: usize) -> PacketHeaders {
+        PacketHeaders {
+            bth: Bth {
+                opcode,
+                se: false,
+                migreq: false,
+                pad_count: pad_for(payload_len),
+                tver: 0,
+                pkey: crate::wire::DEFAULT_PKEY,
+                fecn: false,
+                becn: false,
+                dest_qp: self.a.dest_qpn,
+                ack_req,
+                psn: psn & PSN_MASK,
+            },
+            deth: None,
+            reth: None,
+            aeth: None,
+            imm: None,
+            ieth: None,
+        }
+    }
+
+    /// The path MTU in bytes.
+    pub(crate) fn mtu(&self) -> u32 {
+        self.a.mtu.bytes()
+    }
+}
+
+/// Packets of a message of `len` bytes at `mtu` (at least one).
+pub(crate) fn packets_for(len: u64, mtu: u32) -> u32 {
+    (len.div_ceil(mtu as u64).max(1)).min(u32::MAX as u64) as u32
+}

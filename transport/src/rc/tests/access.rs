@@ -1,0 +1,2 @@
+//! Remote access checks, memory windows and SEND with Invalidate.
+use super::*;

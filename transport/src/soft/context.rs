@@ -1,0 +1,397 @@
+//! A poll group of the soft provider (the unit of run-to-completion polling): it owns
+//! one receive socket, its QPs, CQs and SRQs, and drives their sans-IO RC cores over
+//! the sockets whenever [`Context::progress`] or [`Context::poll_cq`] is called. One
+//! thread runs a context; nothing in it is shared except the device's key tables.
+use std::collections::{HashMap, VecDeque};
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use socket2::{SockAddr, Socket};
+
+use super::device::{Pd, SoftDevice};
+use super::socket::{bind_tx_socket, send_gather, RxBatch};
+use crate::rc::{CompletionQueueKind, QpCounters, RcConfig, RcEnv, RcQp, RecvQueue};
+use crate::time::{Clock, Timestamp};
+use crate::verbs::{QpAttr, QpCap, QpState, RecvWr, SendWr, VerbsError, WorkCompletion};
+use crate::wire::{self, IcrcIpInfo, ROCE_V2_UDP_DPORT};
+
+/// A completion queue of a context (`ibv_cq`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Cq(pub u32);
+/// A shared receive queue of a context (`ibv_srq`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Srq(pub u32);
+/// A queue pair of a context, named by its QP number (`ibv_qp`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Qp(pub u32);
+
+impl Qp {
+    /// The QP number.
+    pub fn qpn(self) -> u32 {
+        self.0
+    }
+}
+
+/// Creation attributes of an RC QP (`struct ibv_qp_init_attr`).
+#[derive(Clone, Copy, Debug)]
+pub struct QpInitAttr {
+    pub pd: Pd,
+    pub send_cq: Cq,
+    pub recv_cq: Cq,
+    /// Receive from this SRQ instead of an own receive queue.
+    pub srq: Option<Srq>,
+    pub cap: QpCap,
+}
+
+struct TxPath {
+    sock: Socket,
+    dest: SockAddr,
+    icrc: IcrcIpInfo,
+}
+
+struct QpSlot {
+    core: RcQp,
+    send_cq: u32,
+    recv_cq: u32,
+    srq: Option<u32>,
+    tx: Option<TxPath>,
+}
+
+struct CqState {
+    entries: VecDeque<WorkCompletion>,
+    capacity: usize,
+    overflows: u64,
+}
+
+/// One poll group: see the module docs.
+pub struct Context {
+    dev: Arc<SoftDevice>,
+    rxq: u32,
+    rx_sock: Socket,
+    rx: RxBatch,
+    clock: Clock,
+    qps: HashMap<u32, QpSlot>,
+    cqs: Vec<CqState>,
+    srqs: Vec<RecvQueue>,
+    rc_config: RcConfig,
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context").field("dev", &self.dev).field("rxq", &self.rxq).finish()
+    }
+}
+
+impl Context {
+    pub(crate) fn new(dev: Arc<SoftDevice>, rxq: u32, rx_sock: Socket) -> Self {
+        Context {
+            dev,
+            rxq,
+            rx_sock,
+            rx: RxBatch::new(),
+            clock: Clock::new(),
+            qps: HashMap::new(),
+            cqs: Vec::new(),
+            srqs: Vec::new(),
+            rc_config: RcConfig::default(),
+        }
+    }
+
+    /// The device this poll group belongs to.
+    pub fn device(&self) -> &Arc<SoftDevice> {
+        &self.dev
+    }
+
+    /// The RC tuning (window sizes) applied to QPs created from now on.
+    pub fn set_rc_config(&mut self, cfg: RcConfig) {
+        self.rc_config = cfg;
+    }
+
+    /// The context's clock.
+    pub fn now(&self) -> Timestamp {
+        self.clock.now()
+    }
+
+    /// Creates a completion queue of at least `cqe` entries (`ibv_create_cq`).
+    pub fn create_cq(&mut self, cqe: u32) -> Cq {
+        self.cqs.push(CqState { entries: VecDeque::with_capacity(cqe as usize), capacity: cqe.max(1) as usize, overflows: 0 });
+        Cq(self.cqs.len() as u32 - 1)
+    }
+
+    /// Creates a shared receive queue of `max_wr` entries (`ibv_create_srq`).
+    pub fn create_srq(&mut self, pd: Pd, max_wr: u32) -> Srq {
+        self.srqs.push(RecvQueue::new(pd.0, max_wr));
+        Srq(self.srqs.len() as u32 - 1)
+    }
+
+    /// Receive WRs currently posted to `srq`.
+    pub fn srq_len(&self, srq: Srq) -> usize {
+        self.srqs.get(srq.0 as usize).map(|q| q.len()).unwrap_or(0)
+    }
+
+    /// Creates an RC QP in the Reset state (`ibv_create_qp`).
+    pub fn create_qp(&mut self, attr: &QpInitAttr) -> Result<Qp, VerbsError> {
+        if attr.send_cq.0 as usize >= self.cqs.len() || attr.recv_cq.0 as usize >= self.cqs.len() {
+            return Err(VerbsError::InvalidArgument("no such CQ"));
+        }
+        if let Some(s) = attr.srq {
+            if s.0 as usize >= self.srqs.len() {
+                return Err(VerbsError::InvalidArgument("no such SRQ"));
+            }
+        }
+        let qpn = self.dev.alloc_qpn(self.rxq);
+        let core = RcQp::new(qpn, attr.pd.0, attr.cap, attr.srq.is_some(), self.rc_config);
+        self.qps.insert(
+            qpn,
+            QpSlot { core, send_cq: attr.send_cq.0, recv_cq: attr.recv_cq.0, srq: attr.srq.map(|s| s.0), tx: None },
+        );
+        Ok(Qp(qpn))
+    }
+
+    /// Modifies a QP (`ibv_modify_qp`). With `ah_attr`, the QP's send socket is bound
+    /// to the UDP source port derived from the flow label (or from the QP numbers when
+    /// the flow label is 0, as rxe does).
+    pub fn modify_qp(&mut self, qp: Qp, attr: &QpAttr) -> Result<(), VerbsError> {
+        let ip = self.dev.ip();
+        let slot = self.qps.get_mut(&qp.0).ok_or(VerbsError::NoSuchObject)?;
+        slot.core.modify(attr)?;
+        if let Some(ah) = attr.ah_attr {
+            let dest_qpn = attr.dest_qp_num.unwrap_or(slot.core.dest_qpn());
+            let want = if ah.flow_label != 0 {
+                wire::udp_sport_from_flow_label(ah.flow_label)
+            } else {
+                let fl = (qp.0 as u64 * dest_qpn as u64) as u32;
+                wire::udp_sport_from_flow_label(fl ^ (fl >> 20))
+            };
+            let (sock, sport) = bind_tx_socket(ip, want).map_err(|_| VerbsError::NoResources("UDP source port"))?;
+            let dest = SockAddr::from(SocketAddr::new(ah.dest, ROCE_V2_UDP_DPORT));
+            let icrc = IcrcIpInfo { src: ip, dst: ah.dest, ipv4_id: 0, udp_sport: sport, udp_dport: ROCE_V2_UDP_DPORT };
+            slot.tx = Some(TxPath { sock, dest, icrc });
+        }
+        self.flush_qp(qp.0);
+        Ok(())
+    }
+
+    /// The QP's current state.
+    pub fn qp_state(&self, qp: Qp) -> Option<QpState> {
+        self.qps.get(&qp.0).map(|s| s.core.state())
+    }
+
+    /// The QP's UDP source port, once it has a path.
+    pub fn qp_udp_sport(&self, qp: Qp) -> Option<u16> {
+        self.qps.get(&qp.0).and_then(|s| s.tx.as_ref()).map(|t| t.icrc.udp_sport)
+    }
+
+    /// The QP's counters.
+    pub fn qp_counters(&self, qp: Qp) -> Option<&QpCounters> {
+        self.qps.get(&qp.0).map(|s| s.core.counters())
+    }
+
+    /// Destroys a QP (`ibv_destroy_qp`); its pending work is dropped without completions.
+    pub fn destroy_qp(&mut self, qp: Qp) -> Result<(), VerbsError> {
+        self.qps.remove(&qp.0).map(|_| ()).ok_or(VerbsError::NoSuchObject)
+    }
+
+    /// Posts a send WR (`ibv_post_send`) and transmits what it allows right away.
+    pub fn post_send(&mut self, qp: Qp, wr: &SendWr) -> Result<(), VerbsError> {
+        let slot = self.qps.get_mut(&qp.0).ok_or(VerbsError::NoSuchObject)?;
+        slot.core.post_send(wr)?;
+        self.flush_qp(qp.0);
+        Ok(())
+    }
+
+    /// Posts a receive WR to the QP's own receive queue (`ibv_post_recv`).
+    pub fn post_recv(&mut self, qp: Qp, wr: &RecvWr) -> Result<(), VerbsError> {
+        let slot = self.qps.get_mut(&qp.0).ok_or(VerbsError::NoSuchObject)?;
+        slot.core.post_recv(wr)
+    }
+
+    /// Posts a receive WR to a shared receive queue (`ibv_post_srq_recv`).
+    pub fn post_srq_recv(&mut self, srq: Srq, wr: &RecvWr) -> Result<(), VerbsError> {
+        self.srqs.get_mut(srq.0 as usize).ok_or(VerbsError::NoSuchObject)?.post(*wr)
+    }
+
+    /// Drives progress, then moves up to `out.len()` completions of `cq` into `out`
+    /// (`ibv_poll_cq`); returns how many.
+    pub fn poll_cq(&mut self, cq: Cq, out: &mut [WorkCompletion]) -> usize {
+        if self.cqs.get(cq.0 as usize).is_some_and(|c| c.entries.is_empty()) {
+            self.progress();
+        }
+        let Some(c) = self.cqs.get_mut(cq.0 as usize) else { return 0 };
+        let n = out.len().min(c.entries.len());
+        for (o, e) in out.iter_mut().zip(c.entries.drain(..n)) {
+            *o = e;
+        }
+        n
+    }
+
+    /// Completions lost because a CQ was full (IBV_EVENT_CQ_ERR in ibverbs).
+    pub fn cq_overflows(&self, cq: Cq) -> u64 {
+        self.cqs.get(cq.0 as usize).map(|c| c.overflows).unwrap_or(0)
+    }
+
+    /// One round of the poll loop: receive and process what arrived, fire due timers,
+    /// transmit what the QPs have, collect completions. Returns the number of packets
+    /// received.
+    pub fn progress(&mut self) -> usize {
+        let mut received = 0;
+        loop {
+            let n = match self.rx.recv(self.rx_sock.as_raw_fd()) {
+                Ok(n) => n,
+                Err(e) => {
+                    tracing::warn!("recvmmsg on {}: {e}", self.dev.ip());
+                    0
+                }
+            };
+            let now = self.clock.now();
+            for i in 0..n {
+                self.handle_datagram(now, i);
+            }
+            received += n;
+            if n < super::socket::RX_BATCH {
+                break;
+            }
+        }
+        let now = self.clock.now();
+        let qpns: Vec<u32> = self.qps.keys().copied().collect();
+        for qpn in qpns {
+            let due = self.qps.get(&qpn).and_then(|s| s.core.poll_timeout()).is_some_and(|t| t <= now);
+            if due {
+                let Self { qps, srqs, dev, .. } = self;
+                if let Some(slot) = qps.get_mut(&qpn) {
+                    let srq = slot.srq.and_then(|i| srqs.get_mut(i as usize));
+                    let mut env = RcEnv { keys: dev.keys(), srq };
+                    slot.core.handle_timeout(now, &mut env);
+                }
+            }
+            self.flush_qp(qpn);
+        }
+        received
+    }
+
+    /// Waits up to `timeout` for a packet to arrive (for callers that stop busy polling
+    /// when idle). Timers still need `progress` calls.
+    pub fn wait(&self, timeout: Duration) {
+        let mut pfd = libc::pollfd { fd: self.rx_sock.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        // SAFETY: one valid pollfd.
+        unsafe { libc::poll(&mut pfd, 1, timeout.as_millis().min(i32::MAX as u128) as i32) };
+    }
+
+    /// The earliest timer of any QP.
+    pub fn next_timeout(&self) -> Option<Timestamp> {
+        self.qps.values().filter_map(|s| s.core.poll_timeout()).min()
+    }
+
+    fn handle_datagram(&mut self, now: Timestamp, i: usize) {
+        let Self { rx, dev, qps, srqs, .. } = self;
+        let Some((from, data)) = rx.get(i) else { return };
+        let counters = dev.counters();
+        let info = IcrcIpInfo {
+            src: from.ip(),
+            dst: dev.ip(),
+            ipv4_id: 0,
+            udp_sport: from.port(),
+            udp_dport: ROCE_V2_UDP_DPORT,
+        };
+        if !wire::verify(&info, data) {
+            counters.icrc_errors.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let pkt = match wire::parse(data) {
+            Ok(p) => p,
+            Err(_) => {
+                counters.malformed_pkts.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+        };
+        counters.rcvd_pkts.fetch_add(1, Ordering::Relaxed);
+        let qpn = pkt.hdr.bth.dest_qp;
+        let Some(slot) = qps.get_mut(&qpn) else {
+            counters.unknown_qp_pkts.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        // Packets must come from the connected peer.
+        if let Some(tx) = &slot.tx {
+            if tx.icrc.dst != from.ip() {
+                counters.unknown_qp_pkts.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+        }
+        let srq = slot.srq.and_then(|i| srqs.get_mut(i as usize));
+        let mut env = RcEnv { keys: dev.keys(), srq };
+        slot.core.handle_packet(now, &pkt, &mut env);
+        self.flush_qp(qpn);
+    }
+
+    /// Transmits what the QP has to send and collects its completions.
+    fn flush_qp(&mut self, qpn: u32) {
+        let Self { qps, srqs, dev, cqs, clock, .. } = self;
+        let Some(slot) = qps.get_mut(&qpn) else { return };
+        let now = clock.now();
+        let counters = dev.counters();
+        let mut hdr_buf = [0u8; 64];
+        loop {
+            let srq = slot.srq.and_then(|i| srqs.get_mut(i as usize));
+            let mut env = RcEnv { keys: dev.keys(), srq };
+            let Some(mut pkt) = slot.core.poll_transmit(now, &mut env) else { break };
+            let Some(tx) = &slot.tx else {
+                counters.tx_dropped_pkts.fetch_add(1, Ordering::Relaxed);
+                continue;
+            };
+            let payload_len = pkt.payload.len();
+            let pad = wire::pad_for(payload_len);
+            pkt.hdr.bth.pad_count = pad;
+            let hlen = pkt.hdr.write(&mut hdr_buf);
+            let zeros = [0u8; 3];
+            let mut parts: [&[u8]; 8] = [&[]; 8];
+            let mut np = 0;
+            parts[np] = &hdr_buf[..hlen];
+            np += 1;
+            for seg in pkt.payload.segments() {
+                if np < 6 {
+                    parts[np] = seg;
+                    np += 1;
+                }
+            }
+            parts[np] = &zeros[..pad as usize];
+            np += 1;
+            let icrc = wire::icrc_segments(&tx.icrc, &parts[..np]).to_le_bytes();
+            parts[np] = &icrc;
+            np += 1;
+            match send_gather(&tx.sock, &tx.dest, &parts[..np]) {
+                Ok(true) => {
+                    counters.sent_pkts.fetch_add(1, Ordering::Relaxed);
+                    counters.tx_payload_bytes_zero_copy.fetch_add(payload_len as u64, Ordering::Relaxed);
+                }
+                Ok(false) => {
+                    counters.tx_dropped_pkts.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(e) => {
+                    counters.tx_dropped_pkts.fetch_add(1, Ordering::Relaxed);
+                    tracing::debug!("send from QP {qpn:#x}: {e}");
+                }
+            }
+        }
+        while let Some(c) = slot.core.poll_completion() {
+            let cq = match c.queue {
+                CompletionQueueKind::Send => slot.send_cq,
+                CompletionQueueKind::Recv => slot.recv_cq,
+            };
+            if let Some(cq) = cqs.get_mut(cq as usize) {
+                if cq.entries.len() >= cq.capacity {
+                    cq.overflows += 1;
+                } else {
+                    cq.entries.push_back(c.wc);
+                }
+            }
+        }
+    }
+}
+
+/// The address family of an IP (helper for callers building `AhAttr`s).
+pub fn is_ipv4(ip: IpAddr) -> bool {
+    ip.is_ipv4()
+}

@@ -1,0 +1,286 @@
+//! The soft provider's device: one local IP address, its RoCEv2 sockets, its memory
+//! keys and QP numbers. Shared (`Arc`) by its poll groups ([`Context`]) and its CM agent.
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use socket2::Socket;
+
+use super::context::Context;
+use super::socket::{bind_rx_group, SocketError};
+use crate::rc::{KeyTable, MrKeys, MrMemory};
+use crate::verbs::{AccessFlags, Mtu, VerbsError};
+
+/// How to open a soft device.
+#[derive(Clone, Debug)]
+pub struct DeviceConfig {
+    /// The local address: RoCEv2 packets are received on `ip:4791` and sent from it.
+    pub ip: IpAddr,
+    /// Number of poll groups (receive queues); each gets a share of the QPNs.
+    pub rx_queues: u32,
+    /// Interface MTU override; by default read from the interface that holds `ip`.
+    pub netdev_mtu: Option<u32>,
+}
+
+impl DeviceConfig {
+    /// One poll group on `ip`, MTU from the interface.
+    pub fn new(ip: IpAddr) -> Self {
+        DeviceConfig { ip, rx_queues: 1, netdev_mtu: None }
+    }
+}
+
+/// Device-wide counters (rxe's hw_counters names where one exists).
+#[derive(Debug, Default)]
+pub struct DeviceCounters {
+    /// RoCEv2 packets sent.
+    pub sent_pkts: AtomicU64,
+    /// RoCEv2 packets received with a good ICRC.
+    pub rcvd_pkts: AtomicU64,
+    /// Packets dropped for a bad ICRC.
+    pub icrc_errors: AtomicU64,
+    /// Packets dropped as malformed (bad length, unknown opcode, bad version).
+    pub malformed_pkts: AtomicU64,
+    /// Packets for a QP that does not exist here.
+    pub unknown_qp_pkts: AtomicU64,
+    /// Packets dropped at send because the socket buffer was full (recovered by RC).
+    pub tx_dropped_pkts: AtomicU64,
+    /// Payload bytes sent straight from registered memory (gathered, zero copy).
+    pub tx_payload_bytes_zero_copy: AtomicU64,
+    /// Payload bytes copied into a staging buffer before sending.
+    pub tx_payload_bytes_copied: AtomicU64,
+}
+
+/// A snapshot of [`DeviceCounters`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DeviceCountersSnapshot {
+    pub sent_pkts: u64,
+    pub rcvd_pkts: u64,
+    pub icrc_errors: u64,
+    pub malformed_pkts: u64,
+    pub unknown_qp_pkts: u64,
+    pub tx_dropped_pkts: u64,
+    pub tx_payload_bytes_zero_copy: u64,
+    pub tx_payload_bytes_copied: u64,
+}
+
+impl DeviceCounters {
+    /// Reads every counter.
+    pub fn snapshot(&self) -> DeviceCountersSnapshot {
+        let r = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        DeviceCountersSnapshot {
+            sent_pkts: r(&self.sent_pkts),
+            rcvd_pkts: r(&self.rcvd_pkts),
+            icrc_errors: r(&self.icrc_errors),
+            malformed_pkts: r(&self.malformed_pkts),
+            unknown_qp_pkts: r(&self.unknown_qp_pkts),
+            tx_dropped_pkts: r(&self.tx_dropped_pkts),
+            tx_payload_bytes_zero_copy: r(&self.tx_payload_bytes_zero_copy),
+            tx_payload_bytes_copied: r(&self.tx_payload_bytes_copied),
+        }
+    }
+}
+
+/// A protection domain (`ibv_pd`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Pd(pub u32);
+
+/// A registered memory region (`ibv_mr`) with memory the device allocated (page
+/// aligned, zeroed). Its address range `[addr(), addr() + len())` is the iova that
+/// SGEs and RETHs use; `lkey`/`rkey` name it.
+pub struct Mr {
+    pub keys: MrKeys,
+    pub pd: Pd,
+    mem: Arc<MrMemory>,
+    dev: Arc<SoftDevice>,
+}
+
+impl std::fmt::Debug for Mr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Mr").field("keys", &self.keys).field("pd", &self.pd).finish()
+    }
+}
+
+impl Mr {
+    /// Local key.
+    pub fn lkey(&self) -> u32 {
+        self.keys.lkey
+    }
+    /// Remote key (meaningful only with a remote access flag).
+    pub fn rkey(&self) -> u32 {
+        self.keys.rkey
+    }
+    /// First byte's iova (= its virtual address in this process).
+    pub fn addr(&self) -> u64 {
+        self.keys.addr
+    }
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.keys.length as usize
+    }
+    /// Whether the region is empty.
+    pub fn is_empty(&self) -> bool {
+        self.keys.length == 0
+    }
+    /// Pointer to the first byte.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.mem.as_ptr()
+    }
+    /// The backing memory (to register it elsewhere, e.g. as io_uring fixed buffers).
+    pub fn memory(&self) -> &Arc<MrMemory> {
+        &self.mem
+    }
+    /// Copies `data` into the region at `offset`. Panics if out of range (a caller bug).
+    pub fn write(&self, offset: usize, data: &[u8]) {
+        assert!(offset.checked_add(data.len()).is_some_and(|e| e <= self.len()), "Mr::write out of range");
+        // SAFETY: in range; concurrent remote access to the same bytes is the RDMA
+        // programming model's race (as with a NIC's DMA), not a Rust aliasing one here.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.mem.as_ptr().add(offset), data.len()) }
+    }
+    /// Copies bytes at `offset` into `out`. Panics if out of range (a caller bug).
+    pub fn read(&self, offset: usize, out: &mut [u8]) {
+        assert!(offset.checked_add(out.len()).is_some_and(|e| e <= self.len()), "Mr::read out of range");
+        // SAFETY: as in `write`.
+        unsafe { std::ptr::copy_nonoverlapping(self.mem.as_ptr().add(offset), out.as_mut_ptr(), out.len()) }
+    }
+}
+
+impl Drop for Mr {
+    fn drop(&mut self) {
+        let _ = self.dev.keys.dereg_mr(self.keys.lkey);
+    }
+}
+
+/// A software RoCEv2 device bound to one IP address.
+pub struct SoftDevice {
+    ip: IpAddr,
+    rx_queues: u32,
+    path_mtu: Mtu,
+    netdev_mtu: u32,
+    keys: KeyTable,
+    rx_sockets: Mutex<Vec<Option<Socket>>>,
+    next_qpn: Vec<AtomicU32>,
+    counters: DeviceCounters,
+}
+
+impl std::fmt::Debug for SoftDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SoftDevice").field("ip", &self.ip).field("path_mtu", &self.path_mtu).finish()
+    }
+}
+
+/// First QP number handed out (rxe starts at 0x11; 0 and 1 are the SMI and GSI QPs).
+pub const FIRST_QPN: u32 = 0x11;
+
+impl SoftDevice {
+    /// Opens the device: binds `ip:4791` (see [`super::socket::bind_rx_group`]).
+    /// Errors name the address and port (e.g. already in use).
+    pub fn open(cfg: DeviceConfig) -> Result<Arc<SoftDevice>, SocketError> {
+        let rx_queues = cfg.rx_queues.max(1);
+        let socks = bind_rx_group(cfg.ip, rx_queues)?;
+        let netdev_mtu = cfg.netdev_mtu.unwrap_or_else(|| interface_mtu(cfg.ip).unwrap_or(1500));
+        let next_qpn = (0..rx_queues)
+            .map(|i| {
+                // smallest qpn >= FIRST_QPN with qpn % rx_queues == i
+                let r = FIRST_QPN % rx_queues;
+                let base = FIRST_QPN - r + i;
+                AtomicU32::new(if base < FIRST_QPN { base + rx_queues } else { base })
+            })
+            .collect();
+        Ok(Arc::new(SoftDevice {
+            ip: cfg.ip,
+            rx_queues,
+            path_mtu: Mtu::from_netdev_mtu(netdev_mtu),
+            netdev_mtu,
+            keys: KeyTable::new(),
+            rx_sockets: Mutex::new(socks.into_iter().map(Some).collect()),
+            next_qpn,
+            counters: DeviceCounters::default(),
+        }))
+    }
+
+    /// The local IP address (the GID, in RoCEv2 terms).
+    pub fn ip(&self) -> IpAddr {
+        self.ip
+    }
+    /// The active path MTU, derived from the interface MTU as rxe does.
+    pub fn path_mtu(&self) -> Mtu {
+        self.path_mtu
+    }
+    /// The interface MTU the path MTU was derived from.
+    pub fn netdev_mtu(&self) -> u32 {
+        self.netdev_mtu
+    }
+    /// Number of poll groups (receive queues).
+    pub fn rx_queues(&self) -> u32 {
+        self.rx_queues
+    }
+    /// The memory key tables (MRs and MWs) of the device.
+    pub fn keys(&self) -> &KeyTable {
+        &self.keys
+    }
+    /// Device counters.
+    pub fn counters(&self) -> &DeviceCounters {
+        &self.counters
+    }
+
+    /// Allocates a protection domain (`ibv_alloc_pd`).
+    pub fn alloc_pd(&self) -> Pd {
+        Pd(self.keys.alloc_pd())
+    }
+
+    /// Allocates `len` bytes of page-aligned, zeroed memory and registers it
+    /// (`ibv_reg_mr`) with `access` in `pd`.
+    pub fn reg_mr(self: &Arc<Self>, pd: Pd, len: usize, access: AccessFlags) -> Result<Mr, VerbsError> {
+        let mem = MrMemory::new(len).map_err(|_| VerbsError::NoResources("memory for the MR"))?;
+        let keys = self.keys.reg_mr(pd.0, &mem, 0, len, access)?;
+        Ok(Mr { keys, pd, mem, dev: self.clone() })
+    }
+
+    /// Allocates a type 2 memory window (`ibv_alloc_mw`); returns its (not yet valid)
+    /// rkey. Bind it with [`crate::verbs::SendOp::BindMw`].
+    pub fn alloc_mw(&self, pd: Pd) -> Result<u32, VerbsError> {
+        self.keys.alloc_mw(pd.0)
+    }
+
+    /// Opens poll group `rx_queue` (0-based): it owns that receive socket and creates
+    /// QPs whose numbers steer to it. Each poll group can be opened once.
+    pub fn open_context(self: &Arc<Self>, rx_queue: u32) -> Result<Context, VerbsError> {
+        let sock = self.take_socket(rx_queue as usize + 1).ok_or(VerbsError::InvalidArgument("poll group already open or out of range"))?;
+        Ok(Context::new(self.clone(), rx_queue, sock))
+    }
+
+    /// Takes the QP1 receive socket (for the CM agent).
+    pub(crate) fn take_cm_socket(&self) -> Option<Socket> {
+        self.take_socket(0)
+    }
+
+    fn take_socket(&self, idx: usize) -> Option<Socket> {
+        self.rx_sockets.lock().get_mut(idx).and_then(|s| s.take())
+    }
+
+    /// Next QP number for poll group `rx_queue`.
+    pub(crate) fn alloc_qpn(&self, rx_queue: u32) -> u32 {
+        let q = self.next_qpn[rx_queue as usize].fetch_add(self.rx_queues, Ordering::Relaxed);
+        q & 0x00FF_FFFF
+    }
+}
+
+/// The MTU of the interface that holds `ip` (from /sys/class/net/<if>/mtu).
+pub fn interface_mtu(ip: IpAddr) -> Option<u32> {
+    let addrs = nix::ifaddrs::getifaddrs().ok()?;
+    for ifa in addrs {
+        let Some(a) = ifa.address else { continue };
+        let matches = match ip {
+            IpAddr::V4(v4) => a.as_sockaddr_in().map(|s| s.ip() == v4).unwrap_or(false),
+            IpAddr::V6(v6) => a.as_sockaddr_in6().map(|s| s.ip() == v6).unwrap_or(false),
+        };
+        // 127.0.0.0/8 is all on lo although only 127.0.0.1 is listed.
+        let loopback = ip.is_loopback() && ifa.interface_name == "lo";
+        if matches || loopback {
+            let s = std::fs::read_to_string(format!("/sys/class/net/{}/mtu", ifa.interface_name)).ok()?;
+            return s.trim().parse().ok();
+        }
+    }
+    None
+}
