@@ -18,13 +18,15 @@ pub mod error;
 pub mod fabrics;
 pub mod host;
 pub mod identify;
+pub mod options;
 pub mod queue;
 pub mod sync_host;
 
 pub use capsule::DataDir;
 pub use controller::{Controller, ControllerOptions};
 pub use error::{HostError, QueueError};
-pub use host::{Host, HostOptions, Namespace};
+pub use host::{Host, Namespace};
+pub use options::HostOptions;
 pub use identify::{ControllerInfo, NamespaceInfo};
 pub use queue::{NvmeRdmaQueue, QueueCompletion, QueueConfig};
 pub use sync_host::SyncHost;

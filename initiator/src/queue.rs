@@ -456,6 +456,25 @@ impl NvmeRdmaQueue {
         }
     }
 
+    /// Like [`submit`](Self::submit), calling `fill` with the chosen slot's data buffer
+    /// first (to copy a write's data in).
+    pub fn submit_with(&mut self, sqe: Sqe, data: DataDir, fill: impl FnOnce(&mut [u8])) -> Result<u16, QueueError> {
+        self.check_submit()?;
+        if data.len() > self.cfg.max_io_bytes {
+            return Err(QueueError::TooLarge { len: data.len(), max: self.cfg.max_io_bytes });
+        }
+        let cid = loop {
+            let Some(c) = self.free.front().copied() else { return Err(QueueError::Full) };
+            if matches!(self.slots[usize::from(c)].state, SlotState::Free) {
+                break c;
+            }
+            self.free.pop_front();
+            self.slots[usize::from(c)].in_free_list = false;
+        };
+        fill(self.buffer_mut(cid));
+        self.submit(sqe, data)
+    }
+
     /// Like [`submit`](Self::submit) in the slot the caller chose (e.g. a bench tag):
     /// [`QueueError::BadCid`] if `cid` is out of range or in use.
     pub fn submit_cid(&mut self, cid: u16, sqe: Sqe, data: DataDir) -> Result<(), QueueError> {

@@ -31,6 +31,7 @@ pub mod dsm;
 pub mod fabrics;
 pub mod features;
 pub mod identify;
+pub mod log;
 pub mod opcodes;
 pub mod properties;
 pub mod rdma;
@@ -51,6 +52,9 @@ pub use fabrics::{
 pub use identify::{
     IdentifyController, IdentifyNamespace, LbaFormat, NamespaceList, NsIdDescriptor,
     NsIdDescriptorList,
+};
+pub use log::{
+    DiscoveryLogEntry, DiscoveryLogPageHeader, ErrorLogEntry, RdmaTsas, SmartLog,
 };
 pub use opcodes::{
     AdminOpcode, FabricsCommandType, FeatureId, IdentifyCns, LogPageId, NvmOpcode, FABRICS_OPCODE,

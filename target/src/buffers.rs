@@ -31,8 +31,9 @@ const MAX_ORDERS: usize = 32;
 ///
 /// `len` is the block's size, a power of two between the pool's `min_block` and
 /// `max_block`, at least the length asked for; `offset` is a multiple of `len`. A chunk
-/// is neither `Copy` nor `Clone`, so giving it back to [`BufferPool::free`] consumes it.
-#[derive(Debug, PartialEq, Eq, Hash)]
+/// is a plain `Copy` value; [`BufferPool::free`] detects a second free of the same block
+/// (or a chunk the pool never handed out) and refuses it without changing its state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Chunk {
     /// Byte offset of the block from the start of the region.
     pub offset: usize,
@@ -432,8 +433,8 @@ impl Slab {
         if p == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }
-        let ptr = NonNull::new(p.cast::<u8>())
-            .ok_or_else(|| io::Error::new(io::ErrorKind::Other, "mmap returned null"))?;
+        let ptr =
+            NonNull::new(p.cast::<u8>()).ok_or_else(|| io::Error::other("mmap returned null"))?;
         Ok(Slab { ptr, len })
     }
 
@@ -601,12 +602,14 @@ mod tests {
         let slab = Slab::new(MIB).unwrap();
         let mut pool = pool_over(&slab, 4 * KIB, MIB);
         let a = pool.alloc(8 * KIB).unwrap();
-        let copy = Chunk {
-            offset: a.offset,
-            len: a.len,
-        };
         pool.free(a).unwrap();
-        assert!(pool.free(copy).is_err());
+        assert_eq!(
+            pool.free(a),
+            Err(InvalidFree {
+                offset: a.offset,
+                len: a.len
+            })
+        );
         let b = pool.alloc(4 * KIB).unwrap();
         // Wrong length for an allocated head, an interior offset, out of range.
         assert!(pool

@@ -6,174 +6,13 @@
 //! the slot is reused or a memory window is re-bound, so a stale key never validates.
 //! An MR's lkey and rkey are the same value. Index 0 is never handed out, so key 0 is
 //! always invalid.
-use std::alloc::{alloc_zeroed, dealloc, Layout};
-use std::ptr::NonNull;
 use std::sync::Arc;
 
 use parking_lot::RwLock;
 
 use crate::verbs::{AccessFlags, VerbsError, WcStatus};
 
-/// Alignment of [`MrMemory`] allocations (one page).
-pub const MR_ALIGN: usize = 4096;
-
-/// A page-aligned, zero-initialised memory allocation that can be registered.
-///
-/// The bytes are shared with the hardware model: the RC core reads and writes them
-/// through [`MemRef`]s while the application may also access them, exactly as an RNIC
-/// DMAs into user memory. Freed when the last `Arc` (held by MRs and in-flight
-/// [`MemRef`]s) is dropped.
-pub struct MrMemory {
-    ptr: NonNull<u8>,
-    len: usize,
-}
-
-// SAFETY: the allocation is owned by this value; concurrent access to the bytes is the
-// same contract as RDMA memory (the application orders its accesses with completions).
-unsafe impl Send for MrMemory {}
-// SAFETY: see above.
-unsafe impl Sync for MrMemory {}
-
-impl MrMemory {
-    /// Allocates `len` zeroed bytes aligned to [`MR_ALIGN`]. `len` 0 allocates one byte
-    /// (and reports length 0). Errors: `OutOfMemory`, `InvalidInput` for absurd sizes.
-    pub fn new(len: usize) -> std::io::Result<Arc<MrMemory>> {
-        let layout = Self::layout(len)?;
-        // SAFETY: the layout has a non-zero size.
-        let p = unsafe { alloc_zeroed(layout) };
-        let ptr = NonNull::new(p).ok_or_else(|| std::io::Error::from(std::io::ErrorKind::OutOfMemory))?;
-        Ok(Arc::new(MrMemory { ptr, len }))
-    }
-
-    fn layout(len: usize) -> std::io::Result<Layout> {
-        Layout::from_size_align(len.max(1), MR_ALIGN)
-            .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))
-    }
-
-    /// Start of the allocation.
-    pub fn as_ptr(&self) -> *mut u8 {
-        self.ptr.as_ptr()
-    }
-
-    /// Length in bytes.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Whether the allocation is empty.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// The I/O virtual address of the first byte: its virtual address, as ibverbs uses.
-    pub fn addr(&self) -> u64 {
-        self.ptr.as_ptr() as usize as u64
-    }
-}
-
-impl Drop for MrMemory {
-    fn drop(&mut self) {
-        if let Ok(layout) = Self::layout(self.len) {
-            // SAFETY: allocated in `new` with this same layout.
-            unsafe { dealloc(self.ptr.as_ptr(), layout) }
-        }
-    }
-}
-
-impl std::fmt::Debug for MrMemory {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "MrMemory({:#x}, {} B)", self.addr(), self.len)
-    }
-}
-
-/// A validated range of registered memory: `len` bytes at `offset` of an [`MrMemory`],
-/// which it keeps alive. `MemRef::empty()` is the zero-length range with no memory.
-#[derive(Clone, Default)]
-pub struct MemRef {
-    mem: Option<Arc<MrMemory>>,
-    offset: usize,
-    len: usize,
-}
-
-impl std::fmt::Debug for MemRef {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "MemRef({:#x}, {} B)", self.as_ptr() as usize, self.len)
-    }
-}
-
-impl MemRef {
-    /// `len` bytes at `offset` of `mem`; `None` if the range does not fit.
-    pub fn new(mem: Arc<MrMemory>, offset: usize, len: usize) -> Option<MemRef> {
-        let end = offset.checked_add(len)?;
-        (end <= mem.len()).then_some(MemRef { mem: Some(mem), offset, len })
-    }
-
-    /// The empty range.
-    pub fn empty() -> MemRef {
-        MemRef::default()
-    }
-
-    /// First byte (dangling but non-null for the empty range).
-    pub fn as_ptr(&self) -> *mut u8 {
-        match &self.mem {
-            // SAFETY: offset <= mem.len() by construction.
-            Some(m) => unsafe { m.as_ptr().add(self.offset) },
-            None => NonNull::<u8>::dangling().as_ptr(),
-        }
-    }
-
-    /// Length in bytes.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Whether the range is empty.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// The sub-range `[offset, offset + len)` of this range; `None` if out of bounds.
-    pub fn sub(&self, offset: usize, len: usize) -> Option<MemRef> {
-        let end = offset.checked_add(len)?;
-        if end > self.len {
-            return None;
-        }
-        if len == 0 {
-            return Some(MemRef::empty());
-        }
-        Some(MemRef { mem: self.mem.clone(), offset: self.offset + offset, len })
-    }
-
-    /// The bytes.
-    ///
-    /// # Safety
-    /// The caller must ensure nothing writes the range while the slice lives (the RDMA
-    /// contract: the application does not touch memory of an outstanding work request).
-    pub unsafe fn as_slice(&self) -> &[u8] {
-        // SAFETY: the range lies inside a live allocation (the Arc keeps it alive).
-        unsafe { std::slice::from_raw_parts(self.as_ptr(), self.len) }
-    }
-
-    /// Copies `data` to `offset` of the range. Returns `false` (and writes nothing) if
-    /// `offset + data.len()` exceeds the range.
-    ///
-    /// # Safety
-    /// The caller must ensure no one else accesses these bytes concurrently (the RDMA
-    /// contract, as for [`MemRef::as_slice`]).
-    pub unsafe fn write_at(&self, offset: usize, data: &[u8]) -> bool {
-        match offset.checked_add(data.len()) {
-            Some(end) if end <= self.len => {
-                if !data.is_empty() {
-                    // SAFETY: bounds checked above; `data` cannot overlap registered
-                    // memory mutably borrowed elsewhere by contract.
-                    unsafe { std::ptr::copy(data.as_ptr(), self.as_ptr().add(offset), data.len()) }
-                }
-                true
-            }
-            _ => false,
-        }
-    }
-}
+pub use super::region::{MemRef, MrMemory, MR_ALIGN};
 
 /// The keys and range of a registered MR (`struct ibv_mr`): `addr` is the iova of its
 /// first byte, `length` its size in bytes.
@@ -205,7 +44,9 @@ impl MrEntry {
         if va < self.iova || end > mr_end {
             return None;
         }
-        let off = self.offset.checked_add(usize::try_from(va - self.iova).ok()?)?;
+        let off = self
+            .offset
+            .checked_add(usize::try_from(va - self.iova).ok()?)?;
         MemRef::new(self.mem.clone(), off, usize::try_from(len).ok()?)
     }
 }
@@ -223,7 +64,10 @@ enum Obj {
     Free,
     Mr(MrEntry),
     /// A type 2 memory window; `None` = free (invalid) state, not usable remotely.
-    Mw { pd: u32, binding: Option<MwBinding> },
+    Mw {
+        pd: u32,
+        binding: Option<MwBinding>,
+    },
 }
 
 struct Slot {
@@ -250,7 +94,10 @@ impl Inner {
                     return Err(VerbsError::NoResources("key table full"));
                 }
                 // rxe-like starting tags; any value works.
-                self.slots.push(Slot { tag: (i as u8).wrapping_mul(37), obj: Obj::Free });
+                self.slots.push(Slot {
+                    tag: (i as u8).wrapping_mul(37),
+                    obj: Obj::Free,
+                });
                 i
             }
         };
@@ -295,8 +142,17 @@ impl Default for KeyTable {
 impl KeyTable {
     /// An empty table. Slot 0 is reserved so key 0 never validates.
     pub fn new() -> Self {
-        let reserved = Slot { tag: 0, obj: Obj::Free };
-        KeyTable { inner: RwLock::new(Inner { slots: vec![reserved], free: Vec::new(), next_pd: 1 }) }
+        let reserved = Slot {
+            tag: 0,
+            obj: Obj::Free,
+        };
+        KeyTable {
+            inner: RwLock::new(Inner {
+                slots: vec![reserved],
+                free: Vec::new(),
+                next_pd: 1,
+            }),
+        }
     }
 
     /// A new protection domain handle (never 0).
@@ -320,13 +176,18 @@ impl KeyTable {
         length: usize,
         access: AccessFlags,
     ) -> Result<MrKeys, VerbsError> {
-        if offset.checked_add(length).map_or(true, |end| end > mem.len()) {
+        if offset
+            .checked_add(length)
+            .map_or(true, |end| end > mem.len())
+        {
             return Err(VerbsError::InvalidArgument("MR range outside the memory"));
         }
         if access.intersects(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC)
             && !access.contains(AccessFlags::LOCAL_WRITE)
         {
-            return Err(VerbsError::InvalidArgument("remote write requires local write"));
+            return Err(VerbsError::InvalidArgument(
+                "remote write requires local write",
+            ));
         }
         let iova = mem.addr() + offset as u64;
         let entry = MrEntry {
@@ -339,7 +200,12 @@ impl KeyTable {
             valid: true,
         };
         let key = self.inner.write().alloc(Obj::Mr(entry))?;
-        Ok(MrKeys { lkey: key, rkey: key, addr: iova, length: length as u64 })
+        Ok(MrKeys {
+            lkey: key,
+            rkey: key,
+            addr: iova,
+            length: length as u64,
+        })
     }
 
     /// Deregisters the MR of `lkey` (`ibv_dereg_mr`). Its keys stop validating at once
@@ -348,7 +214,9 @@ impl KeyTable {
     pub fn dereg_mr(&self, lkey: u32) -> Result<(), VerbsError> {
         let mut g = self.inner.write();
         match g.slot(lkey) {
-            Some(Slot { obj: Obj::Mr(_), .. }) => {}
+            Some(Slot {
+                obj: Obj::Mr(_), ..
+            }) => {}
             _ => return Err(VerbsError::NoSuchObject),
         }
         let index = lkey >> 8;
@@ -374,7 +242,10 @@ impl KeyTable {
     pub fn dealloc_mw(&self, rkey: u32) -> Result<(), VerbsError> {
         let mut g = self.inner.write();
         match g.slots.get((rkey >> 8) as usize) {
-            Some(Slot { obj: Obj::Mw { .. }, .. }) if rkey >> 8 != 0 => {}
+            Some(Slot {
+                obj: Obj::Mw { .. },
+                ..
+            }) if rkey >> 8 != 0 => {}
             _ => return Err(VerbsError::NoSuchObject),
         }
         g.release(rkey >> 8);
@@ -397,10 +268,11 @@ impl KeyTable {
         }
         let g = self.inner.read();
         match g.slot(lkey) {
-            Some(Slot { obj: Obj::Mr(mr), .. })
-                if mr.valid
-                    && mr.pd == pd
-                    && mr.access.contains(access & AccessFlags::LOCAL_WRITE) =>
+            Some(Slot {
+                obj: Obj::Mr(mr), ..
+            }) if mr.valid
+                && mr.pd == pd
+                && mr.access.contains(access & AccessFlags::LOCAL_WRITE) =>
             {
                 mr.range(addr, len).ok_or(WcStatus::LocProtErr)
             }
@@ -412,6 +284,7 @@ impl KeyTable {
     /// valid MR of `pd`, or a memory window of `pd` bound to QP `qpn`, whose range holds
     /// `[va, va + len)` (no u64 overflow) with `access` (REMOTE_READ / REMOTE_WRITE).
     /// A zero-length access needs no valid key (IBTA §9.4.3) and returns an empty range.
+    #[allow(clippy::result_unit_err)]
     pub fn check_remote(
         &self,
         pd: u32,
@@ -427,8 +300,13 @@ impl KeyTable {
         let g = self.inner.read();
         let slot = g.slot(rkey).ok_or(())?;
         match &slot.obj {
-            Obj::Mr(mr) if mr.valid && mr.pd == pd && mr.access.contains(access) => mr.range(va, len).ok_or(()),
-            Obj::Mw { pd: mw_pd, binding: Some(b) } if *mw_pd == pd && b.qpn == qpn && b.access.contains(access) => {
+            Obj::Mr(mr) if mr.valid && mr.pd == pd && mr.access.contains(access) => {
+                mr.range(va, len).ok_or(())
+            }
+            Obj::Mw {
+                pd: mw_pd,
+                binding: Some(b),
+            } if *mw_pd == pd && b.qpn == qpn && b.access.contains(access) => {
                 let end = va.checked_add(len).ok_or(())?;
                 let b_end = b.addr.checked_add(b.length).ok_or(())?;
                 if va < b.addr || end > b_end {
@@ -469,12 +347,14 @@ impl KeyTable {
         }
         let mr_index = mr_lkey >> 8;
         match g.slot(mr_lkey) {
-            Some(Slot { obj: Obj::Mr(mr), .. })
-                if mr.valid
-                    && mr.pd == pd
-                    && mr.access.contains(AccessFlags::MW_BIND)
-                    && (!access.contains(AccessFlags::REMOTE_WRITE) || mr.access.contains(AccessFlags::LOCAL_WRITE))
-                    && mr.range(addr, length).is_some() => {}
+            Some(Slot {
+                obj: Obj::Mr(mr), ..
+            }) if mr.valid
+                && mr.pd == pd
+                && mr.access.contains(AccessFlags::MW_BIND)
+                && (!access.contains(AccessFlags::REMOTE_WRITE)
+                    || mr.access.contains(AccessFlags::LOCAL_WRITE))
+                && mr.range(addr, length).is_some() => {}
             _ => return Err(E),
         }
         let slot = g.slots.get_mut(index as usize).ok_or(E)?;
@@ -483,7 +363,13 @@ impl KeyTable {
         }
         match &mut slot.obj {
             Obj::Mw { pd: mw_pd, binding } if *mw_pd == pd && binding.is_none() => {
-                *binding = Some(MwBinding { qpn, mr_index, addr, length, access });
+                *binding = Some(MwBinding {
+                    qpn,
+                    mr_index,
+                    addr,
+                    length,
+                    access,
+                });
                 slot.tag = new_rkey as u8;
                 Ok(())
             }
@@ -501,9 +387,10 @@ impl KeyTable {
         let mut g = self.inner.write();
         let slot = g.slot_mut(rkey).ok_or(WcStatus::MwBindErr)?;
         match &mut slot.obj {
-            Obj::Mw { pd: mw_pd, binding: binding @ Some(_) }
-                if *mw_pd == pd && qpn.map_or(true, |q| binding.is_some_and(|b| b.qpn == q)) =>
-            {
+            Obj::Mw {
+                pd: mw_pd,
+                binding: binding @ Some(_),
+            } if *mw_pd == pd && qpn.map_or(true, |q| binding.is_some_and(|b| b.qpn == q)) => {
                 *binding = None;
                 Ok(())
             }
@@ -527,38 +414,50 @@ mod tests {
         .union(AccessFlags::MW_BIND);
 
     #[test]
-    fn memory_is_aligned_and_zeroed() {
-        let m = MrMemory::new(10000).unwrap();
-        assert_eq!(m.addr() % 4096, 0);
-        let r = MemRef::new(m.clone(), 0, 10000).unwrap();
-        assert!(unsafe { r.as_slice() }.iter().all(|&b| b == 0));
-        assert!(unsafe { r.write_at(9998, &[1, 2]) });
-        assert!(!unsafe { r.write_at(9999, &[1, 2]) });
-        assert_eq!(unsafe { r.sub(9998, 2).unwrap().as_slice() }, &[1, 2]);
-        assert!(r.sub(9999, 2).is_none());
-    }
-
-    #[test]
     fn reg_mr_rules() {
         let t = KeyTable::new();
         let pd = t.alloc_pd();
         let m = MrMemory::new(8192).unwrap();
-        assert!(t.reg_mr(pd, &m, 0, 8192, AccessFlags::REMOTE_WRITE).is_err());
-        assert!(t.reg_mr(pd, &m, 4096, 8192, AccessFlags::LOCAL_WRITE).is_err());
+        assert!(t
+            .reg_mr(pd, &m, 0, 8192, AccessFlags::REMOTE_WRITE)
+            .is_err());
+        assert!(t
+            .reg_mr(pd, &m, 4096, 8192, AccessFlags::LOCAL_WRITE)
+            .is_err());
         let k = t.reg_mr(pd, &m, 4096, 4096, RW).unwrap();
         assert_eq!(k.addr, m.addr() + 4096);
         assert_eq!(k.lkey >> 8, 1);
-        let r = t.check_remote(pd, 5, k.rkey, k.addr + 4000, 96, AccessFlags::REMOTE_WRITE).unwrap();
+        let r = t
+            .check_remote(pd, 5, k.rkey, k.addr + 4000, 96, AccessFlags::REMOTE_WRITE)
+            .unwrap();
         assert_eq!(r.as_ptr() as u64, k.addr + 4000);
-        assert!(t.check_remote(pd, 5, k.rkey, k.addr + 4000, 97, AccessFlags::REMOTE_WRITE).is_err());
-        assert!(t.check_remote(pd, 5, k.rkey, u64::MAX - 1, 4, AccessFlags::REMOTE_WRITE).is_err());
-        assert!(t.check_remote(pd + 1, 5, k.rkey, k.addr, 4, AccessFlags::REMOTE_WRITE).is_err());
-        assert!(t.check_remote(pd, 5, k.rkey ^ 1, k.addr, 4, AccessFlags::REMOTE_WRITE).is_err());
-        assert!(t.check_remote(pd, 5, 0, 0, 0, AccessFlags::REMOTE_WRITE).is_ok());
-        assert!(t.check_local(pd, k.lkey, k.addr, 4096, AccessFlags::LOCAL_WRITE).is_ok());
+        assert!(t
+            .check_remote(pd, 5, k.rkey, k.addr + 4000, 97, AccessFlags::REMOTE_WRITE)
+            .is_err());
+        assert!(t
+            .check_remote(pd, 5, k.rkey, u64::MAX - 1, 4, AccessFlags::REMOTE_WRITE)
+            .is_err());
+        assert!(t
+            .check_remote(pd + 1, 5, k.rkey, k.addr, 4, AccessFlags::REMOTE_WRITE)
+            .is_err());
+        assert!(t
+            .check_remote(pd, 5, k.rkey ^ 1, k.addr, 4, AccessFlags::REMOTE_WRITE)
+            .is_err());
+        assert!(t
+            .check_remote(pd, 5, 0, 0, 0, AccessFlags::REMOTE_WRITE)
+            .is_ok());
+        assert!(t
+            .check_local(pd, k.lkey, k.addr, 4096, AccessFlags::LOCAL_WRITE)
+            .is_ok());
         t.dereg_mr(k.lkey).unwrap();
-        assert_eq!(t.check_local(pd, k.lkey, k.addr, 1, AccessFlags::empty()).unwrap_err(), WcStatus::LocProtErr);
-        assert!(t.check_remote(pd, 5, k.rkey, k.addr, 4, AccessFlags::REMOTE_WRITE).is_err());
+        assert_eq!(
+            t.check_local(pd, k.lkey, k.addr, 1, AccessFlags::empty())
+                .unwrap_err(),
+            WcStatus::LocProtErr
+        );
+        assert!(t
+            .check_remote(pd, 5, k.rkey, k.addr, 4, AccessFlags::REMOTE_WRITE)
+            .is_err());
         // The reused slot gets a new tag.
         let k2 = t.reg_mr(pd, &m, 0, 4096, RW).unwrap();
         assert_eq!(k2.lkey >> 8, k.lkey >> 8);
@@ -572,26 +471,81 @@ mod tests {
         let m = MrMemory::new(8192).unwrap();
         let k = t.reg_mr(pd, &m, 0, 8192, RW).unwrap();
         let mw = t.alloc_mw(pd).unwrap();
-        assert!(t.check_remote(pd, 7, mw, k.addr, 1, AccessFlags::REMOTE_READ).is_err());
+        assert!(t
+            .check_remote(pd, 7, mw, k.addr, 1, AccessFlags::REMOTE_READ)
+            .is_err());
         let rkey = inc_rkey(mw);
-        assert_eq!(t.bind_mw(pd, 7, mw, mw, k.lkey, k.addr, 100, AccessFlags::REMOTE_READ), Err(WcStatus::MwBindErr));
-        assert_eq!(t.bind_mw(pd, 7, mw, rkey, k.lkey, k.addr + 8100, 100, AccessFlags::REMOTE_READ), Err(WcStatus::MwBindErr));
-        t.bind_mw(pd, 7, mw, rkey, k.lkey, k.addr + 100, 100, AccessFlags::REMOTE_READ).unwrap();
-        assert!(t.check_remote(pd, 7, rkey, k.addr + 100, 100, AccessFlags::REMOTE_READ).is_ok());
-        assert!(t.check_remote(pd, 7, rkey, k.addr + 100, 101, AccessFlags::REMOTE_READ).is_err());
-        assert!(t.check_remote(pd, 7, rkey, k.addr + 99, 1, AccessFlags::REMOTE_READ).is_err());
-        assert!(t.check_remote(pd, 7, rkey, k.addr + 100, 1, AccessFlags::REMOTE_WRITE).is_err());
-        assert!(t.check_remote(pd, 8, rkey, k.addr + 100, 1, AccessFlags::REMOTE_READ).is_err());
-        assert!(t.check_remote(pd, 7, mw, k.addr + 100, 1, AccessFlags::REMOTE_READ).is_err());
+        assert_eq!(
+            t.bind_mw(pd, 7, mw, mw, k.lkey, k.addr, 100, AccessFlags::REMOTE_READ),
+            Err(WcStatus::MwBindErr)
+        );
+        assert_eq!(
+            t.bind_mw(
+                pd,
+                7,
+                mw,
+                rkey,
+                k.lkey,
+                k.addr + 8100,
+                100,
+                AccessFlags::REMOTE_READ
+            ),
+            Err(WcStatus::MwBindErr)
+        );
+        t.bind_mw(
+            pd,
+            7,
+            mw,
+            rkey,
+            k.lkey,
+            k.addr + 100,
+            100,
+            AccessFlags::REMOTE_READ,
+        )
+        .unwrap();
+        assert!(t
+            .check_remote(pd, 7, rkey, k.addr + 100, 100, AccessFlags::REMOTE_READ)
+            .is_ok());
+        assert!(t
+            .check_remote(pd, 7, rkey, k.addr + 100, 101, AccessFlags::REMOTE_READ)
+            .is_err());
+        assert!(t
+            .check_remote(pd, 7, rkey, k.addr + 99, 1, AccessFlags::REMOTE_READ)
+            .is_err());
+        assert!(t
+            .check_remote(pd, 7, rkey, k.addr + 100, 1, AccessFlags::REMOTE_WRITE)
+            .is_err());
+        assert!(t
+            .check_remote(pd, 8, rkey, k.addr + 100, 1, AccessFlags::REMOTE_READ)
+            .is_err());
+        assert!(t
+            .check_remote(pd, 7, mw, k.addr + 100, 1, AccessFlags::REMOTE_READ)
+            .is_err());
         // Already bound.
-        assert!(t.bind_mw(pd, 7, mw, inc_rkey(rkey), k.lkey, k.addr, 1, AccessFlags::REMOTE_READ).is_err());
+        assert!(t
+            .bind_mw(
+                pd,
+                7,
+                mw,
+                inc_rkey(rkey),
+                k.lkey,
+                k.addr,
+                1,
+                AccessFlags::REMOTE_READ
+            )
+            .is_err());
         assert!(t.invalidate(pd, Some(8), rkey).is_err());
         t.invalidate(pd, Some(7), rkey).unwrap();
-        assert!(t.check_remote(pd, 7, rkey, k.addr + 100, 1, AccessFlags::REMOTE_READ).is_err());
+        assert!(t
+            .check_remote(pd, 7, rkey, k.addr + 100, 1, AccessFlags::REMOTE_READ)
+            .is_err());
         let r2 = inc_rkey(rkey);
-        t.bind_mw(pd, 7, mw, r2, k.lkey, k.addr, 8, AccessFlags::REMOTE_READ).unwrap();
+        t.bind_mw(pd, 7, mw, r2, k.lkey, k.addr, 8, AccessFlags::REMOTE_READ)
+            .unwrap();
         t.dereg_mr(k.lkey).unwrap();
-        assert!(t.check_remote(pd, 7, r2, k.addr, 8, AccessFlags::REMOTE_READ).is_err());
+        assert!(t
+            .check_remote(pd, 7, r2, k.addr, 8, AccessFlags::REMOTE_READ)
+            .is_err());
         t.dealloc_mw(r2).unwrap();
         assert!(t.dealloc_mw(r2).is_err());
     }

@@ -10,6 +10,7 @@
 //! Reliability is go-back-N: a PSN sequence error NAK, a missing READ response or the
 //! local ACK timeout restart transmission at the oldest unacknowledged PSN, regenerating
 //! the packets from the work requests and registered memory.
+mod completer;
 pub mod counters;
 pub mod mem;
 pub(crate) mod ops;
@@ -17,6 +18,7 @@ pub mod payload;
 pub mod psn;
 pub mod qp;
 pub mod recv_queue;
+pub mod region;
 mod requester;
 mod responder;
 #[cfg(test)]

@@ -155,9 +155,9 @@ pub(crate) fn decode_syndrome(s: u8) -> Syndrome {
 
 /// RNR NAK timer values in microseconds by 5-bit code (IBTA Vol 1 Table 45).
 pub const RNR_TIMER_US: [u32; 32] = [
-    655_360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960, 1_280, 1_920, 2_560, 3_840, 5_120,
-    7_680, 10_240, 15_360, 20_480, 30_720, 40_960, 61_440, 81_920, 122_880, 163_840, 245_760, 327_680,
-    491_520,
+    655_360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960, 1_280, 1_920, 2_560, 3_840,
+    5_120, 7_680, 10_240, 15_360, 20_480, 30_720, 40_960, 61_440, 81_920, 122_880, 163_840,
+    245_760, 327_680, 491_520,
 ];
 
 /// The RNR wait for a timer code, as a duration (IBTA Table 45).
@@ -182,9 +182,13 @@ mod tests {
     fn syndromes_round_trip() {
         assert_eq!(decode_syndrome(SYNDROME_ACK), Syndrome::Ack);
         assert_eq!(decode_syndrome(syndrome_rnr(14)), Syndrome::Rnr(14));
-        for c in [NakCode::PsnSequenceError, NakCode::InvalidRequest, NakCode::RemoteAccessError,
-            NakCode::RemoteOperationalError, NakCode::InvalidRdRequest]
-        {
+        for c in [
+            NakCode::PsnSequenceError,
+            NakCode::InvalidRequest,
+            NakCode::RemoteAccessError,
+            NakCode::RemoteOperationalError,
+            NakCode::InvalidRdRequest,
+        ] {
             assert_eq!(decode_syndrome(syndrome_nak(c)), Syndrome::Nak(c));
         }
         assert_eq!(syndrome_nak(NakCode::RemoteAccessError), 0x62);

@@ -29,7 +29,9 @@ impl Payload {
         if m.is_empty() {
             return true;
         }
-        let Some(slot) = self.segs.get_mut(self.n as usize) else { return false };
+        let Some(slot) = self.segs.get_mut(self.n as usize) else {
+            return false;
+        };
         self.len += m.len();
         *slot = m;
         self.n += 1;
@@ -45,7 +47,9 @@ impl Payload {
     /// bytes on the wire, as on a real RNIC.
     pub fn segments(&self) -> impl Iterator<Item = &[u8]> {
         // SAFETY: see above; every MemRef keeps its allocation alive.
-        self.segs[..self.n as usize].iter().map(|m| unsafe { m.as_slice() })
+        self.segs[..self.n as usize]
+            .iter()
+            .map(|m| unsafe { m.as_slice() })
     }
 
     /// Total bytes.

@@ -5,8 +5,8 @@ use std::collections::VecDeque;
 
 use crate::time::Timestamp;
 use crate::verbs::{
-    AccessFlags, AhAttr, Mtu, QpAttr, QpCap, QpState, RecvWr, SendWr, VerbsError, WcOpcode, WcStatus,
-    WorkCompletion, MAX_SGE,
+    AccessFlags, AhAttr, Mtu, QpAttr, QpCap, QpState, RecvWr, SendWr, VerbsError, WcOpcode,
+    WcStatus, WorkCompletion, MAX_SGE,
 };
 use crate::wire::{Bth, Opcode, Packet, PacketHeaders};
 
@@ -35,7 +35,11 @@ pub struct RcConfig {
 
 impl Default for RcConfig {
     fn default() -> Self {
-        RcConfig { max_inflight_bytes: 1 << 20, max_read_inflight_bytes: 4 << 20, ack_req_every_packets: 16 }
+        RcConfig {
+            max_inflight_bytes: 1 << 20,
+            max_read_inflight_bytes: 4 << 20,
+            ack_req_every_packets: 16,
+        }
     }
 }
 
@@ -162,6 +166,14 @@ impl RcQp {
     pub fn recv_queue_len(&self) -> usize {
         self.rq.len()
     }
+    /// The responder's expected PSN (next request PSN it will execute).
+    pub fn expected_psn(&self) -> u32 {
+        self.resp.epsn()
+    }
+    /// The responder's message sequence number (requests completed, 24 bits).
+    pub fn msn(&self) -> u32 {
+        self.resp.msn()
+    }
     /// Send WRs posted and not yet completed.
     pub fn send_queue_len(&self) -> usize {
         self.req.sq.len()
@@ -220,14 +232,14 @@ impl RcQp {
         if attr.min_rnr_timer.is_some_and(|v| v > 31) || attr.timeout.is_some_and(|v| v > 31) {
             return Err(VerbsError::InvalidArgument("timer code above 31"));
         }
-        if to == Rtr && self.state == Init {
-            if attr.dest_qp_num.is_none()
-                || attr.rq_psn.is_none()
-                || attr.path_mtu.is_none()
-                || (attr.ah_attr.is_none() && self.a.ah.is_none())
-            {
-                return Err(VerbsError::InvalidArgument("RTR needs dest_qp_num, rq_psn, path_mtu and ah_attr"));
-            }
+        let rtr_missing = attr.dest_qp_num.is_none()
+            || attr.rq_psn.is_none()
+            || attr.path_mtu.is_none()
+            || (attr.ah_attr.is_none() && self.a.ah.is_none());
+        if to == Rtr && self.state == Init && rtr_missing {
+            return Err(VerbsError::InvalidArgument(
+                "RTR needs dest_qp_num, rq_psn, path_mtu and ah_attr",
+            ));
         }
         if to == Rts && self.state == Rtr && attr.sq_psn.is_none() {
             return Err(VerbsError::InvalidArgument("RTS needs sq_psn"));
@@ -310,7 +322,14 @@ impl RcQp {
         self.state = QpState::Reset;
         self.req = ReqState::new(self.cap.max_send_wr);
         self.resp = RespState::default();
-        self.rq = RecvQueue::new(self.pd, if self.has_srq { 0 } else { self.cap.max_recv_wr });
+        self.rq = RecvQueue::new(
+            self.pd,
+            if self.has_srq {
+                0
+            } else {
+                self.cap.max_recv_wr
+            },
+        );
         self.cq.clear();
     }
 
@@ -320,19 +339,35 @@ impl RcQp {
         self.state = QpState::Error;
         self.flush_send_queue();
         if let Some(wr_id) = self.resp.take_recv_in_progress() {
-            self.push_recv_wc(WorkCompletion::new(wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, self.qpn));
+            self.push_recv_wc(WorkCompletion::new(
+                wr_id,
+                WcStatus::WrFlushErr,
+                WcOpcode::Recv,
+                self.qpn,
+            ));
         }
         while let Some(wr) = self.rq.pop() {
-            self.push_recv_wc(WorkCompletion::new(wr.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, self.qpn));
+            self.push_recv_wc(WorkCompletion::new(
+                wr.wr_id,
+                WcStatus::WrFlushErr,
+                WcOpcode::Recv,
+                self.qpn,
+            ));
         }
     }
 
     pub(crate) fn push_send_wc(&mut self, wc: WorkCompletion) {
-        self.cq.push_back(Completion { queue: CompletionQueueKind::Send, wc });
+        self.cq.push_back(Completion {
+            queue: CompletionQueueKind::Send,
+            wc,
+        });
     }
 
     pub(crate) fn push_recv_wc(&mut self, wc: WorkCompletion) {
-        self.cq.push_back(Completion { queue: CompletionQueueKind::Recv, wc });
+        self.cq.push_back(Completion {
+            queue: CompletionQueueKind::Recv,
+            wc,
+        });
     }
 
     /// `ibv_post_send`. Allowed in RTS and SQD (queued) and in Error (completed at once
@@ -349,13 +384,20 @@ impl RcQp {
             return Err(VerbsError::InvalidArgument("too many SGEs"));
         }
         if wr.sg_list.total_len() > 1 << 31 {
-            return Err(VerbsError::InvalidArgument("message longer than 2^31 bytes"));
+            return Err(VerbsError::InvalidArgument(
+                "message longer than 2^31 bytes",
+            ));
         }
         if self.req.sq.len() >= self.cap.max_send_wr as usize {
             return Err(VerbsError::QueueFull);
         }
         if self.state == QpState::Error {
-            let wc = WorkCompletion::new(wr.wr_id, WcStatus::WrFlushErr, super::requester::wc_opcode(&wr.op), self.qpn);
+            let wc = WorkCompletion::new(
+                wr.wr_id,
+                WcStatus::WrFlushErr,
+                super::requester::wc_opcode(&wr.op),
+                self.qpn,
+            );
             self.push_send_wc(wc);
             return Ok(());
         }
@@ -376,7 +418,12 @@ impl RcQp {
         match self.state {
             QpState::Reset => Err(VerbsError::InvalidState(QpState::Reset)),
             QpState::Error => {
-                self.push_recv_wc(WorkCompletion::new(wr.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, self.qpn));
+                self.push_recv_wc(WorkCompletion::new(
+                    wr.wr_id,
+                    WcStatus::WrFlushErr,
+                    WcOpcode::Recv,
+                    self.qpn,
+                ));
                 Ok(())
             }
             _ => self.rq.post(*wr),
@@ -394,6 +441,8 @@ impl RcQp {
         let (kind, ..) = classify(pkt.hdr.bth.opcode);
         match (kind, self.state) {
             (_, QpState::Reset | QpState::Init | QpState::Error) | (Kind::Other, _) => {}
+            // No atomics are ever sent, so an Atomic Acknowledge answers nothing.
+            _ if pkt.hdr.bth.opcode == Opcode::RcAtomicAcknowledge => {}
             (Kind::ReadResponse | Kind::Ack, QpState::Rts | QpState::Sqd | QpState::SqError) => {
                 self.counters.rcvd_pkts += 1;
                 self.completer_handle(now, pkt);
@@ -445,7 +494,13 @@ impl RcQp {
     }
 
     /// Headers for a packet to the peer with `opcode`, `psn` and the payload length.
-    pub(crate) fn headers(&self, opcode: Opcode, psn: u32, ack_req: bool, payload_len: usize) -> PacketHeaders {
+    pub(crate) fn headers(
+        &self,
+        opcode: Opcode,
+        psn: u32,
+        ack_req: bool,
+        payload_len: usize,
+    ) -> PacketHeaders {
         PacketHeaders {
             bth: Bth {
                 opcode,

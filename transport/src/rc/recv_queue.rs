@@ -17,7 +17,11 @@ pub struct RecvQueue {
 impl RecvQueue {
     /// An empty queue in `pd` holding at most `max_wr` work requests.
     pub fn new(pd: u32, max_wr: u32) -> Self {
-        RecvQueue { pd, max_wr, q: VecDeque::with_capacity(max_wr.min(4096) as usize) }
+        RecvQueue {
+            pd,
+            max_wr,
+            q: VecDeque::with_capacity(max_wr.min(4096) as usize),
+        }
     }
 
     /// Posts a receive WR (`ibv_post_recv` / `ibv_post_srq_recv`). Errors: `QueueFull`.
@@ -68,7 +72,10 @@ mod tests {
     #[test]
     fn fifo_with_capacity() {
         let mut q = RecvQueue::new(3, 2);
-        let wr = |id| RecvWr { wr_id: id, sg_list: SgList::new() };
+        let wr = |id| RecvWr {
+            wr_id: id,
+            sg_list: SgList::new(),
+        };
         q.post(wr(1)).unwrap();
         q.post(wr(2)).unwrap();
         assert_eq!(q.post(wr(3)), Err(VerbsError::QueueFull));

@@ -4,11 +4,16 @@
 use std::collections::VecDeque;
 
 use crate::time::Timestamp;
-use crate::verbs::{AccessFlags, SendFlags, SendOp, SendWr, WcOpcode, WcStatus, WorkCompletion, MAX_SGE};
+use crate::verbs::{
+    AccessFlags, SendFlags, SendOp, SendWr, WcOpcode, WcStatus, WorkCompletion, MAX_SGE,
+};
 use crate::wire::{NakCode, Opcode, Packet, Reth};
 
 use super::mem::MemRef;
-use super::ops::{ack_timeout, classify, decode_syndrome, pos_of, rnr_timer, send_opcode, write_opcode, Kind, Pos, Syndrome};
+use super::ops::{
+    ack_timeout, classify, decode_syndrome, pos_of, rnr_timer, send_opcode, write_opcode, Kind,
+    Pos, Syndrome,
+};
 use super::payload::{gather, scatter, TxPacket};
 use super::psn::{psn_add, psn_diff, psn_in, psn_lt};
 use super::qp::{packets_for, RcEnv, RcQp};
@@ -27,24 +32,24 @@ pub(crate) fn wc_opcode(op: &SendOp) -> WcOpcode {
 
 /// One posted send WR and its progress.
 pub(crate) struct SqEntry {
-    wr: SendWr,
+    pub(super) wr: SendWr,
     /// Processed by the requester (SGEs validated, PSNs assigned, or local op run).
-    started: bool,
+    pub(super) started: bool,
     /// Finished: acknowledged, all READ data placed, local op executed, or failed.
-    done: bool,
-    status: WcStatus,
-    first_psn: u32,
-    last_psn: u32,
-    npkts: u32,
-    len: u32,
-    segs: [MemRef; MAX_SGE],
-    nsegs: u8,
+    pub(super) done: bool,
+    pub(super) status: WcStatus,
+    pub(super) first_psn: u32,
+    pub(super) last_psn: u32,
+    pub(super) npkts: u32,
+    pub(super) len: u32,
+    pub(super) segs: [MemRef; MAX_SGE],
+    pub(super) nsegs: u8,
     /// READ: a request for `req_psn..=last_psn` is outstanding.
-    issued: bool,
-    req_psn: u32,
+    pub(super) issued: bool,
+    pub(super) req_psn: u32,
     /// READ: next expected response PSN.
-    rd_next: u32,
-    rd_issued_bytes: u64,
+    pub(super) rd_next: u32,
+    pub(super) rd_issued_bytes: u64,
 }
 
 impl SqEntry {
@@ -66,18 +71,18 @@ impl SqEntry {
             rd_issued_bytes: 0,
         }
     }
-    fn is_read(&self) -> bool {
+    pub(super) fn is_read(&self) -> bool {
         matches!(self.wr.op, SendOp::RdmaRead { .. })
     }
-    fn has_psn(&self) -> bool {
+    pub(super) fn has_psn(&self) -> bool {
         !matches!(self.wr.op, SendOp::LocalInv { .. } | SendOp::BindMw { .. })
     }
     /// Outstanding on the wire: PSNs assigned and not finished.
-    fn pending(&self) -> bool {
+    pub(super) fn pending(&self) -> bool {
         self.started && !self.done && self.has_psn()
     }
     /// Bytes carried by packets `i..j` of this message.
-    fn bytes(&self, i: u32, j: u32, mtu: u32) -> u64 {
+    pub(super) fn bytes(&self, i: u32, j: u32, mtu: u32) -> u64 {
         let end = |k: u32| (k as u64 * mtu as u64).min(self.len as u64);
         end(j).saturating_sub(end(i))
     }
@@ -87,22 +92,22 @@ impl SqEntry {
 pub(crate) struct ReqState {
     pub(crate) sq: VecDeque<SqEntry>,
     /// Index in `sq` of the WR the transmit cursor is in.
-    tx_idx: usize,
+    pub(super) tx_idx: usize,
     /// Next PSN to transmit.
-    psn_next: u32,
+    pub(super) psn_next: u32,
     /// First PSN not yet assigned to a WR.
-    psn_max: u32,
+    pub(super) psn_max: u32,
     /// Oldest unacknowledged PSN.
-    una: u32,
-    inflight_bytes: u64,
-    rd_count: u32,
-    rd_bytes: u64,
+    pub(super) una: u32,
+    pub(super) inflight_bytes: u64,
+    pub(super) rd_count: u32,
+    pub(super) rd_bytes: u64,
     pub(crate) retries_left: u8,
     pub(crate) rnr_retries_left: u8,
     pub(crate) ack_deadline: Option<Timestamp>,
     pub(crate) rnr_until: Option<Timestamp>,
     /// PSN of the last go-back-N restart without progress since (suppresses repeats).
-    rewound_at: Option<u32>,
+    pub(super) rewound_at: Option<u32>,
 }
 
 impl ReqState {
@@ -137,16 +142,18 @@ impl ReqState {
         self.sq.push_back(SqEntry::new(wr));
     }
 
-    fn idx_containing(&self, p: u32) -> Option<usize> {
-        self.sq.iter().position(|e| e.pending() && psn_in(p, e.first_psn, e.last_psn))
+    pub(super) fn idx_containing(&self, p: u32) -> Option<usize> {
+        self.sq
+            .iter()
+            .position(|e| e.pending() && psn_in(p, e.first_psn, e.last_psn))
     }
 
-    fn front_pending(&self) -> Option<usize> {
+    pub(super) fn front_pending(&self) -> Option<usize> {
         self.sq.iter().position(|e| !e.done)
     }
 
     /// Points the transmit cursor at `psn`; everything from there on counts as unsent.
-    fn seek(&mut self, psn: u32) {
+    pub(super) fn seek(&mut self, psn: u32) {
         self.psn_next = psn;
         let idx = self
             .sq
@@ -168,7 +175,7 @@ impl ReqState {
     /// Acknowledges every PSN before `limit`. Returns the PSN to go back to when a READ
     /// before `limit` still misses response data (an implicit NAK, IBTA §9.7.5.1.5).
     /// `true` in the first field when `una` advanced.
-    fn ack_up_to(&mut self, limit: u32) -> (bool, Option<u32>) {
+    pub(super) fn ack_up_to(&mut self, limit: u32) -> (bool, Option<u32>) {
         if !psn_lt(self.una, limit) {
             return (false, None);
         }
@@ -201,7 +208,7 @@ impl ReqState {
         (advanced, target)
     }
 
-    fn recount_inflight(&mut self, mtu: u32) {
+    pub(super) fn recount_inflight(&mut self, mtu: u32) {
         let mut b = 0;
         for e in self.sq.iter() {
             if !e.pending() || e.is_read() {
@@ -210,7 +217,11 @@ impl ReqState {
             if psn_diff(e.first_psn, self.psn_next) >= 0 {
                 break;
             }
-            let lo = if psn_lt(e.first_psn, self.una) { psn_diff(self.una, e.first_psn) as u32 } else { 0 };
+            let lo = if psn_lt(e.first_psn, self.una) {
+                psn_diff(self.una, e.first_psn) as u32
+            } else {
+                0
+            };
             let hi = (psn_diff(self.psn_next, e.first_psn).max(0) as u32).min(e.npkts);
             b += e.bytes(lo, hi.max(lo), mtu);
         }
@@ -220,7 +231,11 @@ impl ReqState {
 
 impl RcQp {
     /// Next request packet, if the state, the window, ORD and fences allow one.
-    pub(crate) fn requester_transmit(&mut self, now: Timestamp, env: &mut RcEnv<'_>) -> Option<TxPacket> {
+    pub(crate) fn requester_transmit(
+        &mut self,
+        now: Timestamp,
+        env: &mut RcEnv<'_>,
+    ) -> Option<TxPacket> {
         if !matches!(self.state, QpState::Rts | QpState::Sqd) {
             return None;
         }
@@ -272,7 +287,9 @@ impl RcQp {
     fn start_wr(&mut self, idx: usize, env: &mut RcEnv<'_>) -> Result<bool, WcStatus> {
         let (pd, qpn, mtu) = (self.pd, self.qpn, self.mtu());
         let psn = self.req.psn_max;
-        let Some(e) = self.req.sq.get_mut(idx) else { return Ok(false) };
+        let Some(e) = self.req.sq.get_mut(idx) else {
+            return Ok(false);
+        };
         e.started = true;
         match e.wr.op {
             SendOp::LocalInv { rkey } => {
@@ -280,16 +297,30 @@ impl RcQp {
                 e.done = true;
                 return Ok(false);
             }
-            SendOp::BindMw { mw_handle, rkey, mr_lkey, addr, length, access } => {
-                env.keys.bind_mw(pd, qpn, mw_handle, rkey, mr_lkey, addr, length, access)?;
+            SendOp::BindMw {
+                mw_handle,
+                rkey,
+                mr_lkey,
+                addr,
+                length,
+                access,
+            } => {
+                env.keys
+                    .bind_mw(pd, qpn, mw_handle, rkey, mr_lkey, addr, length, access)?;
                 e.done = true;
                 return Ok(false);
             }
             _ => {}
         }
-        let access = if e.is_read() { AccessFlags::LOCAL_WRITE } else { AccessFlags::empty() };
+        let access = if e.is_read() {
+            AccessFlags::LOCAL_WRITE
+        } else {
+            AccessFlags::empty()
+        };
         for (i, sge) in e.wr.sg_list.as_slice().iter().enumerate() {
-            e.segs[i] = env.keys.check_local(pd, sge.lkey, sge.addr, sge.length as u64, access)?;
+            e.segs[i] = env
+                .keys
+                .check_local(pd, sge.lkey, sge.addr, sge.length as u64, access)?;
         }
         e.nsegs = e.wr.sg_list.as_slice().len() as u8;
         e.len = e.wr.sg_list.total_len() as u32;
@@ -318,12 +349,17 @@ impl RcQp {
         if let SendOp::RdmaRead { remote_addr, rkey } = e.wr.op {
             let remaining = (e.len as u64).saturating_sub(off);
             if self.req.rd_count >= ord
-                || (self.req.rd_count > 0 && self.req.rd_bytes + remaining > cfg.max_read_inflight_bytes)
+                || (self.req.rd_count > 0
+                    && self.req.rd_bytes + remaining > cfg.max_read_inflight_bytes)
             {
                 return None;
             }
             let mut hdr = self.headers(Opcode::RcRdmaReadRequest, psn, true, 0);
-            hdr.reth = Some(Reth { va: remote_addr.wrapping_add(off), rkey, dma_len: remaining as u32 });
+            hdr.reth = Some(Reth {
+                va: remote_addr.wrapping_add(off),
+                rkey,
+                dma_len: remaining as u32,
+            });
             let last = e.last_psn;
             let e = &mut self.req.sq[idx];
             e.issued = true;
@@ -335,7 +371,10 @@ impl RcQp {
             self.req.psn_next = psn_add(last, 1);
             self.req.tx_idx += 1;
             self.counters.rdma_sends += 1;
-            return Some(TxPacket { hdr, payload: Default::default() });
+            return Some(TxPacket {
+                hdr,
+                payload: Default::default(),
+            });
         }
         let plen = e.bytes(i, i + 1, mtu);
         if self.req.inflight_bytes > 0 && self.req.inflight_bytes + plen > cfg.max_inflight_bytes {
@@ -347,16 +386,39 @@ impl RcQp {
         let ack_req = last || (every > 0 && (i + 1) % every == 0);
         let (opcode, reth, imm, ieth) = match e.wr.op {
             SendOp::Send => (send_opcode(pos, false, false), None, None, None),
-            SendOp::SendWithImm { imm_data } => (send_opcode(pos, true, false), None, Some(imm_data), None),
-            SendOp::SendWithInv { invalidate_rkey } => {
-                (send_opcode(pos, false, true), None, None, Some(invalidate_rkey))
+            SendOp::SendWithImm { imm_data } => {
+                (send_opcode(pos, true, false), None, Some(imm_data), None)
             }
-            SendOp::RdmaWrite { remote_addr, rkey } => {
-                (write_opcode(pos, false), Some(Reth { va: remote_addr, rkey, dma_len: e.len }), None, None)
-            }
-            SendOp::RdmaWriteWithImm { remote_addr, rkey, imm_data } => {
-                (write_opcode(pos, true), Some(Reth { va: remote_addr, rkey, dma_len: e.len }), Some(imm_data), None)
-            }
+            SendOp::SendWithInv { invalidate_rkey } => (
+                send_opcode(pos, false, true),
+                None,
+                None,
+                Some(invalidate_rkey),
+            ),
+            SendOp::RdmaWrite { remote_addr, rkey } => (
+                write_opcode(pos, false),
+                Some(Reth {
+                    va: remote_addr,
+                    rkey,
+                    dma_len: e.len,
+                }),
+                None,
+                None,
+            ),
+            SendOp::RdmaWriteWithImm {
+                remote_addr,
+                rkey,
+                imm_data,
+            } => (
+                write_opcode(pos, true),
+                Some(Reth {
+                    va: remote_addr,
+                    rkey,
+                    dma_len: e.len,
+                }),
+                Some(imm_data),
+                None,
+            ),
             _ => return None,
         };
         let payload = gather(&e.segs[..e.nsegs as usize], off as usize, plen as usize)?;
@@ -384,7 +446,9 @@ impl RcQp {
     /// ones and every error) in posting order.
     pub(crate) fn complete_front(&mut self) {
         while self.req.sq.front().is_some_and(|e| e.done) {
-            let Some(e) = self.req.sq.pop_front() else { break };
+            let Some(e) = self.req.sq.pop_front() else {
+                break;
+            };
             self.req.tx_idx = self.req.tx_idx.saturating_sub(1);
             self.push_send_completion(&e, e.status);
         }
@@ -413,207 +477,15 @@ impl RcQp {
     /// with IBV_WC_WR_FLUSH_ERR.
     pub(crate) fn flush_send_queue(&mut self) {
         while let Some(e) = self.req.sq.pop_front() {
-            let status = if e.done { e.status } else { WcStatus::WrFlushErr };
+            let status = if e.done {
+                e.status
+            } else {
+                WcStatus::WrFlushErr
+            };
             self.push_send_completion(&e, status);
         }
         let (psn, retry, rnr) = (self.req.psn_max, self.a.retry_cnt, self.a.rnr_retry);
         self.req = ReqState::new(self.cap.max_send_wr);
         self.req.start(psn, retry, rnr);
-    }
-
-    /// ACK, NAK and READ response processing.
-    pub(crate) fn completer_handle(&mut self, now: Timestamp, pkt: &Packet<'_>) {
-        let p = pkt.hdr.bth.psn & super::psn::PSN_MASK;
-        if psn_lt(p, self.req.una) || !psn_lt(p, self.req.psn_max) {
-            return; // stale duplicate, or a PSN never sent
-        }
-        let (kind, pos, ..) = classify(pkt.hdr.bth.opcode);
-        match kind {
-            Kind::ReadResponse => self.on_read_response(now, p, pos, pkt.payload),
-            Kind::Ack => match pkt.hdr.aeth.map(|a| decode_syndrome(a.syndrome)) {
-                Some(Syndrome::Ack) => {
-                    let (adv, target) = self.req.ack_up_to(psn_add(p, 1));
-                    self.after_ack(now, adv, target);
-                }
-                Some(Syndrome::Rnr(timer)) => self.on_rnr(now, p, timer),
-                Some(Syndrome::Nak(code)) => self.on_nak(now, p, code),
-                _ => {}
-            },
-            _ => {}
-        }
-        self.complete_front();
-    }
-
-    fn after_ack(&mut self, now: Timestamp, advanced: bool, target: Option<u32>) {
-        if advanced {
-            self.progress(now);
-        }
-        if let Some(t) = target {
-            self.implicit_retry(t);
-        }
-    }
-
-    /// Forward progress: reset the retry counters and restart the ACK timer.
-    fn progress(&mut self, now: Timestamp) {
-        let r = &mut self.req;
-        r.retries_left = self.a.retry_cnt;
-        r.rnr_retries_left = self.a.rnr_retry;
-        r.rewound_at = None;
-        if psn_lt(r.psn_next, r.una) {
-            let una = r.una;
-            r.seek(una);
-        }
-        r.ack_deadline =
-            if psn_lt(r.una, r.psn_next) { ack_timeout(self.a.timeout).map(|d| now + d) } else { None };
-        let mtu = self.mtu();
-        self.req.recount_inflight(mtu);
-    }
-
-    /// Go-back-N to `psn`.
-    fn rewind(&mut self, psn: u32) {
-        self.req.seek(psn);
-        self.req.ack_deadline = None;
-        self.req.rewound_at = Some(psn);
-        self.counters.completer_retry_err += 1;
-    }
-
-    /// Go-back-N after evidence of a lost READ response, once per restart point.
-    fn implicit_retry(&mut self, psn: u32) {
-        if self.req.rewound_at != Some(psn) {
-            self.rewind(psn);
-        }
-    }
-
-    fn on_read_response(&mut self, now: Timestamp, p: u32, pos: Pos, payload: &[u8]) {
-        let (adv, target) = self.req.ack_up_to(p);
-        if adv {
-            self.progress(now);
-        }
-        if let Some(t) = target {
-            self.implicit_retry(t);
-            return;
-        }
-        let mtu = self.mtu();
-        let Some(idx) = self.req.idx_containing(p) else { return };
-        let e = &mut self.req.sq[idx];
-        if !e.is_read() || !e.issued {
-            return;
-        }
-        if p != e.rd_next {
-            let t = e.rd_next;
-            if psn_lt(t, p) {
-                self.implicit_retry(t);
-            }
-            return;
-        }
-        let i = psn_diff(p, e.req_psn);
-        let n = psn_diff(e.last_psn, e.req_psn) + 1;
-        if i < 0 || pos != pos_of(i as u32, n as u32) {
-            return;
-        }
-        let k = psn_diff(p, e.first_psn) as u32;
-        if payload.len() as u64 != e.bytes(k, k + 1, mtu) {
-            return;
-        }
-        let off = k as usize * mtu as usize;
-        // SAFETY: the sink SGEs were validated with LOCAL_WRITE; the application does not
-        // touch them while the READ is outstanding.
-        if !unsafe { scatter(&e.segs[..e.nsegs as usize], off, payload) } {
-            return;
-        }
-        e.rd_next = psn_add(p, 1);
-        if p == e.last_psn {
-            e.done = true;
-            e.issued = false;
-            let b = e.rd_issued_bytes;
-            self.req.rd_count = self.req.rd_count.saturating_sub(1);
-            self.req.rd_bytes = self.req.rd_bytes.saturating_sub(b);
-        }
-        self.req.una = psn_add(p, 1);
-        self.progress(now);
-    }
-
-    fn on_rnr(&mut self, now: Timestamp, p: u32, timer: u8) {
-        self.counters.rcvd_rnr_err += 1;
-        let (adv, target) = self.req.ack_up_to(p);
-        if adv {
-            self.progress(now);
-        }
-        if let Some(t) = target {
-            self.implicit_retry(t);
-            return;
-        }
-        if self.req.rnr_retries_left == 0 {
-            self.counters.retry_rnr_exceeded_err += 1;
-            let idx = self.req.idx_containing(p).or(self.req.front_pending()).unwrap_or(0);
-            self.fail_wr(idx, WcStatus::RnrRetryExcErr);
-            return;
-        }
-        if self.a.rnr_retry != 7 {
-            self.req.rnr_retries_left -= 1;
-        }
-        self.req.seek(p);
-        self.req.ack_deadline = None;
-        self.req.rewound_at = None;
-        self.req.rnr_until = Some(now + rnr_timer(timer));
-    }
-
-    fn on_nak(&mut self, now: Timestamp, p: u32, code: NakCode) {
-        let (adv, target) = self.req.ack_up_to(p);
-        if adv {
-            self.progress(now);
-        }
-        let status = match code {
-            NakCode::PsnSequenceError => {
-                self.counters.rcvd_seq_err += 1;
-                let t = target.unwrap_or(p);
-                if self.req.rewound_at == Some(t) {
-                    return;
-                }
-                if self.req.retries_left == 0 {
-                    WcStatus::RetryExcErr
-                } else {
-                    self.req.retries_left -= 1;
-                    self.rewind(t);
-                    return;
-                }
-            }
-            NakCode::InvalidRequest => WcStatus::RemInvReqErr,
-            NakCode::RemoteAccessError => WcStatus::RemAccessErr,
-            NakCode::RemoteOperationalError => WcStatus::RemOpErr,
-            NakCode::InvalidRdRequest => WcStatus::RemInvRdReqErr,
-            NakCode::Reserved(_) => WcStatus::BadRespErr,
-        };
-        if status == WcStatus::RetryExcErr {
-            self.counters.retry_exceeded_err += 1;
-        }
-        let idx = self.req.idx_containing(p).or(self.req.front_pending()).unwrap_or(0);
-        self.fail_wr(idx, status);
-    }
-
-    /// Timer expiries: end of an RNR wait; local ACK timeout (go-back-N from the oldest
-    /// unacknowledged PSN, or IBV_WC_RETRY_EXC_ERR once `retry_cnt` retries are spent).
-    pub(crate) fn requester_timeout(&mut self, now: Timestamp) {
-        if self.req.rnr_until.is_some_and(|t| now >= t) {
-            self.req.rnr_until = None;
-        }
-        let Some(t) = self.req.ack_deadline else { return };
-        if now < t {
-            return;
-        }
-        self.req.ack_deadline = None;
-        if !matches!(self.state, QpState::Rts | QpState::Sqd | QpState::SqError) || !psn_lt(self.req.una, self.req.psn_next) {
-            return;
-        }
-        self.counters.local_ack_timeout_err += 1;
-        if self.req.retries_left == 0 {
-            self.counters.retry_exceeded_err += 1;
-            let idx = self.req.front_pending().unwrap_or(0);
-            self.fail_wr(idx, WcStatus::RetryExcErr);
-            return;
-        }
-        self.req.retries_left -= 1;
-        let una = self.req.una;
-        self.rewind(una);
     }
 }

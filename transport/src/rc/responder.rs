@@ -23,7 +23,9 @@ use crate::verbs::{AccessFlags, WcOpcode, WcStatus, WorkCompletion, MAX_SGE};
 use crate::wire::{Aeth, NakCode, Opcode, Packet};
 
 use super::mem::MemRef;
-use super::ops::{classify, pos_of, read_response_opcode, syndrome_nak, syndrome_rnr, Kind, Pos, SYNDROME_ACK};
+use super::ops::{
+    classify, pos_of, read_response_opcode, syndrome_nak, syndrome_rnr, Kind, Pos, SYNDROME_ACK,
+};
 use super::payload::{scatter, Payload, TxPacket};
 use super::psn::{psn_add, psn_diff, psn_in, PSN_MASK};
 use super::qp::{packets_for, RcEnv, RcQp};
@@ -43,15 +45,27 @@ pub(crate) enum InMsg {
     #[default]
     None,
     Send(RecvCtx),
-    Write { mem: MemRef, off: u64, dma_len: u64 },
+    Write {
+        mem: MemRef,
+        off: u64,
+        dma_len: u64,
+    },
 }
 
 /// Responder output waiting for `poll_transmit`.
 pub(crate) enum RespItem {
     /// Acknowledge packet (ACK, RNR NAK or NAK by syndrome).
     Ack { psn: u32, syndrome: u8, msn: u32 },
-    /// READ response packets `next..npkts` for the data in `mem`.
-    Read { mem: MemRef, first_psn: u32, npkts: u32, next: u32, msn: u32 },
+    /// READ response packets `next..npkts` for the data in `mem`; `dup` when answering
+    /// a duplicate request (does not count against IRD).
+    Read {
+        mem: MemRef,
+        first_psn: u32,
+        npkts: u32,
+        next: u32,
+        msn: u32,
+        dup: bool,
+    },
 }
 
 /// A READ request kept to answer its duplicates (IBTA §9.7.5.1.4).
@@ -76,7 +90,10 @@ pub(crate) struct RespState {
 impl RespState {
     /// Entering RTR with the expected PSN.
     pub(crate) fn start(&mut self, rq_psn: u32) {
-        *self = RespState { epsn: rq_psn, ..Default::default() };
+        *self = RespState {
+            epsn: rq_psn,
+            ..Default::default()
+        };
     }
 
     /// The receive WQE of a SEND in progress, removed (for flushing).
@@ -90,6 +107,11 @@ impl RespState {
     /// The expected PSN.
     pub(crate) fn epsn(&self) -> u32 {
         self.epsn
+    }
+
+    /// The MSN of the last completed request (24 bits).
+    pub(crate) fn msn(&self) -> u32 {
+        self.msn
     }
 }
 
@@ -123,9 +145,21 @@ impl RcQp {
             }
             Kind::ReadRequest => {
                 let Some(reth) = pkt.hdr.reth else { return };
-                let Some(rec) = self.resp.reads.iter().find(|r| psn_in(p, r.first_psn, r.last_psn)) else { return };
-                let Some(off) = reth.va.checked_sub(rec.va) else { return };
-                let Some(mem) = usize::try_from(off).ok().and_then(|o| rec.mem.sub(o, reth.dma_len as usize)) else {
+                let Some(rec) = self
+                    .resp
+                    .reads
+                    .iter()
+                    .find(|r| psn_in(p, r.first_psn, r.last_psn))
+                else {
+                    return;
+                };
+                let Some(off) = reth.va.checked_sub(rec.va) else {
+                    return;
+                };
+                let Some(mem) = usize::try_from(off)
+                    .ok()
+                    .and_then(|o| rec.mem.sub(o, reth.dma_len as usize))
+                else {
                     return;
                 };
                 let npkts = packets_for(reth.dma_len as u64, self.mtu());
@@ -133,7 +167,14 @@ impl RcQp {
                     return; // not the tail of the original response: malformed
                 }
                 let msn = self.resp.msn;
-                self.resp.out.push_back(RespItem::Read { mem, first_psn: p, npkts, next: 0, msn });
+                self.resp.out.push_back(RespItem::Read {
+                    mem,
+                    first_psn: p,
+                    npkts,
+                    next: 0,
+                    msn,
+                    dup: true,
+                });
             }
             _ => {}
         }
@@ -157,7 +198,8 @@ impl RcQp {
         } && (kind != Kind::ReadRequest || len == 0);
         let hdr_ok = (!imm || pkt.hdr.imm.is_some())
             && (!inv || pkt.hdr.ieth.is_some())
-            && (!(first && matches!(kind, Kind::Write | Kind::ReadRequest)) || pkt.hdr.reth.is_some());
+            && (!(first && matches!(kind, Kind::Write | Kind::ReadRequest))
+                || pkt.hdr.reth.is_some());
         if !seq_ok || !len_ok || !hdr_ok {
             return self.fatal(p, NakCode::InvalidRequest, None);
         }
@@ -185,18 +227,34 @@ impl RcQp {
                 self.counters.send_rnr_err += 1;
                 return self.queue_nak(p, syndrome_rnr(self.a.min_rnr_timer));
             };
-            let mut ctx = RecvCtx { wr_id: wr.wr_id, segs: Default::default(), nsegs: 0, total: 0, off: 0 };
+            let mut ctx = RecvCtx {
+                wr_id: wr.wr_id,
+                segs: Default::default(),
+                nsegs: 0,
+                total: 0,
+                off: 0,
+            };
             for (i, sge) in wr.sg_list.as_slice().iter().enumerate() {
-                match env.keys.check_local(pd, sge.lkey, sge.addr, sge.length as u64, AccessFlags::LOCAL_WRITE) {
+                match env.keys.check_local(
+                    pd,
+                    sge.lkey,
+                    sge.addr,
+                    sge.length as u64,
+                    AccessFlags::LOCAL_WRITE,
+                ) {
                     Ok(m) => ctx.segs[i] = m,
-                    Err(st) => return self.fatal(p, NakCode::RemoteOperationalError, Some((wr.wr_id, st))),
+                    Err(st) => {
+                        return self.fatal(p, NakCode::RemoteOperationalError, Some((wr.wr_id, st)))
+                    }
                 }
             }
             ctx.nsegs = wr.sg_list.as_slice().len() as u8;
             ctx.total = wr.sg_list.total_len();
             self.resp.msg = InMsg::Send(ctx);
         }
-        let InMsg::Send(ctx) = &mut self.resp.msg else { return };
+        let InMsg::Send(ctx) = &mut self.resp.msg else {
+            return;
+        };
         let data = pkt.payload;
         if ctx.off + data.len() as u64 > ctx.total {
             let id = ctx.wr_id;
@@ -208,14 +266,21 @@ impl RcQp {
         ctx.off += data.len() as u64;
         self.resp.epsn = psn_add(p, 1);
         if matches!(pos, Pos::Last | Pos::Only) {
-            let InMsg::Send(ctx) = std::mem::take(&mut self.resp.msg) else { return };
-            let mut wc = WorkCompletion::new(ctx.wr_id, WcStatus::Success, WcOpcode::Recv, self.qpn);
+            let InMsg::Send(ctx) = std::mem::take(&mut self.resp.msg) else {
+                return;
+            };
+            let mut wc =
+                WorkCompletion::new(ctx.wr_id, WcStatus::Success, WcOpcode::Recv, self.qpn);
             wc.byte_len = ctx.off as u32;
             wc.imm_data = pkt.hdr.imm;
             wc.src_qp = self.a.dest_qpn;
             if let Some(rkey) = pkt.hdr.ieth {
                 if env.keys.invalidate(self.pd, Some(self.qpn), rkey).is_err() {
-                    return self.fatal(p, NakCode::InvalidRequest, Some((ctx.wr_id, WcStatus::RemInvReqErr)));
+                    return self.fatal(
+                        p,
+                        NakCode::InvalidRequest,
+                        Some((ctx.wr_id, WcStatus::RemInvReqErr)),
+                    );
                 }
                 wc.invalidated_rkey = Some(rkey);
             }
@@ -235,12 +300,27 @@ impl RcQp {
                 return self.fatal(p, NakCode::InvalidRequest, None);
             }
             let len = reth.dma_len as u64;
-            match env.keys.check_remote(self.pd, self.qpn, reth.rkey, reth.va, len, AccessFlags::REMOTE_WRITE) {
-                Ok(mem) => self.resp.msg = InMsg::Write { mem, off: 0, dma_len: len },
+            match env.keys.check_remote(
+                self.pd,
+                self.qpn,
+                reth.rkey,
+                reth.va,
+                len,
+                AccessFlags::REMOTE_WRITE,
+            ) {
+                Ok(mem) => {
+                    self.resp.msg = InMsg::Write {
+                        mem,
+                        off: 0,
+                        dma_len: len,
+                    }
+                }
                 Err(()) => return self.fatal(p, NakCode::RemoteAccessError, None),
             }
         }
-        let InMsg::Write { off, dma_len, .. } = &self.resp.msg else { return };
+        let InMsg::Write { off, dma_len, .. } = &self.resp.msg else {
+            return;
+        };
         let (off, dma_len) = (*off, *dma_len);
         let data = pkt.payload;
         let end = off + data.len() as u64;
@@ -273,7 +353,12 @@ impl RcQp {
             self.resp.msg = InMsg::None;
             self.resp.msn = psn_add(self.resp.msn, 1);
             if let Some(wr_id) = wqe {
-                let mut wc = WorkCompletion::new(wr_id, WcStatus::Success, WcOpcode::RecvRdmaWithImm, self.qpn);
+                let mut wc = WorkCompletion::new(
+                    wr_id,
+                    WcStatus::Success,
+                    WcOpcode::RecvRdmaWithImm,
+                    self.qpn,
+                );
                 wc.byte_len = dma_len as u32;
                 wc.imm_data = pkt.hdr.imm;
                 wc.src_qp = self.a.dest_qpn;
@@ -288,13 +373,24 @@ impl RcQp {
     fn exec_read(&mut self, p: u32, pkt: &Packet<'_>, env: &mut RcEnv<'_>) {
         let Some(reth) = pkt.hdr.reth else { return };
         let ird = self.a.max_dest_rd_atomic.max(1) as usize;
-        let queued = self.resp.out.iter().filter(|i| matches!(i, RespItem::Read { .. })).count();
+        let queued = self
+            .resp
+            .out
+            .iter()
+            .filter(|i| matches!(i, RespItem::Read { dup: false, .. }))
+            .count();
         if !self.a.access.contains(AccessFlags::REMOTE_READ) || queued >= ird {
             return self.fatal(p, NakCode::InvalidRequest, None);
         }
         let len = reth.dma_len as u64;
-        let Ok(mem) = env.keys.check_remote(self.pd, self.qpn, reth.rkey, reth.va, len, AccessFlags::REMOTE_READ)
-        else {
+        let Ok(mem) = env.keys.check_remote(
+            self.pd,
+            self.qpn,
+            reth.rkey,
+            reth.va,
+            len,
+            AccessFlags::REMOTE_READ,
+        ) else {
             return self.fatal(p, NakCode::RemoteAccessError, None);
         };
         let npkts = packets_for(len, self.mtu());
@@ -303,9 +399,21 @@ impl RcQp {
         if self.resp.reads.len() >= ird {
             self.resp.reads.pop_front();
         }
-        self.resp.reads.push_back(ReadRecord { first_psn: p, last_psn, va: reth.va, mem: mem.clone() });
+        self.resp.reads.push_back(ReadRecord {
+            first_psn: p,
+            last_psn,
+            va: reth.va,
+            mem: mem.clone(),
+        });
         let msn = self.resp.msn;
-        self.resp.out.push_back(RespItem::Read { mem, first_psn: p, npkts, next: 0, msn });
+        self.resp.out.push_back(RespItem::Read {
+            mem,
+            first_psn: p,
+            npkts,
+            next: 0,
+            msn,
+            dup: false,
+        });
         self.resp.epsn = psn_add(p, npkts);
         self.counters.rdma_recvs += 1;
     }
@@ -313,13 +421,22 @@ impl RcQp {
     /// Queues an ACK for `psn`, merging it into a queued plain ACK (coalescing).
     fn queue_ack(&mut self, psn: u32) {
         let msn = self.resp.msn;
-        if let Some(RespItem::Ack { psn: q, syndrome: SYNDROME_ACK, msn: m }) = self.resp.out.back_mut() {
+        if let Some(RespItem::Ack {
+            psn: q,
+            syndrome: SYNDROME_ACK,
+            msn: m,
+        }) = self.resp.out.back_mut()
+        {
             *q = psn;
             *m = msn;
             self.counters.ack_deferred += 1;
             return;
         }
-        self.resp.out.push_back(RespItem::Ack { psn, syndrome: SYNDROME_ACK, msn });
+        self.resp.out.push_back(RespItem::Ack {
+            psn,
+            syndrome: SYNDROME_ACK,
+            msn,
+        });
     }
 
     fn queue_nak(&mut self, psn: u32, syndrome: u8) {
@@ -327,7 +444,9 @@ impl RcQp {
             self.counters.sent_naks += 1;
         }
         let msn = self.resp.msn;
-        self.resp.out.push_back(RespItem::Ack { psn, syndrome, msn });
+        self.resp
+            .out
+            .push_back(RespItem::Ack { psn, syndrome, msn });
     }
 
     /// A responder error that ends the connection: NAK `code` for `psn`, an optional
@@ -349,9 +468,19 @@ impl RcQp {
                 self.resp.out.pop_front();
                 let mut hdr = self.headers(Opcode::RcAcknowledge, psn, false, 0);
                 hdr.aeth = Some(Aeth { syndrome, msn });
-                Some(TxPacket { hdr, payload: Payload::empty() })
+                Some(TxPacket {
+                    hdr,
+                    payload: Payload::empty(),
+                })
             }
-            RespItem::Read { mem, first_psn, npkts, next, msn } => {
+            RespItem::Read {
+                mem,
+                first_psn,
+                npkts,
+                next,
+                msn,
+                ..
+            } => {
                 let i = *next;
                 let pos = pos_of(i, *npkts);
                 let off = i as u64 * mtu;
@@ -365,7 +494,10 @@ impl RcQp {
                 }
                 let mut hdr = self.headers(read_response_opcode(pos), psn, false, plen as usize);
                 if pos != Pos::Middle {
-                    hdr.aeth = Some(Aeth { syndrome: SYNDROME_ACK, msn });
+                    hdr.aeth = Some(Aeth {
+                        syndrome: SYNDROME_ACK,
+                        msn,
+                    });
                 }
                 Some(TxPacket { hdr, payload })
             }

@@ -3,7 +3,10 @@
 use super::*;
 
 fn send_recv(srq: bool, sizes: &[usize]) {
-    let mut n = Net::new(Opts { srq, ..Default::default() });
+    let mut n = Net::new(Opts {
+        srq,
+        ..Default::default()
+    });
     let max = *sizes.iter().max().unwrap();
     let (src, ks) = n.mr(n.a.pd, max, ALL, pattern(3));
     let (dst, kd) = n.mr(n.b.pd, max + 64, ALL, |_| 0xEE);
@@ -11,20 +14,45 @@ fn send_recv(srq: bool, sizes: &[usize]) {
         unsafe { std::ptr::write_bytes(dst.as_ptr(), 0xEE, dst.len()) };
         // Receive buffer split in two SGEs at an odd point.
         let cut = (len / 3) as u32;
-        let rsg = [sge(&kd, 0, cut), sge(&kd, cut as u64, (max + 64) as u32 - cut)];
-        n.b.post_recv(RecvWr { wr_id: 100 + i as u64, sg_list: SgList::from_slice(&rsg).unwrap() });
-        let ssg = if len > 10 { vec![sge(&ks, 0, 7), sge(&ks, 7, len as u32 - 7)] } else { vec![sge(&ks, 0, len as u32)] };
-        n.a.qp.post_send(&send_wr(i as u64, SendOp::SendWithImm { imm_data: 0xABCD0000 + i as u32 }, &ssg)).unwrap();
+        let rsg = [
+            sge(&kd, 0, cut),
+            sge(&kd, cut as u64, (max + 64) as u32 - cut),
+        ];
+        n.b.post_recv(RecvWr {
+            wr_id: 100 + i as u64,
+            sg_list: SgList::from_slice(&rsg).unwrap(),
+        });
+        let ssg = if len > 10 {
+            vec![sge(&ks, 0, 7), sge(&ks, 7, len as u32 - 7)]
+        } else {
+            vec![sge(&ks, 0, len as u32)]
+        };
+        n.a.qp
+            .post_send(&send_wr(
+                i as u64,
+                SendOp::SendWithImm {
+                    imm_data: 0xABCD0000 + i as u32,
+                },
+                &ssg,
+            ))
+            .unwrap();
         n.run(0);
         let r = n.b.recv_wcs();
         let wc = r.last().unwrap();
-        assert_eq!((wc.wr_id, wc.status, wc.opcode), (100 + i as u64, WcStatus::Success, WcOpcode::Recv), "len {len}");
+        assert_eq!(
+            (wc.wr_id, wc.status, wc.opcode),
+            (100 + i as u64, WcStatus::Success, WcOpcode::Recv),
+            "len {len}"
+        );
         assert_eq!(wc.byte_len as usize, len);
         assert_eq!(wc.imm_data, Some(0xABCD0000 + i as u32));
         assert_eq!(&bytes(&dst)[..len], &bytes(&src)[..len], "len {len}");
         assert_eq!(bytes(&dst)[len], 0xEE);
         let s = n.a.send_wcs();
-        assert_eq!((s.last().unwrap().wr_id, s.last().unwrap().status), (i as u64, WcStatus::Success));
+        assert_eq!(
+            (s.last().unwrap().wr_id, s.last().unwrap().status),
+            (i as u64, WcStatus::Success)
+        );
     }
     assert_eq!(n.a.send_wcs().len(), sizes.len());
     assert_eq!(n.b.qp.counters().duplicate_request, 0);
@@ -46,7 +74,10 @@ fn send_recv_srq() {
 #[test]
 fn zero_length_send() {
     let mut n = Net::new(Opts::default());
-    n.b.post_recv(RecvWr { wr_id: 9, sg_list: SgList::new() });
+    n.b.post_recv(RecvWr {
+        wr_id: 9,
+        sg_list: SgList::new(),
+    });
     n.a.qp.post_send(&send_wr(1, SendOp::Send, &[])).unwrap();
     n.run(0);
     assert_eq!(n.b.recv_wcs()[0].byte_len, 0);
@@ -59,18 +90,40 @@ fn write_read(o: Opts) {
     let (src, ks) = n.mr(n.a.pd, len, ALL, pattern(7));
     let (dst, kd) = n.mr(n.b.pd, len + 8, ALL, |_| 0);
     let (back, kb) = n.mr(n.a.pd, len, ALL, |_| 0);
-    let w = SendOp::RdmaWrite { remote_addr: kd.addr + 4, rkey: kd.rkey };
-    n.a.qp.post_send(&send_wr(1, w, &[sge(&ks, 0, 5000), sge(&ks, 5000, len as u32 - 5000)])).unwrap();
-    let r = SendOp::RdmaRead { remote_addr: kd.addr + 4, rkey: kd.rkey };
-    let rsg = [sge(&kb, 0, 1), sge(&kb, 1, 4095), sge(&kb, 4096, len as u32 - 4096)];
+    let w = SendOp::RdmaWrite {
+        remote_addr: kd.addr + 4,
+        rkey: kd.rkey,
+    };
+    n.a.qp
+        .post_send(&send_wr(
+            1,
+            w,
+            &[sge(&ks, 0, 5000), sge(&ks, 5000, len as u32 - 5000)],
+        ))
+        .unwrap();
+    let r = SendOp::RdmaRead {
+        remote_addr: kd.addr + 4,
+        rkey: kd.rkey,
+    };
+    let rsg = [
+        sge(&kb, 0, 1),
+        sge(&kb, 1, 4095),
+        sge(&kb, 4096, len as u32 - 4096),
+    ];
     let mut wr = send_wr(2, r, &rsg);
     wr.flags |= SendFlags::FENCE;
     n.a.qp.post_send(&wr).unwrap();
     n.run(0);
     let s = n.a.send_wcs();
     assert_eq!(s.len(), 2);
-    assert_eq!((s[0].wr_id, s[0].status, s[0].opcode), (1, WcStatus::Success, WcOpcode::RdmaWrite));
-    assert_eq!((s[1].wr_id, s[1].status, s[1].opcode, s[1].byte_len), (2, WcStatus::Success, WcOpcode::RdmaRead, len as u32));
+    assert_eq!(
+        (s[0].wr_id, s[0].status, s[0].opcode),
+        (1, WcStatus::Success, WcOpcode::RdmaWrite)
+    );
+    assert_eq!(
+        (s[1].wr_id, s[1].status, s[1].opcode, s[1].byte_len),
+        (2, WcStatus::Success, WcOpcode::RdmaRead, len as u32)
+    );
     assert_eq!(&bytes(&dst)[4..4 + len], bytes(&src));
     assert_eq!(&bytes(&dst)[..4], &[0; 4]);
     assert_eq!(bytes(&back), bytes(&src));
@@ -80,51 +133,104 @@ fn write_read(o: Opts) {
 #[test]
 fn rdma_write_and_read_byte_exact() {
     write_read(Opts::default());
-    write_read(Opts { mtu: Mtu::Mtu256, ..Default::default() });
-    write_read(Opts { mtu: Mtu::Mtu4096, ..Default::default() });
+    write_read(Opts {
+        mtu: Mtu::Mtu256,
+        ..Default::default()
+    });
+    write_read(Opts {
+        mtu: Mtu::Mtu4096,
+        ..Default::default()
+    });
 }
 
 #[test]
 fn psn_wrap_around() {
-    write_read(Opts { psn_a: 0xFF_FFF0, psn_b: 0xFF_FFFE, ..Default::default() });
+    write_read(Opts {
+        psn_a: 0xFF_FFF0,
+        psn_b: 0xFF_FFFE,
+        ..Default::default()
+    });
     send_recv(false, &[70_000, 5000]);
-    let mut o = Opts { psn_a: 0xFF_FFFF, psn_b: 0xFF_FFFA, ..Default::default() };
+    let mut o = Opts {
+        psn_a: 0xFF_FFFF,
+        psn_b: 0xFF_FFFA,
+        ..Default::default()
+    };
     o.mtu = Mtu::Mtu256;
     write_read(o);
 }
 
 #[test]
 fn write_with_imm_consumes_a_receive() {
-    let mut n = Net::new(Opts { srq: true, ..Default::default() });
+    let mut n = Net::new(Opts {
+        srq: true,
+        ..Default::default()
+    });
     let (_src, ks) = n.mr(n.a.pd, 3000, ALL, pattern(1));
     let (dst, kd) = n.mr(n.b.pd, 3000, ALL, |_| 0);
-    n.b.post_recv(RecvWr { wr_id: 55, sg_list: SgList::new() });
-    let op = SendOp::RdmaWriteWithImm { remote_addr: kd.addr, rkey: kd.rkey, imm_data: 0x1234 };
-    n.a.qp.post_send(&send_wr(1, op, &[sge(&ks, 0, 3000)])).unwrap();
+    n.b.post_recv(RecvWr {
+        wr_id: 55,
+        sg_list: SgList::new(),
+    });
+    let op = SendOp::RdmaWriteWithImm {
+        remote_addr: kd.addr,
+        rkey: kd.rkey,
+        imm_data: 0x1234,
+    };
+    n.a.qp
+        .post_send(&send_wr(1, op, &[sge(&ks, 0, 3000)]))
+        .unwrap();
     n.run(0);
     let r = n.b.recv_wcs();
-    assert_eq!((r[0].wr_id, r[0].opcode, r[0].byte_len, r[0].imm_data), (55, WcOpcode::RecvRdmaWithImm, 3000, Some(0x1234)));
+    assert_eq!(
+        (r[0].wr_id, r[0].opcode, r[0].byte_len, r[0].imm_data),
+        (55, WcOpcode::RecvRdmaWithImm, 3000, Some(0x1234))
+    );
     assert_eq!(bytes(&dst)[2999], pattern(1)(2999));
 }
 
 #[test]
 fn many_reads_respect_ord_and_window() {
-    let cfg = RcConfig { max_inflight_bytes: 8192, max_read_inflight_bytes: 16384, ack_req_every_packets: 4 };
-    let mut n = Net::new(Opts { cfg, ..Default::default() });
+    let cfg = RcConfig {
+        max_inflight_bytes: 8192,
+        max_read_inflight_bytes: 16384,
+        ack_req_every_packets: 4,
+    };
+    let mut n = Net::new(Opts {
+        cfg,
+        ..Default::default()
+    });
     let (src, ks) = n.mr(n.b.pd, 64 * 1024, ALL, pattern(9));
     let (dst, kd) = n.mr(n.a.pd, 64 * 1024, ALL, |_| 0);
     for i in 0..16u64 {
-        let op = SendOp::RdmaRead { remote_addr: ks.addr + i * 4096, rkey: ks.rkey };
-        n.a.qp.post_send(&send_wr(i, op, &[sge(&kd, i * 4096, 4096)])).unwrap();
+        let op = SendOp::RdmaRead {
+            remote_addr: ks.addr + i * 4096,
+            rkey: ks.rkey,
+        };
+        n.a.qp
+            .post_send(&send_wr(i, op, &[sge(&kd, i * 4096, 4096)]))
+            .unwrap();
     }
     let (_s2, k2) = n.mr(n.a.pd, 50_000, ALL, pattern(2));
     let (_d2, kd2) = n.mr(n.b.pd, 50_000, ALL, |_| 0);
-    n.a.qp.post_send(&send_wr(99, SendOp::RdmaWrite { remote_addr: kd2.addr, rkey: kd2.rkey }, &[sge(&k2, 0, 50_000)])).unwrap();
+    n.a.qp
+        .post_send(&send_wr(
+            99,
+            SendOp::RdmaWrite {
+                remote_addr: kd2.addr,
+                rkey: kd2.rkey,
+            },
+            &[sge(&k2, 0, 50_000)],
+        ))
+        .unwrap();
     n.run(0);
     let s = n.a.send_wcs();
     assert_eq!(s.len(), 17);
     assert!(s.iter().all(|w| w.status == WcStatus::Success));
-    assert_eq!(s.iter().map(|w| w.wr_id).collect::<Vec<_>>(), (0..16).chain([99]).collect::<Vec<_>>());
+    assert_eq!(
+        s.iter().map(|w| w.wr_id).collect::<Vec<_>>(),
+        (0..16).chain([99]).collect::<Vec<_>>()
+    );
     assert_eq!(bytes(&dst), bytes(&src));
     assert!(n.b.qp.counters().ack_deferred > 0 || n.b.qp.counters().sent_pkts > 0);
 }
@@ -135,7 +241,16 @@ fn acks_are_coalesced() {
     let (_src, ks) = n.mr(n.a.pd, 64, ALL, pattern(1));
     let (_dst, kd) = n.mr(n.b.pd, 64, ALL, |_| 0);
     for i in 0..8 {
-        n.a.qp.post_send(&send_wr(i, SendOp::RdmaWrite { remote_addr: kd.addr, rkey: kd.rkey }, &[sge(&ks, 0, 64)])).unwrap();
+        n.a.qp
+            .post_send(&send_wr(
+                i,
+                SendOp::RdmaWrite {
+                    remote_addr: kd.addr,
+                    rkey: kd.rkey,
+                },
+                &[sge(&ks, 0, 64)],
+            ))
+            .unwrap();
     }
     n.run(0);
     assert_eq!(n.a.send_wcs().len(), 8);
@@ -149,14 +264,24 @@ fn unsignaled_completions_are_suppressed() {
     let mut n = Net::new(Opts::default());
     let (_src, ks) = n.mr(n.a.pd, 64, ALL, pattern(1));
     let (_dst, kd) = n.mr(n.b.pd, 64, ALL, |_| 0);
-    let mut wr = send_wr(1, SendOp::RdmaWrite { remote_addr: kd.addr, rkey: kd.rkey }, &[sge(&ks, 0, 64)]);
+    let mut wr = send_wr(
+        1,
+        SendOp::RdmaWrite {
+            remote_addr: kd.addr,
+            rkey: kd.rkey,
+        },
+        &[sge(&ks, 0, 64)],
+    );
     wr.flags = SendFlags::empty();
     n.a.qp.post_send(&wr).unwrap();
     wr.wr_id = 2;
     wr.flags = SendFlags::SIGNALED;
     n.a.qp.post_send(&wr).unwrap();
     n.run(0);
-    assert_eq!(n.a.send_wcs().iter().map(|w| w.wr_id).collect::<Vec<_>>(), vec![2]);
+    assert_eq!(
+        n.a.send_wcs().iter().map(|w| w.wr_id).collect::<Vec<_>>(),
+        vec![2]
+    );
     assert_eq!(n.a.qp.send_queue_len(), 0);
 }
 
@@ -166,20 +291,66 @@ fn state_machine_and_flush() {
     let pd = keys.alloc_pd();
     let mut qp = RcQp::new(5, pd, QpCap::default(), false, RcConfig::default());
     let wr = send_wr(1, SendOp::Send, &[]);
-    assert_eq!(qp.post_send(&wr), Err(VerbsError::InvalidState(QpState::Reset)));
-    assert!(qp.modify(&QpAttr { qp_state: Some(QpState::Rts), ..Default::default() }).is_err());
-    qp.modify(&QpAttr { qp_state: Some(QpState::Init), ..Default::default() }).unwrap();
-    qp.post_recv(&RecvWr { wr_id: 7, sg_list: SgList::new() }).unwrap();
-    let no_ah = QpAttr { qp_state: Some(QpState::Rtr), dest_qp_num: Some(6), rq_psn: Some(0), path_mtu: Some(Mtu::Mtu1024), ..Default::default() };
-    assert!(matches!(qp.modify(&no_ah), Err(VerbsError::InvalidArgument(_))));
-    let ah = AhAttr { dest: IpAddr::V4(Ipv4Addr::LOCALHOST), flow_label: 0, hop_limit: 64, traffic_class: 0 };
-    qp.modify(&QpAttr { ah_attr: Some(ah), ..no_ah }).unwrap();
-    assert_eq!(qp.post_send(&wr), Err(VerbsError::InvalidState(QpState::Rtr)));
-    qp.modify(&QpAttr { qp_state: Some(QpState::Rts), sq_psn: Some(0xFF_FFFF), ..Default::default() }).unwrap();
+    assert_eq!(
+        qp.post_send(&wr),
+        Err(VerbsError::InvalidState(QpState::Reset))
+    );
+    assert!(qp
+        .modify(&QpAttr {
+            qp_state: Some(QpState::Rts),
+            ..Default::default()
+        })
+        .is_err());
+    qp.modify(&QpAttr {
+        qp_state: Some(QpState::Init),
+        ..Default::default()
+    })
+    .unwrap();
+    qp.post_recv(&RecvWr {
+        wr_id: 7,
+        sg_list: SgList::new(),
+    })
+    .unwrap();
+    let no_ah = QpAttr {
+        qp_state: Some(QpState::Rtr),
+        dest_qp_num: Some(6),
+        rq_psn: Some(0),
+        path_mtu: Some(Mtu::Mtu1024),
+        ..Default::default()
+    };
+    assert!(matches!(
+        qp.modify(&no_ah),
+        Err(VerbsError::InvalidArgument(_))
+    ));
+    let ah = AhAttr {
+        dest: IpAddr::V4(Ipv4Addr::LOCALHOST),
+        flow_label: 0,
+        hop_limit: 64,
+        traffic_class: 0,
+    };
+    qp.modify(&QpAttr {
+        ah_attr: Some(ah),
+        ..no_ah
+    })
+    .unwrap();
+    assert_eq!(
+        qp.post_send(&wr),
+        Err(VerbsError::InvalidState(QpState::Rtr))
+    );
+    qp.modify(&QpAttr {
+        qp_state: Some(QpState::Rts),
+        sq_psn: Some(0xFF_FFFF),
+        ..Default::default()
+    })
+    .unwrap();
     assert_eq!(qp.attr().sq_psn, Some(0xFF_FFFF));
     assert_eq!(qp.attr().ah_attr, Some(ah));
     qp.post_send(&wr).unwrap();
-    qp.modify(&QpAttr { qp_state: Some(QpState::Error), ..Default::default() }).unwrap();
+    qp.modify(&QpAttr {
+        qp_state: Some(QpState::Error),
+        ..Default::default()
+    })
+    .unwrap();
     let mut wcs = vec![];
     while let Some(c) = qp.poll_completion() {
         wcs.push((c.queue, c.wc.wr_id, c.wc.status));
@@ -192,9 +363,19 @@ fn state_machine_and_flush() {
         ]
     );
     qp.post_send(&send_wr(2, SendOp::Send, &[])).unwrap();
-    assert_eq!(qp.poll_completion().unwrap().wc.status, WcStatus::WrFlushErr);
-    qp.modify(&QpAttr { qp_state: Some(QpState::Reset), ..Default::default() }).unwrap();
+    assert_eq!(
+        qp.poll_completion().unwrap().wc.status,
+        WcStatus::WrFlushErr
+    );
+    qp.modify(&QpAttr {
+        qp_state: Some(QpState::Reset),
+        ..Default::default()
+    })
+    .unwrap();
     assert_eq!(qp.state(), QpState::Reset);
-    let mut env = RcEnv { keys: &keys, srq: None };
+    let mut env = RcEnv {
+        keys: &keys,
+        srq: None,
+    };
     assert!(qp.poll_transmit(Timestamp(0), &mut env).is_none());
 }

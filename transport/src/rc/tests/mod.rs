@@ -3,7 +3,10 @@
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 
-use crate::rc::{Completion, CompletionQueueKind, KeyTable, MrKeys, MrMemory, RcConfig, RcEnv, RcQp, RecvQueue, TxPacket};
+use crate::rc::{
+    Completion, CompletionQueueKind, KeyTable, MrKeys, MrMemory, RcConfig, RcEnv, RcQp, RecvQueue,
+    TxPacket,
+};
 use crate::time::Timestamp;
 use crate::verbs::*;
 use crate::wire::{pad_for, parse};
@@ -43,10 +46,18 @@ pub(super) struct Side {
 
 impl Side {
     pub fn send_wcs(&self) -> Vec<WorkCompletion> {
-        self.wcs.iter().filter(|c| c.queue == CompletionQueueKind::Send).map(|c| c.wc).collect()
+        self.wcs
+            .iter()
+            .filter(|c| c.queue == CompletionQueueKind::Send)
+            .map(|c| c.wc)
+            .collect()
     }
     pub fn recv_wcs(&self) -> Vec<WorkCompletion> {
-        self.wcs.iter().filter(|c| c.queue == CompletionQueueKind::Recv).map(|c| c.wc).collect()
+        self.wcs
+            .iter()
+            .filter(|c| c.queue == CompletionQueueKind::Recv)
+            .map(|c| c.wc)
+            .collect()
     }
     pub fn post_recv(&mut self, wr: RecvWr) {
         match &mut self.srq {
@@ -92,8 +103,18 @@ impl Default for Opts {
 }
 
 fn connect(qp: &mut RcQp, dest: u32, rq_psn: u32, sq_psn: u32, o: &Opts) {
-    let ah = AhAttr { dest: IpAddr::V4(Ipv4Addr::LOCALHOST), flow_label: 0, hop_limit: 64, traffic_class: 0 };
-    qp.modify(&QpAttr { qp_state: Some(QpState::Init), qp_access_flags: Some(ALL), ..Default::default() }).unwrap();
+    let ah = AhAttr {
+        dest: IpAddr::V4(Ipv4Addr::LOCALHOST),
+        flow_label: 0,
+        hop_limit: 64,
+        traffic_class: 0,
+    };
+    qp.modify(&QpAttr {
+        qp_state: Some(QpState::Init),
+        qp_access_flags: Some(ALL),
+        ..Default::default()
+    })
+    .unwrap();
     qp.modify(&QpAttr {
         qp_state: Some(QpState::Rtr),
         dest_qp_num: Some(dest),
@@ -129,8 +150,18 @@ impl Net {
         let srq = o.srq.then(|| RecvQueue::new(pb, 64));
         Net {
             keys,
-            a: Side { qp: qa, pd: pa, srq: None, wcs: vec![] },
-            b: Side { qp: qb, pd: pb, srq, wcs: vec![] },
+            a: Side {
+                qp: qa,
+                pd: pa,
+                srq: None,
+                wcs: vec![],
+            },
+            b: Side {
+                qp: qb,
+                pd: pb,
+                srq,
+                wcs: vec![],
+            },
             now: Timestamp(1_000_000),
             filter: Box::new(|_, _| Deliver::Yes),
             delivered: 0,
@@ -138,7 +169,13 @@ impl Net {
     }
 
     /// Registers `len` bytes filled with `fill(i)` in `pd`.
-    pub fn mr(&self, pd: u32, len: usize, access: AccessFlags, fill: impl Fn(usize) -> u8) -> (Arc<MrMemory>, MrKeys) {
+    pub fn mr(
+        &self,
+        pd: u32,
+        len: usize,
+        access: AccessFlags,
+        fill: impl Fn(usize) -> u8,
+    ) -> (Arc<MrMemory>, MrKeys) {
         let m = MrMemory::new(len).unwrap();
         let bytes = unsafe { std::slice::from_raw_parts_mut(m.as_ptr(), len) };
         for (i, b) in bytes.iter_mut().enumerate() {
@@ -159,8 +196,13 @@ impl Net {
                         Dir::AtoB => (&mut self.a, &mut self.b),
                         Dir::BtoA => (&mut self.b, &mut self.a),
                     };
-                    let mut env = RcEnv { keys: &self.keys, srq: from.srq.as_mut() };
-                    let Some(tx) = from.qp.poll_transmit(self.now, &mut env) else { break };
+                    let mut env = RcEnv {
+                        keys: &self.keys,
+                        srq: from.srq.as_mut(),
+                    };
+                    let Some(tx) = from.qp.poll_transmit(self.now, &mut env) else {
+                        break;
+                    };
                     any = true;
                     moved += 1;
                     assert!(tx.hdr.matches_opcode(), "{:?}", tx.hdr);
@@ -179,7 +221,10 @@ impl Net {
                     assert_eq!(pkt.hdr, tx.hdr);
                     for _ in 0..times {
                         self.delivered += 1;
-                        let mut env = RcEnv { keys: &self.keys, srq: to.srq.as_mut() };
+                        let mut env = RcEnv {
+                            keys: &self.keys,
+                            srq: to.srq.as_mut(),
+                        };
                         to.qp.handle_packet(self.now, &pkt, &mut env);
                     }
                 }
@@ -214,7 +259,10 @@ impl Net {
             };
             self.now = self.now.max(next);
             for s in [&mut self.a, &mut self.b] {
-                let mut env = RcEnv { keys: &self.keys, srq: s.srq.as_mut() };
+                let mut env = RcEnv {
+                    keys: &self.keys,
+                    srq: s.srq.as_mut(),
+                };
                 if s.qp.poll_timeout().is_some_and(|t| t <= self.now) {
                     s.qp.handle_timeout(self.now, &mut env);
                 }
@@ -225,11 +273,20 @@ impl Net {
 }
 
 pub(super) fn sge(k: &MrKeys, off: u64, len: u32) -> Sge {
-    Sge { addr: k.addr + off, length: len, lkey: k.lkey }
+    Sge {
+        addr: k.addr + off,
+        length: len,
+        lkey: k.lkey,
+    }
 }
 
 pub(super) fn send_wr(id: u64, op: SendOp, sges: &[Sge]) -> SendWr {
-    SendWr { wr_id: id, op, sg_list: SgList::from_slice(sges).unwrap(), flags: SendFlags::SIGNALED }
+    SendWr {
+        wr_id: id,
+        op,
+        sg_list: SgList::from_slice(sges).unwrap(),
+        flags: SendFlags::SIGNALED,
+    }
 }
 
 pub(super) fn bytes(m: &MrMemory) -> &[u8] {
@@ -237,5 +294,10 @@ pub(super) fn bytes(m: &MrMemory) -> &[u8] {
 }
 
 pub(super) fn pattern(seed: u8) -> impl Fn(usize) -> u8 {
-    move |i| (i as u8).wrapping_mul(31).wrapping_add(seed).wrapping_add((i >> 8) as u8)
+    move |i| {
+        (i as u8)
+            .wrapping_mul(31)
+            .wrapping_add(seed)
+            .wrapping_add((i >> 8) as u8)
+    }
 }

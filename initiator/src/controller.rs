@@ -1,0 +1,369 @@
+//! Controller bring-up and admin commands over the admin queue, in the order a Linux
+//! host uses (NVMe over Fabrics 1.1 §3.3, NVMe Base 2.x §3.5.1 "Controller
+//! Initialization", §3.6 "Shutdown"):
+//!
+//! 1. RDMA CM connection of the admin queue (QID 0, depth 32 = `NVME_AQ_DEPTH`);
+//! 2. Fabrics Connect (SQSIZE 31, KATO, CNTLID FFFFh, HOSTID, SUBNQN, HOSTNQN), the
+//!    1024 bytes of Connect data read by the target through a keyed SGL; the
+//!    controller ID comes back in CQE DW0;
+//! 3. Property Get CAP, Property Set CC (EN, IOSQES 6, IOCQES 4), Property Get CSTS
+//!    until RDY (at most CAP.TO x 500 ms), Property Get VS;
+//! 4. Identify Controller (IOCCSZ, MDTS, SGLS, MAXCMD, NN kept);
+//! 5. Set Features Number of Queues, then one Connect per I/O queue
+//!    ([`Controller::connect_io_queue`], Connect data in-capsule as Linux sends it).
+//!
+//! Shutdown ([`Controller::shutdown`]): CM disconnect of the I/O queues, CC.SHN = 01b,
+//! CSTS.SHST = 10b awaited, CM disconnect of the admin queue. Keep Alive
+//! ([`Controller::keep_alive`]) every KATO/2 is the owner's job (the poll thread of
+//! [`crate::Host`] or [`crate::sync_host::AdminKeeper`]).
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use nvme::{CommandSpecificStatus, Cqe, FeatureId, IdentifyCns, Sqe, NVME_AQ_DEPTH};
+use transport::soft::{CmAgent, Context};
+
+use crate::capsule::DataDir;
+use crate::error::HostError;
+use crate::fabrics::{self, prop, CONNECT_DATA_LEN};
+use crate::identify::{parse_ns_list, ControllerInfo, NamespaceInfo, IDENTIFY_LEN};
+use crate::queue::{NvmeRdmaQueue, QueueCompletion, QueueConfig};
+
+/// Data buffer bytes per admin command slot (Identify and Connect data fit).
+pub const ADMIN_MAX_IO_BYTES: usize = 4096;
+/// CNTLID of an admin Connect in the dynamic controller model.
+pub const CNTLID_DYNAMIC: u16 = 0xFFFF;
+/// How long a normal shutdown may take before the host gives up waiting.
+pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What the controller layer needs to connect (see [`crate::HostOptions`] for the
+/// user-facing form).
+#[derive(Clone, Debug)]
+pub struct ControllerOptions {
+    /// Target address and RDMA CM port.
+    pub traddr: SocketAddr,
+    /// Subsystem NQN.
+    pub subnqn: String,
+    /// Host NQN.
+    pub hostnqn: String,
+    /// Host identifier.
+    pub hostid: [u8; 16],
+    /// Keep Alive Timeout in ms (0: none).
+    pub kato_ms: u32,
+    /// Connect timeout per queue.
+    pub connect_timeout: Duration,
+    /// Timeout of one admin command.
+    pub admin_timeout: Duration,
+}
+
+impl From<&crate::HostOptions> for ControllerOptions {
+    fn from(o: &crate::HostOptions) -> Self {
+        ControllerOptions {
+            traddr: o.traddr,
+            subnqn: o.subnqn.clone(),
+            hostnqn: o.hostnqn.clone(),
+            hostid: o.hostid,
+            kato_ms: o.kato_ms,
+            connect_timeout: o.connect_timeout,
+            admin_timeout: o.admin_timeout,
+        }
+    }
+}
+
+/// Runs one command on `queue` and waits for it, sleeping in `queue.wait` (1 ms at
+/// most, woken by packets) between polls. `fill` writes host-to-controller data into
+/// the slot buffer before submission. Returns the CQE and the command's CID (its
+/// buffer holds controller-to-host data until the slot is reused). Completions of
+/// other commands seen meanwhile are appended to `others`.
+///
+/// Errors: the command's own error, [`HostError::Timeout`] after `timeout` (the
+/// command stays outstanding; treat the queue as unusable).
+pub fn run_command(
+    queue: &mut NvmeRdmaQueue,
+    sqe: Sqe,
+    data: DataDir,
+    fill: impl FnOnce(&mut [u8]),
+    timeout: Duration,
+    others: &mut Vec<QueueCompletion>,
+) -> Result<(Cqe, u16), HostError> {
+    let deadline = Instant::now() + timeout;
+    let name = crate::queue::command_name(queue.qid(), sqe.opcode(), sqe.fctype());
+    while !queue.can_submit() {
+        if queue.is_dead() || Instant::now() >= deadline {
+            break;
+        }
+        queue.poll(others);
+        queue.wait(Duration::from_millis(1));
+    }
+    let cid = queue.submit_with(sqe, data, fill)?;
+    let mut got = Vec::new();
+    loop {
+        queue.poll(&mut got);
+        for c in got.drain(..) {
+            if c.cid == cid {
+                return c.result.map(|cqe| (cqe, cid));
+            }
+            others.push(c);
+        }
+        if Instant::now() >= deadline {
+            return Err(HostError::Timeout(format!("{name} on queue {}", queue.qid())));
+        }
+        queue.wait(Duration::from_millis(1));
+    }
+}
+
+/// Sends the Fabrics Connect of `queue` (NVMe over Fabrics 1.1 §3.3): SQSIZE =
+/// `depth - 1`, `kato_ms`, Connect data with `cntlid`. The data goes in-capsule when
+/// the queue allows 1024 bytes of it (I/O queues of a controller with SGLS bit 20),
+/// otherwise by keyed SGL (the admin queue). Returns CQE DW0's controller ID.
+///
+/// Errors: [`HostError::ConnectRefused`] naming the offending field.
+pub fn fabrics_connect(queue: &mut NvmeRdmaQueue, opts: &ControllerOptions, cntlid: u16, kato_ms: u32) -> Result<u16, HostError> {
+    let qid = queue.qid();
+    let sqe = fabrics::connect(qid, queue.depth() - 1, kato_ms);
+    let mut data_err = None;
+    let fill = |buf: &mut [u8]| {
+        data_err = fabrics::write_connect_data(buf, &opts.hostid, cntlid, &opts.subnqn, &opts.hostnqn).err();
+    };
+    // Validate before anything goes on the wire.
+    fabrics::write_connect_data(&mut [0u8; CONNECT_DATA_LEN], &opts.hostid, cntlid, &opts.subnqn, &opts.hostnqn)
+        .map_err(HostError::InvalidArgument)?;
+    let data = DataDir::HostToController { len: CONNECT_DATA_LEN };
+    let r = run_command(queue, sqe, data, fill, opts.connect_timeout, &mut Vec::new());
+    if let Some(e) = data_err {
+        return Err(HostError::InvalidArgument(e));
+    }
+    match r {
+        Ok((cqe, _)) => Ok(cqe.dw0() as u16),
+        Err(HostError::Nvme { status, dw0, .. }) => {
+            let detail = (status.as_command_specific() == Some(CommandSpecificStatus::ConnectInvalidParameters))
+                .then(|| fabrics::connect_invalid_field(dw0));
+            Err(HostError::ConnectRefused { qid, status, detail })
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// A connected, enabled controller and its admin queue (see the module docs).
+#[derive(Debug)]
+pub struct Controller {
+    admin: NvmeRdmaQueue,
+    cm: CmAgent,
+    opts: ControllerOptions,
+    cntlid: u16,
+    cap: u64,
+    vs: u32,
+    cc: u32,
+    info: ControllerInfo,
+    /// Completions of commands other than the one being waited for (none expected).
+    stray: Vec<QueueCompletion>,
+}
+
+impl Controller {
+    /// Connects the admin queue in poll group `ctx` and brings the controller up to
+    /// Identify Controller (steps 1-4 of the module docs).
+    pub fn connect(ctx: Context, cm: &CmAgent, opts: ControllerOptions) -> Result<Controller, HostError> {
+        let mut qcfg = QueueConfig::new(0, NVME_AQ_DEPTH, ADMIN_MAX_IO_BYTES, opts.traddr);
+        qcfg.connect_timeout = opts.connect_timeout;
+        let mut admin = NvmeRdmaQueue::connect(ctx, cm, qcfg)?;
+        let cntlid = match fabrics_connect(&mut admin, &opts, CNTLID_DYNAMIC, opts.kato_ms) {
+            Ok(c) => c,
+            Err(e) => {
+                admin.disconnect(Duration::from_millis(500));
+                return Err(e);
+            }
+        };
+        let mut c = Controller {
+            admin,
+            cm: cm.clone(),
+            opts,
+            cntlid,
+            cap: 0,
+            vs: 0,
+            cc: 0,
+            info: ControllerInfo::parse(&[0u8; IDENTIFY_LEN]).map_err(HostError::Protocol)?,
+            stray: Vec::new(),
+        };
+        if let Err(e) = c.enable() {
+            c.admin.disconnect(Duration::from_millis(500));
+            return Err(e);
+        }
+        Ok(c)
+    }
+
+    fn enable(&mut self) -> Result<(), HostError> {
+        self.cap = self.property_get(prop::CAP, true)?;
+        // CC.CSS: 110b when CAP.CSS bit 6 (I/O command sets) is set, else NVM (000b).
+        let css = if self.cap & (1 << 43) != 0 { 6 << 4 } else { 0 };
+        self.cc = prop::CC_IOSQES_64 | prop::CC_IOCQES_16 | css;
+        self.property_set(prop::CC, self.cc | prop::CC_EN)?;
+        self.cc |= prop::CC_EN;
+        let to = Duration::from_millis(500 * u64::from(prop::cap_to(self.cap).max(1)));
+        let deadline = Instant::now() + to;
+        loop {
+            let csts = self.property_get(prop::CSTS, false)? as u32;
+            if csts & prop::CSTS_CFS != 0 {
+                return Err(HostError::Protocol("controller fatal status (CSTS.CFS) during enable".into()));
+            }
+            if csts & prop::CSTS_RDY != 0 {
+                break;
+            }
+            if Instant::now() >= deadline {
+                return Err(HostError::Timeout(format!("CSTS.RDY (CAP.TO {} ms)", to.as_millis())));
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        self.vs = self.property_get(prop::VS, false)? as u32;
+        self.info = self.identify_controller()?;
+        Ok(())
+    }
+
+    /// Runs one admin command (see [`run_command`]) and returns its CQE and the
+    /// controller-to-host data (`data.len()` bytes when `data` is
+    /// [`DataDir::ControllerToHost`], else empty).
+    pub fn admin_command(&mut self, sqe: Sqe, data: DataDir, fill: impl FnOnce(&mut [u8])) -> Result<(Cqe, Vec<u8>), HostError> {
+        let (cqe, cid) = run_command(&mut self.admin, sqe, data, fill, self.opts.admin_timeout, &mut self.stray)?;
+        let out = match data {
+            DataDir::ControllerToHost { len } => self.admin.buffer(cid)[..len].to_vec(),
+            _ => Vec::new(),
+        };
+        Ok((cqe, out))
+    }
+
+    /// Property Get (NVMe over Fabrics 1.1 §3.4): the 4- or 8-byte property at `offset`.
+    pub fn property_get(&mut self, offset: u32, eight_bytes: bool) -> Result<u64, HostError> {
+        let (cqe, _) = self.admin_command(fabrics::property_get(offset, eight_bytes), DataDir::None, |_| {})?;
+        Ok(cqe.result_u64())
+    }
+
+    /// Property Set (NVMe over Fabrics 1.1 §3.5) of a 4-byte property.
+    pub fn property_set(&mut self, offset: u32, value: u32) -> Result<(), HostError> {
+        self.admin_command(fabrics::property_set(offset, value), DataDir::None, |_| {}).map(|_| ())
+    }
+
+    /// Identify Controller (CNS 01h, NVMe Base 2.x §5.17.2.1), parsed.
+    pub fn identify_controller(&mut self) -> Result<ControllerInfo, HostError> {
+        let sqe = Sqe::identify(0, IdentifyCns::Controller, 0, 0);
+        let (_, data) = self.admin_command(sqe, DataDir::ControllerToHost { len: IDENTIFY_LEN }, |_| {})?;
+        ControllerInfo::parse(&data).map_err(HostError::Protocol)
+    }
+
+    /// Identify Namespace (CNS 00h, NVM Command Set 1.x §4.1.5.1) of `nsid`, parsed.
+    pub fn identify_namespace(&mut self, nsid: u32) -> Result<NamespaceInfo, HostError> {
+        let sqe = Sqe::identify(0, IdentifyCns::Namespace, nsid, 0);
+        let (_, data) = self.admin_command(sqe, DataDir::ControllerToHost { len: IDENTIFY_LEN }, |_| {})?;
+        NamespaceInfo::parse(&data).map_err(|e| HostError::Protocol(format!("namespace {nsid}: {e}")))
+    }
+
+    /// Active Namespace ID list (CNS 02h, NVMe Base 2.x §5.17.2.2): the first 1024
+    /// active NSIDs.
+    pub fn active_namespaces(&mut self) -> Result<Vec<u32>, HostError> {
+        let sqe = Sqe::identify(0, IdentifyCns::ActiveNamespaceList, 0, 0);
+        let (_, data) = self.admin_command(sqe, DataDir::ControllerToHost { len: IDENTIFY_LEN }, |_| {})?;
+        Ok(parse_ns_list(&data))
+    }
+
+    /// Set Features Number of Queues (FID 07h, NVMe Base 2.x §5.27.1.5): asks for
+    /// `count` I/O submission and completion queues; returns how many were granted
+    /// (the smaller of NSQA and NCQA, plus one).
+    pub fn set_number_of_queues(&mut self, count: u16) -> Result<u16, HostError> {
+        let n = u32::from(count.max(1) - 1);
+        let sqe = Sqe::set_features(0, FeatureId::NumberOfQueues, n | (n << 16));
+        let (cqe, _) = self.admin_command(sqe, DataDir::None, |_| {})?;
+        let dw0 = cqe.dw0();
+        Ok(((dw0 & 0xFFFF).min(dw0 >> 16) as u16).saturating_add(1))
+    }
+
+    /// Keep Alive (18h, NVMe Base 2.x §5.20), waited for.
+    pub fn keep_alive(&mut self) -> Result<(), HostError> {
+        self.admin_command(Sqe::keep_alive(0), DataDir::None, |_| {}).map(|_| ())
+    }
+
+    /// How often to send Keep Alive: KATO/2 (`None` when KATO is 0).
+    pub fn keep_alive_interval(&self) -> Option<Duration> {
+        (self.opts.kato_ms > 0).then(|| Duration::from_millis(u64::from(self.opts.kato_ms) / 2))
+    }
+
+    /// Connects I/O queue `qid` of `depth` entries in poll group `ctx`: RDMA CM, then
+    /// Fabrics Connect with this controller's ID, KATO 0 and the Connect data
+    /// in-capsule when the controller takes in-capsule data.
+    pub fn connect_io_queue(&self, ctx: Context, qid: u16, depth: u16, max_io_bytes: usize) -> Result<NvmeRdmaQueue, HostError> {
+        if qid == 0 {
+            return Err(HostError::InvalidArgument("I/O queue IDs start at 1".into()));
+        }
+        let mut qcfg = QueueConfig::new(qid, depth, max_io_bytes.max(CONNECT_DATA_LEN), self.opts.traddr);
+        qcfg.in_capsule_bytes = self.info.in_capsule_data_size().min(qcfg.max_io_bytes);
+        qcfg.cntlid = self.cntlid;
+        qcfg.connect_timeout = self.opts.connect_timeout;
+        let mut q = NvmeRdmaQueue::connect(ctx, &self.cm, qcfg)?;
+        if let Err(e) = fabrics_connect(&mut q, &self.opts, self.cntlid, 0) {
+            q.disconnect(Duration::from_millis(500));
+            return Err(e);
+        }
+        Ok(q)
+    }
+
+    /// Shuts the controller down: CM disconnect of `io_queues`, CC.SHN = 01b, waits
+    /// (up to 5 s) for CSTS.SHST = 10b, CM disconnect of the admin queue.
+    pub fn shutdown(mut self, io_queues: Vec<NvmeRdmaQueue>) -> Result<(), HostError> {
+        for mut q in io_queues {
+            q.disconnect(Duration::from_millis(500));
+        }
+        let r = self.shutdown_admin();
+        self.admin.disconnect(Duration::from_secs(1));
+        r
+    }
+
+    fn shutdown_admin(&mut self) -> Result<(), HostError> {
+        let cc = (self.cc & !prop::CC_SHN_MASK) | prop::CC_SHN_NORMAL;
+        self.property_set(prop::CC, cc)?;
+        let deadline = Instant::now() + SHUTDOWN_TIMEOUT;
+        loop {
+            let csts = self.property_get(prop::CSTS, false)? as u32;
+            if csts & prop::CSTS_SHST_MASK == prop::CSTS_SHST_CMPLT {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(HostError::Timeout("CSTS.SHST shutdown complete".into()));
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// The controller ID (from the admin Connect's CQE DW0).
+    pub fn cntlid(&self) -> u16 {
+        self.cntlid
+    }
+    /// CAP as read at enable.
+    pub fn cap(&self) -> u64 {
+        self.cap
+    }
+    /// VS as read at enable.
+    pub fn version(&self) -> u32 {
+        self.vs
+    }
+    /// Identify Controller as read at bring-up.
+    pub fn info(&self) -> &ControllerInfo {
+        &self.info
+    }
+    /// The options the controller was connected with.
+    pub fn options(&self) -> &ControllerOptions {
+        &self.opts
+    }
+    /// The largest data transfer per command in bytes: MDTS with CAP.MPSMIN, or `None`
+    /// if the controller sets no limit.
+    pub fn max_transfer_bytes(&self) -> Option<usize> {
+        self.info.max_transfer_bytes(prop::cap_mpsmin(self.cap))
+    }
+    /// Largest I/O queue size the controller supports (CAP.MQES + 1).
+    pub fn max_queue_entries(&self) -> u32 {
+        u32::from(prop::cap_mqes(self.cap)) + 1
+    }
+    /// The admin queue (for owners that drive it without blocking).
+    pub fn admin_queue_mut(&mut self) -> &mut NvmeRdmaQueue {
+        &mut self.admin
+    }
+    /// The CM agent the queues use.
+    pub fn cm(&self) -> &CmAgent {
+        &self.cm
+    }
+}

@@ -1,0 +1,514 @@
+//! One controller of the dynamic controller model (NVMe Base 2.x §3.1, NVMe over
+//! Fabrics): created by an admin-queue Connect, it holds the controller properties
+//! (CC, CSTS), the Keep Alive timer, the I/O queues it granted and connected, the
+//! features a host may set, and the Asynchronous Event Requests waiting for an event.
+//!
+//! State lives behind one small mutex: it is touched by admin commands, Connects and
+//! the Keep Alive sweep, not per I/O (the I/O path only reads `subsys`).
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nvme::features::{
+    AsyncEvent, AsyncEventType, AEC_NS_ATTR, AEN_NOTICE_DISCOVERY_CHANGE,
+    AEN_NOTICE_NS_ATTR_CHANGED,
+};
+use nvme::properties::{Cc, Csts, ShutdownStatus};
+use nvme::LogPageId;
+use nvme::status::{CommandSpecificStatus, GenericStatus, Status};
+use parking_lot::Mutex;
+
+use crate::subsystem::{Limits, Subsystem};
+
+/// Outstanding Asynchronous Event Requests a controller holds (Identify Controller
+/// AERL + 1; nvmet's `NVMET_ASYNC_EVENTS`).
+pub const MAX_AER: usize = 4;
+
+/// Keep Alive Timeout a discovery controller gets when its Connect asks for none
+/// (nvmet's `NVMET_DISC_KATO_MS`), so an abandoned discovery session is reaped.
+pub const DISCOVERY_KATO_MS: u32 = 120_000;
+
+/// CC.IOSQES a host must program before enabling: 2^6 = 64-byte SQEs.
+pub const IOSQES: u8 = 6;
+/// CC.IOCQES a host must program before enabling: 2^4 = 16-byte CQEs.
+pub const IOCQES: u8 = 4;
+
+/// AER completion DW0 for "Namespace Attribute Changed": type Notice (2h), info 00h,
+/// log page Changed Namespace List (04h) (NVMe Base 2.x §5.2.1): 00040002h.
+pub const AEN_NS_ATTR_CHANGED: u32 = AsyncEvent::new(
+    AsyncEventType::Notice,
+    AEN_NOTICE_NS_ATTR_CHANGED,
+    LogPageId::ChangedNamespaceList.value(),
+)
+.to_dw0();
+/// AER completion DW0 for "Discovery Log Page Change": type Notice (2h), info F0h,
+/// log page Discovery (70h): 0070F002h.
+pub const AEN_DISCOVERY_CHANGED: u32 = AsyncEvent::new(
+    AsyncEventType::Notice,
+    AEN_NOTICE_DISCOVERY_CHANGE,
+    LogPageId::Discovery.value(),
+)
+.to_dw0();
+
+/// Which kind of controller (Identify Controller CNTRLTYPE).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ControllerKind {
+    /// I/O controller (CNTRLTYPE 1) of an NVM subsystem.
+    Io,
+    /// Discovery controller (CNTRLTYPE 2) of the discovery subsystem.
+    Discovery,
+}
+
+/// An Asynchronous Event Request to complete: the held command's CID and the
+/// completion DW0 describing the event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AerCompletion {
+    /// Command Identifier of the held Asynchronous Event Request.
+    pub cid: u16,
+    /// Completion DW0: event type (bits 2:0), info (15:8), log page (23:16).
+    pub dw0: u32,
+}
+
+#[derive(Debug)]
+struct State {
+    cc: Cc,
+    csts: Csts,
+    /// Keep Alive Timeout in ms, a whole number of seconds (KAS 10 = 1 s units); 0 off.
+    kato_ms: u32,
+    last_keep_alive: Instant,
+    /// I/O queues granted by Number of Queues (1's based).
+    io_queues: u16,
+    /// Connected queue IDs (0 = admin).
+    connected: Vec<u16>,
+    aer_cids: VecDeque<u16>,
+    events: VecDeque<u32>,
+    aen_config: u32,
+    vwc_enabled: bool,
+    changed_ns: Vec<u32>,
+}
+
+/// A controller: identity (fixed at Connect) plus its mutable state.
+#[derive(Debug)]
+pub struct Controller {
+    /// Controller ID (1..=FFEFh).
+    pub cntlid: u16,
+    /// The subsystem (the discovery subsystem for a discovery controller).
+    pub subsys: Arc<Subsystem>,
+    /// Host NQN of the Connect that created it; I/O queue Connects must repeat it.
+    pub hostnqn: String,
+    /// Host Identifier (HOSTID) of that Connect (Get Features Host Identifier).
+    pub hostid: [u8; 16],
+    /// I/O or discovery controller.
+    pub kind: ControllerKind,
+    limits: Limits,
+    state: Mutex<State>,
+}
+
+/// Rounds a Keep Alive Timeout up to whole seconds, as nvmet (KAS 10: 1 s units).
+fn round_kato(kato_ms: u32) -> u32 {
+    kato_ms.div_ceil(1000).saturating_mul(1000)
+}
+
+impl Controller {
+    /// Controller `cntlid` of `subsys` for `hostnqn`/`hostid`, with Keep Alive Timeout
+    /// `kato_ms` from the Connect (rounded up to seconds; a discovery controller
+    /// asking for 0 gets [`DISCOVERY_KATO_MS`]). The timer starts at `now`. The admin
+    /// queue counts as connected. Disabled (CC 0, CSTS 0) until the host sets CC.EN.
+    pub fn new(
+        cntlid: u16,
+        subsys: Arc<Subsystem>,
+        hostnqn: String,
+        hostid: [u8; 16],
+        kato_ms: u32,
+        limits: &Limits,
+        now: Instant,
+    ) -> Controller {
+        let kind = if subsys.is_discovery() {
+            ControllerKind::Discovery
+        } else {
+            ControllerKind::Io
+        };
+        let kato_ms = if kind == ControllerKind::Discovery && kato_ms == 0 {
+            DISCOVERY_KATO_MS
+        } else {
+            round_kato(kato_ms)
+        };
+        Controller {
+            cntlid,
+            subsys,
+            hostnqn,
+            hostid,
+            kind,
+            limits: *limits,
+            state: Mutex::new(State {
+                cc: Cc(0),
+                csts: Csts(0),
+                kato_ms,
+                last_keep_alive: now,
+                io_queues: limits.max_io_queues.max(1),
+                connected: vec![0],
+                aer_cids: VecDeque::new(),
+                events: VecDeque::new(),
+                aen_config: 0,
+                vwc_enabled: true,
+                changed_ns: Vec::new(),
+            }),
+        }
+    }
+
+    /// The limits this controller was created with.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// Controller Configuration (CC) as last set.
+    pub fn cc(&self) -> Cc {
+        self.state.lock().cc
+    }
+
+    /// Controller Status (CSTS).
+    pub fn csts(&self) -> Csts {
+        self.state.lock().csts
+    }
+
+    /// Applies a Property Set of CC as nvmet's `nvmet_update_cc` does:
+    /// EN 0->1 sets CSTS.RDY if IOSQES = 6, IOCQES = 4, MPS = 0, AMS = 0 and CSS is
+    /// NVM (000b) or all I/O command sets (110b), else sets CSTS.CFS; EN 1->0 clears
+    /// RDY and CC; SHN becoming non-zero clears RDY and CC and reports SHST complete
+    /// (10b); SHN returning to 0 clears SHST. Enabling restarts the Keep Alive timer.
+    pub fn update_cc(&self, new: Cc, now: Instant) {
+        let mut s = self.state.lock();
+        let old = s.cc;
+        s.cc = new;
+        if new.en() && !old.en() {
+            let css_ok = matches!(new.css(), 0 | 6);
+            if new.iosqes() != IOSQES
+                || new.iocqes() != IOCQES
+                || new.mps() != 0
+                || new.ams() != 0
+                || !css_ok
+            {
+                s.csts = Csts(0).with_cfs(true);
+            } else {
+                s.csts = Csts(0).with_rdy(true);
+                s.last_keep_alive = now;
+            }
+        }
+        if !new.en() && old.en() {
+            s.csts = s.csts.with_rdy(false);
+            s.cc = Cc(0);
+        }
+        if new.shn_bits() != 0 && old.shn_bits() == 0 {
+            s.csts = s.csts.with_rdy(false).with_shst(ShutdownStatus::Complete);
+            s.cc = Cc(0);
+        }
+        if new.shn_bits() == 0 && old.shn_bits() != 0 {
+            s.csts = s.csts.with_shst(ShutdownStatus::Normal);
+        }
+    }
+
+    /// Whether the controller is enabled and ready: CC.EN = 1 and CSTS.RDY = 1.
+    pub fn is_enabled(&self) -> bool {
+        let s = self.state.lock();
+        s.cc.en() && s.csts.rdy()
+    }
+
+    /// `Ok` when commands other than Fabrics ones may run (CC.EN and CSTS.RDY set).
+    ///
+    /// Errors: Command Sequence Error with DNR otherwise (nvmet's
+    /// `nvmet_check_ctrl_status`).
+    pub fn check_ready(&self) -> Result<(), Status> {
+        if self.is_enabled() {
+            Ok(())
+        } else {
+            Err(Status::generic(GenericStatus::CommandSequenceError).with_dnr())
+        }
+    }
+
+    /// Sets CSTS.CFS (Controller Fatal Status), e.g. when Keep Alive expired.
+    pub fn set_fatal(&self) {
+        let mut s = self.state.lock();
+        s.csts = s.csts.with_cfs(true);
+    }
+
+    /// Keep Alive Timeout in milliseconds (0 = disabled).
+    pub fn kato_ms(&self) -> u32 {
+        self.state.lock().kato_ms
+    }
+
+    /// Sets the Keep Alive Timeout (Set Features Keep Alive Timer), rounded up to
+    /// seconds, and restarts the timer at `now`.
+    pub fn set_kato_ms(&self, kato_ms: u32, now: Instant) {
+        let mut s = self.state.lock();
+        s.kato_ms = round_kato(kato_ms);
+        s.last_keep_alive = now;
+    }
+
+    /// Restarts the Keep Alive timer (a Keep Alive command arrived at `now`).
+    pub fn keep_alive(&self, now: Instant) {
+        self.state.lock().last_keep_alive = now;
+    }
+
+    /// Whether the Keep Alive timer expired at `now`: KATO is non-zero and no Keep
+    /// Alive arrived for KATO since the last one (or since Connect / enable).
+    pub fn kato_expired(&self, now: Instant) -> bool {
+        let s = self.state.lock();
+        s.kato_ms != 0
+            && now.saturating_duration_since(s.last_keep_alive)
+                >= Duration::from_millis(u64::from(s.kato_ms))
+    }
+
+    /// I/O queues granted (1's based): [`Limits::max_io_queues`] until Set Features
+    /// Number of Queues asks for fewer.
+    pub fn io_queues(&self) -> u16 {
+        self.state.lock().io_queues
+    }
+
+    /// Grants `min(requested, max_io_queues)` I/O queues (both `requested` 1's based,
+    /// at least 1) and returns the number granted.
+    pub fn set_io_queues(&self, requested: u16) -> u16 {
+        let granted = requested.clamp(1, self.limits.max_io_queues.max(1));
+        self.state.lock().io_queues = granted;
+        granted
+    }
+
+    /// Records queue `qid` as connected.
+    ///
+    /// Errors: Command Sequence Error with DNR if it already is (nvmet: "qid already
+    /// created").
+    pub fn connect_queue(&self, qid: u16) -> Result<(), Status> {
+        let mut s = self.state.lock();
+        if s.connected.contains(&qid) {
+            return Err(Status::generic(GenericStatus::CommandSequenceError).with_dnr());
+        }
+        s.connected.push(qid);
+        Ok(())
+    }
+
+    /// Forgets queue `qid` (its RDMA connection went away), so it may connect again.
+    pub fn release_queue(&self, qid: u16) {
+        self.state.lock().connected.retain(|&q| q != qid);
+    }
+
+    /// Whether queue `qid` is connected.
+    pub fn queue_connected(&self, qid: u16) -> bool {
+        self.state.lock().connected.contains(&qid)
+    }
+
+    /// Asynchronous Event Configuration (feature 0Bh).
+    pub fn aen_config(&self) -> u32 {
+        self.state.lock().aen_config
+    }
+
+    /// Sets the Asynchronous Event Configuration.
+    pub fn set_aen_config(&self, value: u32) {
+        self.state.lock().aen_config = value;
+    }
+
+    /// Volatile Write Cache enabled (feature 06h, bit 0).
+    pub fn vwc_enabled(&self) -> bool {
+        self.state.lock().vwc_enabled
+    }
+
+    /// Sets Volatile Write Cache enable.
+    pub fn set_vwc_enabled(&self, enabled: bool) {
+        self.state.lock().vwc_enabled = enabled;
+    }
+
+    /// Holds Asynchronous Event Request `cid`, or, when an event is already pending,
+    /// returns its completion DW0 at once (`Ok(Some(dw0))`).
+    ///
+    /// Errors: Asynchronous Event Request Limit Exceeded (SCT 1h, SC 05h) with DNR
+    /// when [`MAX_AER`] are already held.
+    pub fn push_aer(&self, cid: u16) -> Result<Option<u32>, Status> {
+        let mut s = self.state.lock();
+        if let Some(dw0) = s.events.pop_front() {
+            return Ok(Some(dw0));
+        }
+        if s.aer_cids.len() >= MAX_AER {
+            return Err(Status::command_specific(
+                CommandSpecificStatus::AsyncEventRequestLimitExceeded,
+            )
+            .with_dnr());
+        }
+        s.aer_cids.push_back(cid);
+        Ok(None)
+    }
+
+    /// Queues event `dw0` (an AER completion DW0); one of each is kept until reported.
+    /// Call [`take_aer`](Self::take_aer) afterwards to complete a held request.
+    pub fn post_event(&self, dw0: u32) {
+        let mut s = self.state.lock();
+        if !s.events.contains(&dw0) {
+            s.events.push_back(dw0);
+        }
+    }
+
+    /// A held Asynchronous Event Request paired with a pending event, if both exist:
+    /// the caller completes command `cid` with success and DW0 `dw0`.
+    pub fn take_aer(&self) -> Option<AerCompletion> {
+        let mut s = self.state.lock();
+        if s.aer_cids.is_empty() || s.events.is_empty() {
+            return None;
+        }
+        let cid = s.aer_cids.pop_front()?;
+        let dw0 = s.events.pop_front()?;
+        Some(AerCompletion { cid, dw0 })
+    }
+
+    /// Removes and returns every held Asynchronous Event Request (controller teardown:
+    /// they complete with Command Aborted due to SQ Deletion, or are dropped with the
+    /// queue).
+    pub fn drain_aers(&self) -> Vec<u16> {
+        self.state.lock().aer_cids.drain(..).collect()
+    }
+
+    /// Number of held Asynchronous Event Requests.
+    pub fn held_aers(&self) -> usize {
+        self.state.lock().aer_cids.len()
+    }
+
+    /// Records that namespace `nsid` changed (added, removed, resized) and, when the
+    /// host enabled Namespace Attribute Notices, queues that event.
+    pub fn notify_namespace_changed(&self, nsid: u32) {
+        let mut s = self.state.lock();
+        if !s.changed_ns.contains(&nsid) && s.changed_ns.len() < 1024 {
+            s.changed_ns.push(nsid);
+        }
+        if s.aen_config & AEC_NS_ATTR != 0 && !s.events.contains(&AEN_NS_ATTR_CHANGED) {
+            s.events.push_back(AEN_NS_ATTR_CHANGED);
+        }
+    }
+
+    /// Takes the Changed Namespace List (reading the log page clears it), sorted.
+    pub fn take_changed_ns(&self) -> Vec<u32> {
+        let mut v = std::mem::take(&mut self.state.lock().changed_ns);
+        v.sort_unstable();
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::subsystem::tests::{registry_with, HOST, REF_NQN};
+    use nvme::properties::ShutdownNotification;
+
+    #[test]
+    fn event_dwords() {
+        assert_eq!(AEN_NS_ATTR_CHANGED, 0x0004_0002);
+        assert_eq!(AEN_DISCOVERY_CHANGED, 0x0070_F002);
+    }
+
+    fn ctrl(kato_ms: u32, now: Instant) -> Controller {
+        let reg = registry_with(vec![]);
+        let sub = reg.subsystem(REF_NQN).unwrap().clone();
+        Controller::new(1, sub, HOST.into(), [7; 16], kato_ms, &reg.limits, now)
+    }
+
+    #[test]
+    fn enable_and_shutdown_follow_nvmet() {
+        let t0 = Instant::now();
+        let c = ctrl(5000, t0);
+        assert!(!c.is_enabled());
+        assert!(c.check_ready().is_err());
+        // Capture frames 17, 29: CC 00460060 then 00460061 -> CSTS 1.
+        c.update_cc(Cc(0x0046_0060), t0);
+        assert_eq!(c.csts(), Csts(0));
+        c.update_cc(Cc(0x0046_0061), t0);
+        assert_eq!(c.csts(), Csts(1));
+        assert!(c.is_enabled());
+        assert_eq!(c.check_ready(), Ok(()));
+        // Frame 79: CC 00464061 (SHN normal) -> CSTS 8 (SHST complete, RDY 0).
+        c.update_cc(Cc(0x0046_4061), t0);
+        assert_eq!(c.csts(), Csts(8));
+        assert_eq!(c.cc(), Cc(0));
+        assert!(!c.is_enabled());
+        // SHN back to 0 clears SHST.
+        c.update_cc(Cc(0x0046_0060), t0);
+        assert_eq!(c.csts().shst(), Some(ShutdownStatus::Normal));
+        let _ = ShutdownNotification::Normal;
+    }
+
+    #[test]
+    fn enable_with_bad_entry_sizes_is_fatal() {
+        let t0 = Instant::now();
+        let c = ctrl(0, t0);
+        c.update_cc(Cc(0).with_iosqes(7).with_iocqes(4).with_en(true), t0);
+        assert!(c.csts().cfs());
+        assert!(!c.csts().rdy());
+        let c = ctrl(0, t0);
+        c.update_cc(Cc(0).with_iosqes(6).with_iocqes(4).with_css(1).with_en(true), t0);
+        assert!(c.csts().cfs());
+        // Disabling clears CC and RDY.
+        let c = ctrl(0, t0);
+        c.update_cc(Cc(0x0046_0061), t0);
+        c.update_cc(Cc(0x0046_0060), t0);
+        assert_eq!((c.cc(), c.csts().rdy()), (Cc(0), false));
+        c.set_fatal();
+        assert!(c.csts().cfs());
+    }
+
+    #[test]
+    fn keep_alive_expiry_with_synthetic_time() {
+        let t0 = Instant::now();
+        let c = ctrl(4500, t0);
+        assert_eq!(c.kato_ms(), 5000, "rounded up to whole seconds");
+        assert!(!c.kato_expired(t0 + Duration::from_millis(4999)));
+        assert!(c.kato_expired(t0 + Duration::from_millis(5000)));
+        c.keep_alive(t0 + Duration::from_secs(4));
+        assert!(!c.kato_expired(t0 + Duration::from_millis(8999)));
+        assert!(c.kato_expired(t0 + Duration::from_secs(9)));
+        // An instant before the last keep alive never counts as expired.
+        assert!(!c.kato_expired(t0));
+        // KATO 0: never.
+        let off = ctrl(0, t0);
+        assert!(!off.kato_expired(t0 + Duration::from_secs(3600)));
+        off.set_kato_ms(1, t0);
+        assert_eq!(off.kato_ms(), 1000);
+        assert!(off.kato_expired(t0 + Duration::from_secs(1)));
+    }
+
+    #[test]
+    fn discovery_controller_gets_default_kato() {
+        let reg = registry_with(vec![]);
+        let t0 = Instant::now();
+        let c = Controller::new(2, reg.discovery.clone(), HOST.into(), [0; 16], 0, &reg.limits, t0);
+        assert_eq!(c.kind, ControllerKind::Discovery);
+        assert_eq!(c.kato_ms(), DISCOVERY_KATO_MS);
+    }
+
+    #[test]
+    fn queues_and_aers() {
+        let t0 = Instant::now();
+        let c = ctrl(0, t0);
+        assert_eq!(c.io_queues(), 8);
+        assert_eq!(c.set_io_queues(100), 8);
+        assert_eq!(c.set_io_queues(2), 2);
+        assert!(c.queue_connected(0));
+        assert_eq!(c.connect_queue(1), Ok(()));
+        assert!(c.connect_queue(1).is_err());
+        c.release_queue(1);
+        assert_eq!(c.connect_queue(1), Ok(()));
+
+        for cid in 0..MAX_AER as u16 {
+            assert_eq!(c.push_aer(cid), Ok(None));
+        }
+        let e = c.push_aer(9).unwrap_err();
+        assert_eq!(e.to_field(), 0x820A, "SCT 1, SC 05h, DNR");
+        assert_eq!(c.take_aer(), None);
+        c.set_aen_config(AEC_NS_ATTR);
+        c.notify_namespace_changed(5);
+        c.notify_namespace_changed(5);
+        assert_eq!(c.take_aer(), Some(AerCompletion { cid: 0, dw0: AEN_NS_ATTR_CHANGED }));
+        assert_eq!(c.take_aer(), None);
+        assert_eq!(c.take_changed_ns(), vec![5]);
+        assert!(c.take_changed_ns().is_empty());
+        assert_eq!(c.drain_aers(), vec![1, 2, 3]);
+        // With no held request, a pending event completes the next AER at once.
+        c.post_event(AEN_NS_ATTR_CHANGED);
+        assert_eq!(c.push_aer(7), Ok(Some(AEN_NS_ATTR_CHANGED)));
+        assert_eq!(c.held_aers(), 0);
+    }
+}

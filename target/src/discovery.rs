@@ -1,0 +1,117 @@
+//! The Discovery log page (LID 70h) a discovery controller returns (NVMe Base 2.x
+//! §5.16.1.23, NVMe over Fabrics 1.1 §5.3), built as Linux nvmet's
+//! `nvmet_execute_disc_get_log_page` does: the current discovery subsystem first
+//! (SUBTYPE 3), then every NVM subsystem the host may connect to (SUBTYPE 2), each an
+//! RDMA entry for this target's port.
+
+use std::net::IpAddr;
+
+use nvme::log::{discovery_log_page as build_page, AddressFamily, DiscoveryLogEntry, SubsystemType};
+use nvme::NVME_AQ_DEPTH;
+
+use crate::subsystem::{Registry, PORT_ID};
+
+/// Address family of `addr` for ADRFAM: IPv4 (1) or IPv6 (2).
+pub fn address_family(addr: IpAddr) -> AddressFamily {
+    match addr {
+        IpAddr::V4(_) => AddressFamily::Ipv4,
+        IpAddr::V6(_) => AddressFamily::Ipv6,
+    }
+}
+
+/// One entry for subsystem `nqn` of type `subtype` on the registry's port: TRTYPE
+/// RDMA, TREQ 04h, PORTID 1, CNTLID FFFFh, ASQSZ 32, TRSVCID the decimal port and
+/// TRADDR the address in text form (both NUL padded), TSAS connected / not specified
+/// / RDMA CM, P_Key 0. `None` for an NQN too long for the field (not listable).
+fn entry(reg: &Registry, subtype: SubsystemType, nqn: &str) -> Option<DiscoveryLogEntry> {
+    DiscoveryLogEntry::rdma(
+        address_family(reg.port.traddr),
+        subtype,
+        PORT_ID,
+        NVME_AQ_DEPTH,
+        &reg.port.trsvcid.to_string(),
+        nqn,
+        &reg.port.traddr.to_string(),
+    )
+    .ok()
+}
+
+/// The whole Discovery log page for host `hostnqn`: a 1024-byte header (GENCTR from
+/// the registry, NUMREC, RECFMT 0) followed by 1024-byte entries: the discovery
+/// subsystem itself, then each NVM subsystem whose host list admits `hostnqn`, in
+/// configuration order. `(NUMREC + 1) x 1024` bytes; the caller applies the Get Log
+/// Page offset and length.
+pub fn discovery_log_page(reg: &Registry, hostnqn: &str) -> Vec<u8> {
+    let mut entries = Vec::with_capacity(reg.subsystems.len() + 1);
+    entries.extend(entry(reg, SubsystemType::CurrentDiscovery, &reg.discovery.nqn));
+    for s in reg.subsystems.iter().filter(|s| s.host_allowed(hostnqn)) {
+        entries.extend(entry(reg, SubsystemType::Nvm, &s.nqn));
+    }
+    build_page(reg.genctr(), &entries)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::subsystem::tests::{registry_with, ALLOWED_HOST, HOST, REF_NQN, RESTRICTED_NQN};
+    use crate::subsystem::{Limits, PortInfo, Registry, Subsystem};
+    use nvme::log::parse_discovery_log;
+    use nvme::NVMF_DISCOVERY_NQN;
+    use std::sync::Arc;
+
+    #[test]
+    fn log_matches_the_capture_layout() {
+        let reg = registry_with(vec![]);
+        let page = discovery_log_page(&reg, HOST);
+        // The host may see the discovery subsystem and `ref`, not `restricted`.
+        assert_eq!(page.len(), 3 * 1024);
+        assert_eq!(&page[8..16], &2u64.to_le_bytes(), "NUMREC");
+        assert_eq!(&page[16..18], &[0, 0], "RECFMT");
+        let e1 = &page[1024..2048];
+        // linux-nvme-rdma-rxe.pcap frames 73-75: 01 01 03 04 0100 ffff 2000.
+        assert_eq!(&e1[..10], &[0x01, 0x01, 0x03, 0x04, 0x01, 0x00, 0xff, 0xff, 0x20, 0x00]);
+        assert_eq!(&e1[32..64], &{
+            let mut f = [0u8; 32];
+            f[..4].copy_from_slice(b"4420");
+            f
+        });
+        assert_eq!(&e1[512..525], b"192.168.77.10");
+        assert!(e1[525..768].iter().all(|&b| b == 0), "TRADDR NUL padded");
+        assert_eq!(&e1[768..771], &[1, 1, 1], "TSAS qptype, prtype, cms");
+        assert_eq!(&e1[776..778], &[0, 0], "P_Key 0");
+        let e2 = &page[2048..];
+        assert_eq!(&e2[..4], &[0x01, 0x01, 0x02, 0x04]);
+
+        let (hdr, entries) = parse_discovery_log(&page).unwrap();
+        assert_eq!(hdr.genctr.get(), reg.genctr());
+        assert_eq!(entries[0].subnqn(), Ok(NVMF_DISCOVERY_NQN));
+        assert_eq!(entries[1].subnqn(), Ok(REF_NQN));
+        assert_eq!(entries[1].traddr(), Ok("192.168.77.10"));
+        assert_eq!(entries[1].trsvcid(), Ok("4420"));
+
+        // The allowed host sees the restricted subsystem as well.
+        let page = discovery_log_page(&reg, ALLOWED_HOST);
+        let (hdr, entries) = parse_discovery_log(&page).unwrap();
+        assert_eq!(hdr.numrec.get(), 3);
+        assert_eq!(entries[2].subnqn(), Ok(RESTRICTED_NQN));
+    }
+
+    #[test]
+    fn ipv6_entries() {
+        let s = Subsystem::new(REF_NQN.into(), "sn".into(), true, vec![], vec![]);
+        let reg = Registry::new(
+            vec![Arc::new(s)],
+            PortInfo {
+                traddr: "fd77::10".parse().unwrap(),
+                trsvcid: 4420,
+            },
+            Limits::default(),
+        );
+        let page = discovery_log_page(&reg, HOST);
+        let (_, entries) = parse_discovery_log(&page).unwrap();
+        // linux-nvme-rdma-rxe-ipv6.pcap: ADRFAM 2, TRADDR "fd77::10" NUL padded.
+        assert_eq!(entries[1].adrfam, 2);
+        assert_eq!(&entries[1].traddr[..9], b"fd77::10\0");
+        assert!(entries[1].traddr[8..].iter().all(|&b| b == 0));
+    }
+}

@@ -1,0 +1,395 @@
+//! NVM subsystems, their namespaces, and the registry of subsystems and live
+//! controllers the command logic works on (NVMe Base 2.x §1.5 "NVM subsystem",
+//! §3.1 "Controller"; NVMe over Fabrics: the dynamic controller model).
+//!
+//! Transport-free: the poll groups hold an `Arc<Registry>` and look controllers up
+//! by CNTLID; the registry's controller table is the only shared mutable state, and
+//! it is touched on Connect, teardown and the Keep Alive sweep, never per I/O.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use nvme::status::{CommandSpecificStatus, Status};
+use nvme::NVMF_DISCOVERY_NQN;
+use parking_lot::Mutex;
+
+use crate::controller::Controller;
+use crate::namespace::FileNamespace;
+
+/// Model Number (Identify Controller MN) of every subsystem unless set otherwise.
+pub const DEFAULT_MODEL: &str = "nvmf-rdma";
+
+/// Lowest controller ID handed out (nvmet's `cntlid_min`).
+pub const CNTLID_MIN: u16 = 1;
+/// Highest controller ID handed out: FFF0h..FFFFh are reserved (NVMe Base 2.x §5.17.2.1,
+/// CNTLID; FFFFh is the dynamic-model wildcard of Connect).
+pub const CNTLID_MAX: u16 = 0xFFEF;
+
+/// Port ID (PORTID) this target reports in the discovery log page; one port.
+pub const PORT_ID: u16 = 1;
+
+/// One namespace of a subsystem: its NSID, the backing file, and its identifiers.
+#[derive(Debug, Clone)]
+pub struct NamespaceEntry {
+    /// Namespace ID (1-based; 0 and FFFFFFFFh are not valid NSIDs).
+    pub nsid: u32,
+    /// The backing file namespace (size, block size, fd).
+    pub ns: Arc<FileNamespace>,
+    /// io_uring fixed-file index of `ns` in every poll group's ring (set by the server).
+    pub file_index: u32,
+    /// Namespace Globally Unique Identifier (Identify Namespace NGUID and the NIDT 2
+    /// descriptor).
+    pub nguid: [u8; 16],
+    /// Namespace UUID (the NIDT 3 descriptor), an RFC 9562 version 8 UUID.
+    pub uuid: [u8; 16],
+}
+
+impl NamespaceEntry {
+    /// Entry `nsid` of subsystem `subnqn`, with NGUID and UUID derived from the
+    /// subsystem NQN and NSID, so they stay the same across restarts (a host keys its
+    /// multipath and udev names on them).
+    pub fn new(nsid: u32, ns: Arc<FileNamespace>, file_index: u32, subnqn: &str) -> Self {
+        let (nguid, uuid) = derive_ids(subnqn, nsid);
+        NamespaceEntry {
+            nsid,
+            ns,
+            file_index,
+            nguid,
+            uuid,
+        }
+    }
+}
+
+/// FNV-1a, 64-bit, over `bytes`, from `seed`.
+fn fnv1a64(seed: u64, bytes: &[u8]) -> u64 {
+    bytes.iter().fold(seed, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01B3))
+}
+
+/// NGUID and UUID for namespace `nsid` of `subnqn`: two independent 128-bit hashes.
+/// The UUID gets version 8 (custom) and the RFC 9562 variant bits.
+fn derive_ids(subnqn: &str, nsid: u32) -> ([u8; 16], [u8; 16]) {
+    let mut input = subnqn.as_bytes().to_vec();
+    input.extend_from_slice(&nsid.to_le_bytes());
+    let h = |seed: u64| fnv1a64(seed, &input).to_be_bytes();
+    let mut nguid = [0u8; 16];
+    nguid[..8].copy_from_slice(&h(0xcbf2_9ce4_8422_2325));
+    nguid[8..].copy_from_slice(&h(0x9e37_79b9_7f4a_7c15));
+    let mut uuid = [0u8; 16];
+    uuid[..8].copy_from_slice(&h(0x6a09_e667_f3bc_c908));
+    uuid[8..].copy_from_slice(&h(0xbb67_ae85_84ca_a73b));
+    uuid[6] = (uuid[6] & 0x0F) | 0x80;
+    uuid[8] = (uuid[8] & 0x3F) | 0x80;
+    (nguid, uuid)
+}
+
+/// An NVM subsystem (NVMe Base 2.x §1.5): an NQN, the hosts allowed to connect, and
+/// namespaces. Also used for the well-known discovery subsystem, which has no
+/// namespaces and admits every host.
+#[derive(Debug)]
+pub struct Subsystem {
+    /// NVM Subsystem NQN (Identify Controller SUBNQN, Connect SUBNQN).
+    pub nqn: String,
+    /// Serial Number (Identify Controller SN, 20 ASCII characters at most; longer
+    /// values are cut).
+    pub serial: String,
+    /// Model Number (Identify Controller MN, 40 ASCII characters at most).
+    pub model: String,
+    /// Every host NQN may connect (nvmet's `attr_allow_any_host`).
+    pub allow_any_host: bool,
+    /// Host NQNs allowed when `allow_any_host` is false.
+    pub hosts: Vec<String>,
+    /// Namespaces in increasing NSID order.
+    pub namespaces: Vec<NamespaceEntry>,
+}
+
+impl Subsystem {
+    /// A subsystem with model [`DEFAULT_MODEL`]; `namespaces` are sorted by NSID.
+    pub fn new(
+        nqn: String,
+        serial: String,
+        allow_any_host: bool,
+        hosts: Vec<String>,
+        mut namespaces: Vec<NamespaceEntry>,
+    ) -> Self {
+        namespaces.sort_by_key(|n| n.nsid);
+        Subsystem {
+            nqn,
+            serial,
+            model: DEFAULT_MODEL.to_string(),
+            allow_any_host,
+            hosts,
+            namespaces,
+        }
+    }
+
+    /// The well-known discovery subsystem (NQN [`NVMF_DISCOVERY_NQN`], NVMe over
+    /// Fabrics §5): no namespaces, every host allowed.
+    pub fn discovery() -> Self {
+        Subsystem::new(
+            NVMF_DISCOVERY_NQN.to_string(),
+            String::new(),
+            true,
+            Vec::new(),
+            Vec::new(),
+        )
+    }
+
+    /// Whether this is the discovery subsystem.
+    pub fn is_discovery(&self) -> bool {
+        self.nqn == NVMF_DISCOVERY_NQN
+    }
+
+    /// The active namespace `nsid`, if any.
+    pub fn namespace(&self, nsid: u32) -> Option<&NamespaceEntry> {
+        self.namespaces.iter().find(|n| n.nsid == nsid)
+    }
+
+    /// Whether `hostnqn` may connect: any host when `allow_any_host` or for the
+    /// discovery subsystem (as nvmet), else only the listed hosts.
+    pub fn host_allowed(&self, hostnqn: &str) -> bool {
+        self.allow_any_host || self.is_discovery() || self.hosts.iter().any(|h| h == hostnqn)
+    }
+
+    /// Largest active NSID, 0 without namespaces (Identify Controller NN).
+    pub fn max_nsid(&self) -> u32 {
+        self.namespaces.iter().map(|n| n.nsid).max().unwrap_or(0)
+    }
+}
+
+/// Where the target listens: reported in the discovery log page (TRADDR, TRSVCID,
+/// ADRFAM).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PortInfo {
+    /// Transport address (IPv4 or IPv6).
+    pub traddr: IpAddr,
+    /// Transport service ID: the RDMA CM port (4420 by default).
+    pub trsvcid: u16,
+}
+
+/// Sizes the target advertises and enforces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Largest I/O queue in entries (1's based): CAP.MQES = this - 1; Connect SQSIZE
+    /// (0's based) must be below it.
+    pub max_queue_size: u16,
+    /// Most I/O queues one controller may have (Number of Queues feature); at least 1.
+    pub max_io_queues: u16,
+    /// Largest data transfer in bytes (Identify Controller MDTS = log2(this / 4096),
+    /// 0 meaning no limit when this is 0).
+    pub mdts_bytes: u32,
+    /// In-capsule data bytes an I/O command capsule may carry after the SQE
+    /// (IOCCSZ = (64 + this) / 16; SGLS bit 20 when non-zero).
+    pub in_capsule_bytes: u32,
+    /// Identify Controller MAXCMD: most outstanding commands per queue.
+    pub max_cmd: u16,
+}
+
+impl Default for Limits {
+    /// nvmet-rdma's values: 128-entry queues, 1 MiB MDTS, 4 KiB in-capsule data.
+    fn default() -> Self {
+        Limits {
+            max_queue_size: 128,
+            max_io_queues: 8,
+            mdts_bytes: 1 << 20,
+            in_capsule_bytes: 4096,
+            max_cmd: 128,
+        }
+    }
+}
+
+/// Subsystems, the port, limits, and the live controllers by CNTLID.
+#[derive(Debug)]
+pub struct Registry {
+    /// NVM subsystems (not the discovery subsystem).
+    pub subsystems: Vec<Arc<Subsystem>>,
+    /// The discovery subsystem.
+    pub discovery: Arc<Subsystem>,
+    /// The port the target listens on.
+    pub port: PortInfo,
+    /// Advertised and enforced sizes.
+    pub limits: Limits,
+    controllers: Mutex<ControllerTable>,
+    genctr: AtomicU64,
+}
+
+#[derive(Debug)]
+struct ControllerTable {
+    by_id: BTreeMap<u16, Arc<Controller>>,
+    /// Where the next CNTLID search starts (round robin, so an ID is not reused
+    /// right after its controller went away).
+    next: u16,
+}
+
+impl Registry {
+    /// A registry of `subsystems` (plus the discovery subsystem) on `port`.
+    pub fn new(subsystems: Vec<Arc<Subsystem>>, port: PortInfo, limits: Limits) -> Arc<Registry> {
+        Arc::new(Registry {
+            subsystems,
+            discovery: Arc::new(Subsystem::discovery()),
+            port,
+            limits,
+            controllers: Mutex::new(ControllerTable {
+                by_id: BTreeMap::new(),
+                next: CNTLID_MIN,
+            }),
+            genctr: AtomicU64::new(1),
+        })
+    }
+
+    /// The NVM subsystem named `nqn` (not the discovery subsystem).
+    pub fn subsystem(&self, nqn: &str) -> Option<&Arc<Subsystem>> {
+        self.subsystems.iter().find(|s| s.nqn == nqn)
+    }
+
+    /// The subsystem named `nqn`, the discovery subsystem included.
+    pub fn lookup(&self, nqn: &str) -> Option<&Arc<Subsystem>> {
+        if nqn == NVMF_DISCOVERY_NQN {
+            Some(&self.discovery)
+        } else {
+            self.subsystem(nqn)
+        }
+    }
+
+    /// The live controller `cntlid`.
+    pub fn controller(&self, cntlid: u16) -> Option<Arc<Controller>> {
+        self.controllers.lock().by_id.get(&cntlid).cloned()
+    }
+
+    /// Forgets controller `cntlid` (its admin queue went away or Keep Alive expired).
+    pub fn remove_controller(&self, cntlid: u16) {
+        self.controllers.lock().by_id.remove(&cntlid);
+    }
+
+    /// All live controllers, in CNTLID order.
+    pub fn controllers(&self) -> Vec<Arc<Controller>> {
+        self.controllers.lock().by_id.values().cloned().collect()
+    }
+
+    /// Discovery log Generation Counter (GENCTR): changes whenever the log's content
+    /// may have changed.
+    pub fn genctr(&self) -> u64 {
+        self.genctr.load(Ordering::Relaxed)
+    }
+
+    /// Notes a configuration change visible in the discovery log page.
+    pub fn bump_genctr(&self) {
+        self.genctr.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Allocates a free CNTLID in [`CNTLID_MIN`]..=[`CNTLID_MAX`] and registers the
+    /// controller `make` builds for it.
+    ///
+    /// Errors: Connect Controller Busy (SCT 1h, SC 81h) with DNR when every ID is
+    /// taken (nvmet answers the same).
+    pub fn add_controller(
+        &self,
+        make: impl FnOnce(u16) -> Controller,
+    ) -> Result<Arc<Controller>, Status> {
+        let mut t = self.controllers.lock();
+        let span = u32::from(CNTLID_MAX - CNTLID_MIN) + 1;
+        let start = t.next;
+        for i in 0..span {
+            let id = CNTLID_MIN + ((u32::from(start - CNTLID_MIN) + i) % span) as u16;
+            if !t.by_id.contains_key(&id) {
+                let ctrl = Arc::new(make(id));
+                t.by_id.insert(id, ctrl.clone());
+                t.next = if id == CNTLID_MAX { CNTLID_MIN } else { id + 1 };
+                return Ok(ctrl);
+            }
+        }
+        Err(Status::command_specific(CommandSpecificStatus::ConnectControllerBusy).with_dnr())
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use std::net::Ipv4Addr;
+    use std::time::Instant;
+
+    /// Restricted subsystem NQN used by the tests of this crate's command logic.
+    pub const REF_NQN: &str = "nqn.2026-11.io.example:ref";
+    /// Subsystem that admits one host only.
+    pub const RESTRICTED_NQN: &str = "nqn.2026-11.io.example:restricted";
+    /// The host the restricted subsystem admits.
+    pub const ALLOWED_HOST: &str =
+        "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-000000000001";
+    /// The Linux host NQN of the error capture.
+    pub const HOST: &str =
+        "nqn.2014-08.org.nvmexpress:uuid:cf25660b-4036-4a6d-88a2-80c857dbb57a";
+
+    /// The error capture's target: `ref` (any host, namespaces as given) and
+    /// `restricted` (one host), on 192.168.77.10:4420.
+    pub fn registry_with(namespaces: Vec<NamespaceEntry>) -> Arc<Registry> {
+        let r = Subsystem::new(REF_NQN.into(), "a1b2c3d4e5f6".into(), true, vec![], namespaces);
+        let s = Subsystem::new(
+            RESTRICTED_NQN.into(),
+            "ffff".into(),
+            false,
+            vec![ALLOWED_HOST.into()],
+            vec![],
+        );
+        Registry::new(
+            vec![Arc::new(r), Arc::new(s)],
+            PortInfo {
+                traddr: IpAddr::V4(Ipv4Addr::new(192, 168, 77, 10)),
+                trsvcid: 4420,
+            },
+            Limits::default(),
+        )
+    }
+
+    /// A sparse file namespace of `size` bytes with `block` byte blocks in `dir`.
+    pub fn file_ns(dir: &tempfile::TempDir, name: &str, size: u64, block: u32) -> Arc<FileNamespace> {
+        Arc::new(FileNamespace::open(&dir.path().join(name), Some(size), block).unwrap())
+    }
+
+    #[test]
+    fn host_allowed_rules() {
+        let reg = registry_with(vec![]);
+        assert!(reg.subsystem(REF_NQN).unwrap().host_allowed(HOST));
+        let s = reg.subsystem(RESTRICTED_NQN).unwrap();
+        assert!(!s.host_allowed(HOST));
+        assert!(s.host_allowed(ALLOWED_HOST));
+        assert!(reg.discovery.host_allowed(HOST));
+        assert!(reg.subsystem(NVMF_DISCOVERY_NQN).is_none());
+        assert!(reg.lookup(NVMF_DISCOVERY_NQN).unwrap().is_discovery());
+        assert!(reg.lookup("nqn.2026-11.io.example:nosuchsubsys").is_none());
+    }
+
+    #[test]
+    fn namespaces_sorted_and_ids_stable() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = NamespaceEntry::new(3, file_ns(&dir, "a", 1 << 20, 512), 0, REF_NQN);
+        let b = NamespaceEntry::new(1, file_ns(&dir, "b", 1 << 20, 512), 1, REF_NQN);
+        let again = NamespaceEntry::new(3, a.ns.clone(), 0, REF_NQN);
+        assert_eq!((a.nguid, a.uuid), (again.nguid, again.uuid));
+        assert_ne!(a.nguid, b.nguid);
+        assert_ne!(a.nguid, a.uuid);
+        assert_eq!(a.uuid[6] >> 4, 8, "UUID version 8");
+        assert_eq!(a.uuid[8] >> 6, 0b10, "RFC 9562 variant");
+        let s = Subsystem::new(REF_NQN.into(), "sn".into(), true, vec![], vec![a, b]);
+        assert_eq!(s.namespaces.iter().map(|n| n.nsid).collect::<Vec<_>>(), vec![1, 3]);
+        assert_eq!(s.max_nsid(), 3);
+        assert_eq!(s.namespace(3).unwrap().file_index, 0);
+        assert!(s.namespace(2).is_none());
+    }
+
+    #[test]
+    fn cntlid_allocation_round_robin() {
+        let reg = registry_with(vec![]);
+        let sub = reg.subsystem(REF_NQN).unwrap().clone();
+        let now = Instant::now();
+        let mk = |id| Controller::new(id, sub.clone(), HOST.into(), [0; 16], 0, &reg.limits, now);
+        let c1 = reg.add_controller(mk).unwrap();
+        let c2 = reg.add_controller(mk).unwrap();
+        assert_eq!((c1.cntlid, c2.cntlid), (1, 2));
+        reg.remove_controller(1);
+        assert!(reg.controller(1).is_none());
+        assert_eq!(reg.add_controller(mk).unwrap().cntlid, 3);
+        assert_eq!(reg.controller(2).unwrap().cntlid, 2);
+        assert_eq!(reg.controllers().len(), 2);
+    }
+}
