@@ -144,7 +144,6 @@ pub fn fabrics_connect(queue: &mut NvmeRdmaQueue, opts: &ControllerOptions, cntl
 }
 
 /// A connected, enabled controller and its admin queue (see the module docs).
-#[derive(Debug)]
 pub struct Controller {
     admin: NvmeRdmaQueue,
     cm: CmAgent,
@@ -156,6 +155,12 @@ pub struct Controller {
     info: ControllerInfo,
     /// Completions of commands other than the one being waited for (none expected).
     stray: Vec<QueueCompletion>,
+}
+
+impl std::fmt::Debug for Controller {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Controller").field("cntlid", &self.cntlid).field("subnqn", &self.opts.subnqn).field("admin", &self.admin).finish()
+    }
 }
 
 impl Controller {

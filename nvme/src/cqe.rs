@@ -13,7 +13,20 @@ use crate::status::Status;
 
 /// Completion Queue Entry, 16 bytes (NVMe Base 2.x §4.2.2 Figure "Common
 /// Completion Queue Entry Layout").
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    FromBytes,
+    IntoBytes,
+    KnownLayout,
+    Immutable,
+    Unaligned,
+)]
 #[repr(C)]
 pub struct Cqe {
     dw0: U32,
@@ -185,7 +198,9 @@ mod tests {
         let cqe = Cqe::read_from_bytes(&wire).unwrap();
         assert_eq!(cqe.result_u64(), 0x0000_0820_0f00_007f);
         assert_eq!(
-            Cqe::success(1, 0, 2).with_result_u64(0x0000_0820_0f00_007f).as_bytes(),
+            Cqe::success(1, 0, 2)
+                .with_result_u64(0x0000_0820_0f00_007f)
+                .as_bytes(),
             &wire[..]
         );
         // Frame 206 (errors pcap): Keep Alive answer, SQHD 15h, CID 4000h.

@@ -7,7 +7,20 @@ use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
 
 /// One Dataset Management range, 16 bytes: Context Attributes (u32),
 /// Length in logical blocks (u32, not 0's based), Starting LBA (u64).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    FromBytes,
+    IntoBytes,
+    KnownLayout,
+    Immutable,
+    Unaligned,
+)]
 #[repr(C)]
 pub struct DsmRange {
     /// Context Attributes (bytes 0..4).
@@ -36,7 +49,8 @@ impl DsmRange {
     /// Views `data` (the command's data buffer) as ranges; trailing bytes
     /// that do not fill a whole range are ignored.
     pub fn slice_from(data: &[u8]) -> &[DsmRange] {
-        let whole = data.len() / core::mem::size_of::<DsmRange>() * core::mem::size_of::<DsmRange>();
+        let whole =
+            data.len() / core::mem::size_of::<DsmRange>() * core::mem::size_of::<DsmRange>();
         <[DsmRange]>::ref_from_bytes(&data[..whole]).unwrap_or(&[])
     }
 }

@@ -118,7 +118,9 @@ macro_rules! fabrics_common {
 ///
 /// Fields beyond the common header: RECFMT u16 (40..42), QID u16 (42..44),
 /// SQSIZE u16 0's based (44..46), CATTR (46), KATO u32 in ms (48..52).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned,
+)]
 #[repr(C)]
 pub struct ConnectCommand {
     opcode: u8,
@@ -211,7 +213,9 @@ pub const CONNECT_SQE_KATO_OFFSET: u16 = offset_of!(ConnectCommand, kato) as u16
 /// Property Get command (FCTYPE 04h), 64 bytes: NVMe Base 2.x §6.6.
 /// ATTRIB (40) bits 2:0 = size (0: 4 bytes, 1: 8 bytes), OFST u32 (44..48).
 /// The value comes back in CQE DW0 (and DW1 for 8 bytes).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned,
+)]
 #[repr(C)]
 pub struct PropertyGetCommand {
     opcode: u8,
@@ -271,7 +275,9 @@ impl PropertyGetCommand {
 /// Property Set command (FCTYPE 00h), 64 bytes: NVMe Base 2.x §6.7.
 /// ATTRIB (40), OFST u32 (44..48), VALUE u64 (48..56; only the low 4 bytes
 /// count for a 4-byte property).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned,
+)]
 #[repr(C)]
 pub struct PropertySetCommand {
     opcode: u8,
@@ -337,7 +343,9 @@ impl PropertySetCommand {
 
 /// Disconnect command (FCTYPE 08h), 64 bytes: NVMe Base 2.x §6.4; RECFMT
 /// u16 at 40. Deletes the I/O queue it is sent on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned,
+)]
 #[repr(C)]
 pub struct DisconnectCommand {
     opcode: u8,
@@ -571,7 +579,14 @@ mod tests {
         ));
         let c = ConnectCommand::from_sqe(&wire).unwrap();
         assert_eq!(
-            (c.cid(), c.recfmt(), c.qid(), c.sqsize(), c.cattr(), c.kato()),
+            (
+                c.cid(),
+                c.recfmt(),
+                c.qid(),
+                c.sqsize(),
+                c.cattr(),
+                c.kato()
+            ),
             (0, 0, 0, 31, 0, 5000)
         );
         assert_eq!(c.queue_entries(), u32::from(crate::NVME_AQ_DEPTH));
@@ -636,7 +651,10 @@ mod tests {
             1024,
             &[
                 (0, "a9342a59983a4e2cb38349a6c6d39b37 ffff"),
-                (256, "6e716e2e323031342d30382e6f72672e6e766d65787072657373 2e646973636f76657279"),
+                (
+                    256,
+                    "6e716e2e323031342d30382e6f72672e6e766d65787072657373 2e646973636f76657279",
+                ),
             ],
         );
         let cd = ConnectData::read_from_bytes(&data).unwrap();
@@ -704,7 +722,10 @@ mod tests {
         ));
         assert_eq!(Sqe::property_get(1, Property::Cap), wire);
         let g = PropertyGetCommand::from_sqe(&wire).unwrap();
-        assert_eq!((g.size(), g.ofst(), g.property()), (Ok(PropertySize::EightBytes), 0, Some(Property::Cap)));
+        assert_eq!(
+            (g.size(), g.ofst(), g.property()),
+            (Ok(PropertySize::EightBytes), 0, Some(Property::Cap))
+        );
         // Frame 33: Property Get CSTS (4 B), CID 3000h.
         let g = PropertyGetCommand::of(0x3000, Property::Csts);
         assert_eq!((g.attrib(), g.ofst()), (0, 0x1c));
@@ -716,7 +737,15 @@ mod tests {
         ));
         assert_eq!(Sqe::property_set(0x1000, Property::Cc, 0x0046_0060), wire);
         let s = PropertySetCommand::from_sqe(&wire).unwrap();
-        assert_eq!((s.size(), s.property(), s.value(), s.cid()), (Ok(PropertySize::FourBytes), Some(Property::Cc), 0x0046_0060, 0x1000));
+        assert_eq!(
+            (s.size(), s.property(), s.value(), s.cid()),
+            (
+                Ok(PropertySize::FourBytes),
+                Some(Property::Cc),
+                0x0046_0060,
+                0x1000
+            )
+        );
     }
 
     #[test]

@@ -247,6 +247,9 @@ mod tests {
         assert_eq!(KeepAliveTimer::from_dword(5000).to_dword(), 5000);
         assert!(VolatileWriteCache::from_dword(1).wce);
         assert_eq!(VolatileWriteCache { wce: false }.to_dword(), 0);
-        assert_eq!(FeatureSelect::from_value(3), Some(FeatureSelect::SupportedCapabilities));
+        assert_eq!(
+            FeatureSelect::from_value(3),
+            Some(FeatureSelect::SupportedCapabilities)
+        );
     }
 }

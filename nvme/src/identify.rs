@@ -49,7 +49,19 @@ pub const SGLS_OFFSET: u32 = 1 << 20;
 
 /// Power State Descriptor, 32 bytes (NVMe Base 2.x §5.17.2.1 Figure "Power
 /// State Descriptor Data Structure").
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    FromBytes,
+    IntoBytes,
+    KnownLayout,
+    Immutable,
+    Unaligned,
+)]
 #[repr(C)]
 pub struct PowerStateDescriptor {
     /// Maximum Power (centiwatts unless MXPS).
@@ -340,7 +352,19 @@ impl IdentifyController {
 
 /// LBA Format Data Structure, 4 bytes (NVM Command Set 1.x §4.1.5.1 Figure
 /// "LBA Format Data Structure").
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    FromBytes,
+    IntoBytes,
+    KnownLayout,
+    Immutable,
+    Unaligned,
+)]
 #[repr(C)]
 pub struct LbaFormat {
     /// Metadata Size in bytes per LBA.
@@ -539,7 +563,19 @@ pub enum NsIdDescriptor {
 }
 
 /// The 4-byte header of a Namespace Identification Descriptor.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    FromBytes,
+    IntoBytes,
+    KnownLayout,
+    Immutable,
+    Unaligned,
+)]
 #[repr(C)]
 pub struct NsIdDescriptorHeader {
     /// Namespace Identifier Type.
@@ -690,8 +726,8 @@ mod tests {
             4096,
             &[
                 (4, "6166646436343663336430316462646235333139"), // SN afdd646c3d01dbdb5319
-                (24, "4c696e7578"), // MN "Linux", space padded below
-                (64, "362e312e302d3537"), // FR 6.1.0-57
+                (24, "4c696e7578"),                              // MN "Linux", space padded below
+                (64, "362e312e302d3537"),                        // FR 6.1.0-57
                 (72, "06"),
                 (76, "0b08 0100 00030100"), // CMIC, MDTS 8, CNTLID 1, VER 1.3
                 (92, "00090000 41000000"),  // OAES 900h, CTRATT 41h
@@ -722,16 +758,29 @@ mod tests {
         assert_eq!(id.sgls.get(), SGLS_SUPPORTED | SGLS_KEYED | SGLS_OFFSET);
         assert_eq!(id.sgls.get(), 0x0010_0005);
         assert_eq!((id.mdts, id.maxcmd.get(), id.vwc), (8, 1024, 1));
-        assert_eq!((id.icdoff.get(), id.msdbd, id.fcatt, id.ofcs.get()), (0, 1, 0, 0));
+        assert_eq!(
+            (id.icdoff.get(), id.msdbd, id.fcatt, id.ofcs.get()),
+            (0, 1, 0, 0)
+        );
         assert_eq!((id.ioccsz.get(), id.iorcsz.get()), (260, 1));
         assert_eq!(id.in_capsule_data_size(), 4096);
         assert_eq!(id.max_transfer_bytes(4096), Some(1 << 20));
-        assert_eq!((id.cntrltype, id.cntlid.get(), id.kas.get()), (CNTRLTYPE_IO, 1, 10));
+        assert_eq!(
+            (id.cntrltype, id.cntlid.get(), id.kas.get()),
+            (CNTRLTYPE_IO, 1, 10)
+        );
         assert_eq!(id.ctratt.get(), CTRATT_HOST_ID_128 | CTRATT_TBKAS);
         assert_eq!(id.oaes.get(), OAES_NS_ATTR | OAES_ANA_CHANGE);
         assert_eq!((id.sqes, id.cqes, id.nn.get()), (0x66, 0x44, 1024));
         assert_eq!(id.oncs.get(), ONCS_DSM | ONCS_WRITE_ZEROES);
-        assert_eq!((id.psd[0].mp.get(), id.psd[0].enlat.get(), id.psd[0].exlat.get()), (2500, 16, 4));
+        assert_eq!(
+            (
+                id.psd[0].mp.get(),
+                id.psd[0].enlat.get(),
+                id.psd[0].exlat.get()
+            ),
+            (2500, 16, 4)
+        );
 
         // Build the same structure with the typed fields.
         let mut b = IdentifyController::zeroed();
@@ -805,7 +854,10 @@ mod tests {
         assert_eq!(ns.nsze.get(), 0x20000);
         assert_eq!(ns.block_size(), 512);
         assert_eq!(ns.nsze.get() * ns.block_size(), 64 << 20);
-        assert_eq!((ns.nsfeat, ns.nmic, ns.anagrpid.get(), ns.nlbaf), (0x12, 1, 1, 0));
+        assert_eq!(
+            (ns.nsfeat, ns.nmic, ns.anagrpid.get(), ns.nlbaf),
+            (0x12, 1, 1, 0)
+        );
         let mut b = IdentifyNamespace::new(0x20000, 9);
         b.nsfeat = 0x12;
         b.nmic = 1;
@@ -857,7 +909,10 @@ mod tests {
             .unwrap();
         assert_eq!(
             NsIdDescriptorList::parse(all.as_bytes()),
-            Ok(vec![NsIdDescriptor::Eui64([1; 8]), NsIdDescriptor::Nguid([2; 16])])
+            Ok(vec![
+                NsIdDescriptor::Eui64([1; 8]),
+                NsIdDescriptor::Nguid([2; 16])
+            ])
         );
     }
 
@@ -885,6 +940,9 @@ mod tests {
         for _ in 0..3 {
             assert_eq!(l.push(NsIdDescriptor::Csi(0)), Ok(()));
         }
-        assert_eq!(l.push(NsIdDescriptor::Csi(0)), Err(NsIdDescriptorError::Full));
+        assert_eq!(
+            l.push(NsIdDescriptor::Csi(0)),
+            Err(NsIdDescriptorError::Full)
+        );
     }
 }

@@ -23,6 +23,8 @@
 //! [`properties`], [`identify`], [`features`], [`rdma`], [`log`], [`dsm`],
 //! [`strings`]. The main types are re-exported at the crate root.
 
+#![warn(missing_docs)]
+
 #[macro_use]
 mod macros;
 
@@ -49,17 +51,15 @@ pub use fabrics::{
     ConnectCommand, ConnectData, ConnectInvalidParameter, DisconnectCommand, FabricsError,
     ParameterLocation, PropertyGetCommand, PropertySetCommand,
 };
+pub use features::{AsyncEvent, KeepAliveTimer, NumberOfQueues, VolatileWriteCache};
 pub use identify::{
     IdentifyController, IdentifyNamespace, LbaFormat, NamespaceList, NsIdDescriptor,
     NsIdDescriptorList,
 };
-pub use log::{
-    DiscoveryLogEntry, DiscoveryLogPageHeader, ErrorLogEntry, RdmaTsas, SmartLog,
-};
+pub use log::{DiscoveryLogEntry, DiscoveryLogPageHeader, ErrorLogEntry, RdmaTsas, SmartLog};
 pub use opcodes::{
     AdminOpcode, FabricsCommandType, FeatureId, IdentifyCns, LogPageId, NvmOpcode, FABRICS_OPCODE,
 };
-pub use features::{AsyncEvent, KeepAliveTimer, NumberOfQueues, VolatileWriteCache};
 pub use properties::{Cap, Cc, Csts, Property, PropertySize, Vs};
 pub use rdma::{RdmaCmAccept, RdmaCmError, RdmaCmReject, RdmaCmRejectStatus, RdmaCmRequest};
 pub use sgl::{Sgl, SglDescriptor, SglError, SglSubtype, SglType};

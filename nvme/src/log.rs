@@ -5,9 +5,7 @@
 use zerocopy::byteorder::little_endian::{U128, U16, U32, U64};
 use zerocopy::{FromBytes, FromZeros, Immutable, IntoBytes, KnownLayout, Unaligned};
 
-use crate::strings::{
-    read_nul_padded, read_nul_terminated, write_nul_padded, StrFieldError,
-};
+use crate::strings::{read_nul_padded, read_nul_terminated, write_nul_padded, StrFieldError};
 use crate::NVME_NQN_MAX;
 
 wire_enum! {
@@ -241,7 +239,9 @@ pub fn parse_discovery_log(data: &[u8]) -> Option<(&DiscoveryLogPageHeader, &[Di
 
 /// Error Information Log Entry, 64 bytes (NVMe Base 2.x §5.16.1.2 Figure
 /// "Error Information Log Entry Data Structure").
-#[derive(Clone, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
+#[derive(
+    Clone, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned,
+)]
 #[repr(C)]
 pub struct ErrorLogEntry {
     /// Error Count: unique, increasing; 0 = invalid entry.
@@ -365,13 +365,28 @@ mod tests {
             ],
         );
         let (hdr, entries) = parse_discovery_log(&wire).unwrap();
-        assert_eq!((hdr.genctr.get(), hdr.numrec.get(), hdr.recfmt.get()), (2, 2, 0));
+        assert_eq!(
+            (hdr.genctr.get(), hdr.numrec.get(), hdr.recfmt.get()),
+            (2, 2, 0)
+        );
         assert_eq!(entries.len(), 2);
         let e = &entries[1];
-        assert_eq!(TransportType::from_value(e.trtype), Some(TransportType::Rdma));
-        assert_eq!(AddressFamily::from_value(e.adrfam), Some(AddressFamily::Ipv4));
-        assert_eq!(SubsystemType::from_value(e.subtype), Some(SubsystemType::Nvm));
-        assert_eq!((e.portid.get(), e.cntlid.get(), e.asqsz.get()), (1, 0xffff, 32));
+        assert_eq!(
+            TransportType::from_value(e.trtype),
+            Some(TransportType::Rdma)
+        );
+        assert_eq!(
+            AddressFamily::from_value(e.adrfam),
+            Some(AddressFamily::Ipv4)
+        );
+        assert_eq!(
+            SubsystemType::from_value(e.subtype),
+            Some(SubsystemType::Nvm)
+        );
+        assert_eq!(
+            (e.portid.get(), e.cntlid.get(), e.asqsz.get()),
+            (1, 0xffff, 32)
+        );
         assert_eq!(e.trsvcid(), Ok("4420"));
         assert_eq!(e.traddr(), Ok("192.168.77.10"));
         assert_eq!(e.subnqn(), Ok("nqn.2026-11.io.example:ref"));

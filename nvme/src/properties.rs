@@ -312,11 +312,17 @@ mod tests {
         assert_eq!(cap.timeout_ms(), 7500);
         assert!(cap.css_nvm());
         assert_eq!(cap.css(), 0x41);
-        assert_eq!((cap.mpsmin(), cap.mpsmax(), cap.dstrd(), cap.nssrs()), (0, 0, 0, false));
+        assert_eq!(
+            (cap.mpsmin(), cap.mpsmax(), cap.dstrd(), cap.nssrs()),
+            (0, 0, 0, false)
+        );
         let built = Cap::default().with_mqes(127).with_to(15).with_css(0x41);
         assert_eq!(built, cap);
         let c2 = cap.with_cqr(true).with_mpsmin(1).with_mpsmax(4);
-        assert_eq!((c2.cqr(), c2.mpsmin(), c2.mpsmax(), c2.mqes()), (true, 1, 4, 127));
+        assert_eq!(
+            (c2.cqr(), c2.mpsmin(), c2.mpsmax(), c2.mqes()),
+            (true, 1, 4, 127)
+        );
         assert_eq!(Property::Cap.size().bytes(), 8);
         assert_eq!(Property::Csts.size(), PropertySize::FourBytes);
     }
@@ -326,7 +332,10 @@ mod tests {
         // Frame 17: Set CC 00460060 (IOCQES 4, IOSQES 6, CSS 110b, EN 0);
         // frame 29 enables (00460061); frame 79 shuts down (00464061).
         let cc = Cc(0x0046_0060);
-        assert_eq!((cc.en(), cc.css(), cc.iosqes(), cc.iocqes()), (false, 6, 6, 4));
+        assert_eq!(
+            (cc.en(), cc.css(), cc.iosqes(), cc.iocqes()),
+            (false, 6, 6, 4)
+        );
         assert_eq!(cc.shn(), Some(ShutdownNotification::None));
         assert_eq!(cc.with_en(true), Cc(0x0046_0061));
         let shut = Cc(0x0046_4061);
@@ -339,12 +348,18 @@ mod tests {
         // Frame 35: CSTS 1 (RDY); frame 85: CSTS 8 (SHST complete, RDY 0).
         assert!(Csts(1).rdy());
         let c = Csts(8);
-        assert_eq!((c.rdy(), c.cfs(), c.shst()), (false, false, Some(ShutdownStatus::Complete)));
+        assert_eq!(
+            (c.rdy(), c.cfs(), c.shst()),
+            (false, false, Some(ShutdownStatus::Complete))
+        );
         assert_eq!(Csts::default().with_shst(ShutdownStatus::Complete), c);
         assert_eq!(Csts::default().with_rdy(true).with_cfs(true), Csts(3));
         // Frame 39: VS 00010300 = 1.3.0.
         assert_eq!(Vs(0x0001_0300), Vs::V1_3);
-        assert_eq!((Vs::V1_3.major(), Vs::V1_3.minor(), Vs::V1_3.tertiary()), (1, 3, 0));
+        assert_eq!(
+            (Vs::V1_3.major(), Vs::V1_3.minor(), Vs::V1_3.tertiary()),
+            (1, 3, 0)
+        );
         assert!(Vs::V2_0 > Vs::V1_4);
     }
 }

@@ -17,7 +17,9 @@ pub const NVME_RDMA_CM_FMT_1_0: u16 = 0;
 /// is the host's SQ size, 0's based (Linux admin queue: 32 and 31). CNTLID
 /// (bytes 8..10, as in Linux's `struct nvme_rdma_cm_req`) is 0 from hosts
 /// that do not set it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned,
+)]
 #[repr(C)]
 pub struct RdmaCmRequest {
     recfmt: U16,
@@ -31,7 +33,9 @@ assert_size!(RdmaCmRequest, 32);
 
 /// RDMA_CM_ACCEPT private data, 32 bytes (NVMe RDMA Transport 1.x §3.3):
 /// RECFMT and CRQSIZE, the controller's receive queue size (= HSQSIZE + 1).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned,
+)]
 #[repr(C)]
 pub struct RdmaCmAccept {
     recfmt: U16,
@@ -42,7 +46,9 @@ assert_size!(RdmaCmAccept, 32);
 
 /// RDMA_CM_REJECT private data, 4 bytes (NVMe RDMA Transport 1.x §3.3):
 /// RECFMT and STS, an [`RdmaCmRejectStatus`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned,
+)]
 #[repr(C)]
 pub struct RdmaCmReject {
     recfmt: U16,
@@ -270,7 +276,10 @@ mod tests {
         let mut wire = hex("0000 0100 8000 7f00");
         wire.resize(56, 0); // the rest of the REQ private data
         let req = RdmaCmRequest::parse(&wire).unwrap();
-        assert_eq!((req.qid(), req.hrqsize(), req.hsqsize(), req.cntlid()), (1, 128, 127, 0));
+        assert_eq!(
+            (req.qid(), req.hrqsize(), req.hsqsize(), req.cntlid()),
+            (1, 128, 127, 0)
+        );
         assert_eq!(RdmaCmRequest::new(1, 128, 127).as_bytes(), &wire[..32]);
     }
 

@@ -65,7 +65,19 @@ pub const KEYED_SGL_MAX_LEN: u32 = 0x00FF_FFFF;
 /// Layout: bytes 0..8 address (or offset), bytes 8..15 type specific
 /// (Data Block: 32-bit length then 3 reserved; Keyed Data Block: 24-bit
 /// length then 32-bit key), byte 15 identifier. All little endian.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Default, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
+#[derive(
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Default,
+    FromBytes,
+    IntoBytes,
+    KnownLayout,
+    Immutable,
+    Unaligned,
+)]
 #[repr(C)]
 pub struct SglDescriptor {
     address: U64,
@@ -263,7 +275,10 @@ impl SglDescriptor {
     /// Key (Keyed).
     pub fn decode(&self) -> Result<Sgl, SglError> {
         let identifier = self.identifier;
-        match (SglType::from_value(self.type_nibble()), self.subtype_nibble()) {
+        match (
+            SglType::from_value(self.type_nibble()),
+            self.subtype_nibble(),
+        ) {
             (Some(SglType::DataBlock), 0x0) => Ok(Sgl::DataBlockAddress {
                 addr: self.address(),
                 len: self.data_block_len(),
@@ -386,7 +401,13 @@ mod tests {
         let wire = hex("0000000000000000 00100000 000000 01");
         let d = SglDescriptor::inline_offset(0, 4096);
         assert_eq!(d.as_bytes(), &wire[..]);
-        assert_eq!(d.decode(), Ok(Sgl::DataBlockOffset { offset: 0, len: 4096 }));
+        assert_eq!(
+            d.decode(),
+            Ok(Sgl::DataBlockOffset {
+                offset: 0,
+                len: 4096
+            })
+        );
     }
 
     #[test]
@@ -405,7 +426,9 @@ mod tests {
         );
         assert_eq!(
             seg.decode().unwrap_err().status().to_field(),
-            Status::generic(GenericStatus::SglDescriptorTypeInvalid).with_dnr().to_field()
+            Status::generic(GenericStatus::SglDescriptorTypeInvalid)
+                .with_dnr()
+                .to_field()
         );
         let mut raw = SglDescriptor::keyed_null().to_array();
         raw[15] = 0x41;

@@ -43,7 +43,9 @@ pub const SF_SV: u32 = 1 << 31;
 /// Submission Queue Entry, 64 bytes (NVMe Base 2.x §4.2 Figure "Common
 /// Command Format"); on fabrics DPTR is a single SGL descriptor
 /// (NVMe Base 2.x §4.3.2, PSDT 01b).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned,
+)]
 #[repr(C)]
 pub struct Sqe {
     opcode: u8,
@@ -483,7 +485,8 @@ mod tests {
             "0000000000000000 00100000 000000 01",
             "00000000 00000000 07000000 00000000 00000000 00000000"
         ));
-        let built = Sqe::write(0x14, 1, 0, 7, false).with_sgl(SglDescriptor::inline_offset(0, 4096));
+        let built =
+            Sqe::write(0x14, 1, 0, 7, false).with_sgl(SglDescriptor::inline_offset(0, 4096));
         assert_eq!(built, wire);
     }
 
@@ -541,14 +544,20 @@ mod tests {
             .with_rae(true)
             .with_sgl(SglDescriptor::keyed(0xff46_45cc_8862_21f0, 1024, 0x340, true).unwrap());
         assert_eq!(built, wire);
-        assert_eq!((wire.lid(), wire.rae(), wire.log_page_len(), wire.lpo()), (0x70, true, 1024, 0));
+        assert_eq!(
+            (wire.lid(), wire.rae(), wire.log_page_len(), wire.lpo()),
+            (0x70, true, 1024, 0)
+        );
         // Frame 144: ANA log, NSID FFFFFFFFh, 8208 B (NUMDL 803h), no RAE.
         let ana = Sqe::get_log_page(4, LogPageId::AnaLog, 0x803, 0).with_nsid(0xffff_ffff);
         assert_eq!(ana.cdw10(), 0x0803_000c);
         assert_eq!(ana.log_page_len(), 8208);
         // Upper NUMD bits and offset.
         let big = Sqe::get_log_page(1, LogPageId::SmartHealth, 0x1_0002, 0x1_0000_0004);
-        assert_eq!((big.cdw10() >> 16, big.cdw11(), big.cdw12(), big.cdw13()), (2, 1, 4, 1));
+        assert_eq!(
+            (big.cdw10() >> 16, big.cdw11(), big.cdw12(), big.cdw13()),
+            (2, 1, 4, 1)
+        );
         assert_eq!((big.numd_0based(), big.lpo()), (0x1_0002, 0x1_0000_0004));
     }
 
@@ -557,10 +566,16 @@ mod tests {
         let f = Sqe::flush(3, 1);
         assert_eq!((f.opcode(), f.cid(), f.nsid()), (0, 3, 1));
         let wz = Sqe::write_zeroes(4, 1, 0x1_2345_6789, 15, true);
-        assert_eq!((wz.opcode(), wz.slba(), wz.nlb(), wz.deac()), (8, 0x1_2345_6789, 16, true));
+        assert_eq!(
+            (wz.opcode(), wz.slba(), wz.nlb(), wz.deac()),
+            (8, 0x1_2345_6789, 16, true)
+        );
         assert_eq!((wz.cdw10(), wz.cdw11()), (0x2345_6789, 1));
         let d = Sqe::dsm_deallocate(5, 1, 2);
-        assert_eq!((d.opcode(), d.dsm_nr_0based(), d.dsm_deallocate_attr()), (9, 2, true));
+        assert_eq!(
+            (d.opcode(), d.dsm_nr_0based(), d.dsm_deallocate_attr()),
+            (9, 2, true)
+        );
         let r = Sqe::read(1, 1, 0, 0xffff, true);
         assert_eq!((r.nlb(), r.fua(), r.cdw12()), (65536, true, 0x4000_ffff));
         let g = Sqe::get_features(6, FeatureId::KeepAliveTimer);
@@ -576,7 +591,16 @@ mod tests {
         s.set_cdw15(15);
         let back = Sqe::from_array(s.to_array());
         assert_eq!(back, s);
-        assert_eq!((back.mptr(), back.cdw2(), back.cdw3(), back.cdw14(), back.cdw15()), (9, 2, 3, 14, 15));
+        assert_eq!(
+            (
+                back.mptr(),
+                back.cdw2(),
+                back.cdw3(),
+                back.cdw14(),
+                back.cdw15()
+            ),
+            (9, 2, 3, 14, 15)
+        );
         assert_eq!(back.fctype(), None);
     }
 }

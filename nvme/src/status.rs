@@ -12,9 +12,11 @@ use core::fmt;
 wire_enum! {
     /// Status Code Type (SCT, 3 bits), NVMe Base 2.x §4.2.3 Figure "Status
     /// Code - Status Code Type Values". All eight values are named so that
-    /// any wire value decodes.
+    /// any wire value decodes. Defaults to `Generic`.
+    #[derive(Default)]
     pub enum StatusCodeType: u8 {
         /// Generic command status (0h), §4.2.3.1.
+        #[default]
         Generic = 0 => "Generic Command Status",
         /// Command specific status (1h), §4.2.3.2.
         CommandSpecific = 1 => "Command Specific Status",
@@ -46,12 +48,6 @@ impl StatusCodeType {
             6 => Self::Reserved6,
             _ => Self::VendorSpecific,
         }
-    }
-}
-
-impl Default for StatusCodeType {
-    fn default() -> Self {
-        Self::Generic
     }
 }
 
@@ -444,8 +440,14 @@ mod tests {
             .with_more()
             .with_dnr();
         assert_eq!(s.to_field(), 0xFFFE);
-        assert_eq!(Status::generic(GenericStatus::LbaOutOfRange).to_field(), 0x0100);
-        assert_eq!(Status::media(MediaStatus::UnrecoveredReadError).to_field(), 0x0502);
+        assert_eq!(
+            Status::generic(GenericStatus::LbaOutOfRange).to_field(),
+            0x0100
+        );
+        assert_eq!(
+            Status::media(MediaStatus::UnrecoveredReadError).to_field(),
+            0x0502
+        );
         assert_eq!(Status::SUCCESS.to_field(), 0);
         assert!(Status::SUCCESS.is_success());
         assert!(Status::SUCCESS.with_dnr().is_success());
@@ -454,8 +456,12 @@ mod tests {
 
     #[test]
     fn display_names() {
-        let s = Status::command_specific(CommandSpecificStatus::ConnectInvalidParameters).with_dnr();
-        assert_eq!(s.to_string(), "Connect Invalid Parameters (SCT 1h, SC 82h, DNR)");
+        let s =
+            Status::command_specific(CommandSpecificStatus::ConnectInvalidParameters).with_dnr();
+        assert_eq!(
+            s.to_string(),
+            "Connect Invalid Parameters (SCT 1h, SC 82h, DNR)"
+        );
         assert_eq!(
             Status::generic(GenericStatus::InvalidOpcode).to_string(),
             "Invalid Command Opcode (SCT 0h, SC 01h)"
@@ -475,7 +481,10 @@ mod tests {
         assert_eq!(GenericStatus::NamespaceNotReady.value(), 0x82);
         assert_eq!(CommandSpecificStatus::InvalidLogPage.value(), 0x09);
         assert_eq!(CommandSpecificStatus::ConnectRestartDiscovery.value(), 0x83);
-        assert_eq!(GenericStatus::try_from(0x17).map_err(|e| e.value), Err(0x17));
+        assert_eq!(
+            GenericStatus::try_from(0x17).map_err(|e| e.value),
+            Err(0x17)
+        );
         for c in GenericStatus::ALL {
             assert_eq!(GenericStatus::from_value(c.value()), Some(*c));
         }

@@ -51,7 +51,11 @@ pub fn write_ascii_padded(dst: &mut [u8], s: &str) -> Result<(), StrFieldError> 
             max: dst.len(),
         });
     }
-    if let Some((at, &byte)) = b.iter().enumerate().find(|(_, c)| !(0x20..=0x7e).contains(*c)) {
+    if let Some((at, &byte)) = b
+        .iter()
+        .enumerate()
+        .find(|(_, c)| !(0x20..=0x7e).contains(*c))
+    {
         return Err(StrFieldError::NotAscii { byte, at });
     }
     dst.fill(b' ');
@@ -70,7 +74,11 @@ pub fn read_ascii_padded(src: &[u8]) -> Result<&str, StrFieldError> {
         .rposition(|&c| c != b' ' && c != 0)
         .map_or(0, |i| i + 1);
     let text = &src[..end];
-    if let Some((at, &byte)) = text.iter().enumerate().find(|(_, c)| !(0x20..=0x7e).contains(*c)) {
+    if let Some((at, &byte)) = text
+        .iter()
+        .enumerate()
+        .find(|(_, c)| !(0x20..=0x7e).contains(*c))
+    {
         return Err(StrFieldError::NotAscii { byte, at });
     }
     core::str::from_utf8(text).map_err(|_| StrFieldError::InvalidUtf8)

@@ -4,7 +4,7 @@
 /// hand, so a bad digit is a test bug and panics.
 pub fn hex(s: &str) -> Vec<u8> {
     let digits: Vec<u8> = s.bytes().filter(|b| !b.is_ascii_whitespace()).collect();
-    assert!(digits.len() % 2 == 0, "odd number of hex digits");
+    assert!(digits.len() & 1 == 0, "odd number of hex digits");
     digits
         .chunks(2)
         .map(|p| {

@@ -194,7 +194,7 @@ pub enum ConfigError {
     Invalid {
         /// The file path, or "configuration".
         origin: String,
-        /// What is wrong and where (e.g. "subsystems[0].namespaces[1]: nsid 1 used twice").
+        /// What is wrong and where, e.g. `subsystems[0] (nqn.x:a): namespaces[1]: nsid 1 is used twice`.
         reason: String,
     },
 }

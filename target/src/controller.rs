@@ -425,10 +425,14 @@ mod tests {
         assert_eq!(c.csts(), Csts(8));
         assert_eq!(c.cc(), Cc(0));
         assert!(!c.is_enabled());
-        // SHN back to 0 clears SHST.
+        // Shutdown cleared CC (as nvmet), so SHST stays until the next enable.
         c.update_cc(Cc(0x0046_0060), t0);
-        assert_eq!(c.csts().shst(), Some(ShutdownStatus::Normal));
-        let _ = ShutdownNotification::Normal;
+        assert_eq!(c.csts().shst(), Some(ShutdownStatus::Complete));
+        c.update_cc(Cc(0x0046_0061), t0);
+        assert_eq!(c.csts(), Csts(1));
+        // Abrupt shutdown: the same.
+        c.update_cc(Cc(0x0046_0061).with_shn(ShutdownNotification::Abrupt), t0);
+        assert_eq!((c.csts(), c.cc()), (Csts(8), Cc(0)));
     }
 
     #[test]

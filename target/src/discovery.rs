@@ -98,7 +98,7 @@ mod tests {
 
     #[test]
     fn ipv6_entries() {
-        let s = Subsystem::new(REF_NQN.into(), "sn".into(), true, vec![], vec![]);
+        let s = Subsystem::new(REF_NQN.into(), "sn".to_string(), true, vec![], vec![]);
         let reg = Registry::new(
             vec![Arc::new(s)],
             PortInfo {

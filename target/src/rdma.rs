@@ -21,7 +21,7 @@ use std::time::Instant;
 
 use crossbeam::channel::{Receiver, Sender};
 use nvme::status::{GenericStatus, Status};
-use nvme::{Cqe, Sgl, SglDescriptor, Sqe};
+use nvme::{Cqe, Sgl, Sqe};
 use transport::soft::{Context, Cq, Mr, Pd, Qp, QpInitAttr, SoftDevice, Srq};
 use transport::verbs::{
     AccessFlags, AhAttr, Mtu, QpAttr, QpCap, QpState, RecvWr, SendFlags, SendOp, SendWr, SgList, Sge, WcOpcode,

@@ -125,7 +125,7 @@ pub fn start(cfg: &TargetConfig) -> Result<TargetHandle, TargetError> {
         }
         subsystems.push(Arc::new(Subsystem::new(
             s.nqn.clone(),
-            s.serial.clone(),
+            s.serial.clone().unwrap_or_else(|| "nvmf-rdma".to_string()),
             s.allow_any_host,
             s.hosts.clone(),
             namespaces,

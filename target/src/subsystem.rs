@@ -92,7 +92,7 @@ pub struct Subsystem {
     /// NVM Subsystem NQN (Identify Controller SUBNQN, Connect SUBNQN).
     pub nqn: String,
     /// Serial Number (Identify Controller SN, 20 ASCII characters at most; longer
-    /// values are cut).
+    /// values are cut). Derived from the NQN when the configuration gives none.
     pub serial: String,
     /// Model Number (Identify Controller MN, 40 ASCII characters at most).
     pub model: String,
@@ -106,14 +106,19 @@ pub struct Subsystem {
 
 impl Subsystem {
     /// A subsystem with model [`DEFAULT_MODEL`]; `namespaces` are sorted by NSID.
+    /// Without a `serial`, the serial number is 16 hexadecimal digits derived from the
+    /// NQN (stable across restarts; nvmet draws a random one).
     pub fn new(
         nqn: String,
-        serial: String,
+        serial: impl Into<Option<String>>,
         allow_any_host: bool,
         hosts: Vec<String>,
         mut namespaces: Vec<NamespaceEntry>,
     ) -> Self {
         namespaces.sort_by_key(|n| n.nsid);
+        let serial = serial
+            .into()
+            .unwrap_or_else(|| format!("{:016x}", fnv1a64(0xcbf2_9ce4_8422_2325, nqn.as_bytes())));
         Subsystem {
             nqn,
             serial,
@@ -129,7 +134,7 @@ impl Subsystem {
     pub fn discovery() -> Self {
         Subsystem::new(
             NVMF_DISCOVERY_NQN.to_string(),
-            String::new(),
+            None,
             true,
             Vec::new(),
             Vec::new(),
@@ -323,10 +328,10 @@ pub(crate) mod tests {
     /// The error capture's target: `ref` (any host, namespaces as given) and
     /// `restricted` (one host), on 192.168.77.10:4420.
     pub fn registry_with(namespaces: Vec<NamespaceEntry>) -> Arc<Registry> {
-        let r = Subsystem::new(REF_NQN.into(), "a1b2c3d4e5f6".into(), true, vec![], namespaces);
+        let r = Subsystem::new(REF_NQN.into(), "a1b2c3d4e5f6".to_string(), true, vec![], namespaces);
         let s = Subsystem::new(
             RESTRICTED_NQN.into(),
-            "ffff".into(),
+            "ffff".to_string(),
             false,
             vec![ALLOWED_HOST.into()],
             vec![],
@@ -370,10 +375,13 @@ pub(crate) mod tests {
         assert_ne!(a.nguid, a.uuid);
         assert_eq!(a.uuid[6] >> 4, 8, "UUID version 8");
         assert_eq!(a.uuid[8] >> 6, 0b10, "RFC 9562 variant");
-        let s = Subsystem::new(REF_NQN.into(), "sn".into(), true, vec![], vec![a, b]);
+        let s = Subsystem::new(REF_NQN.into(), "sn".to_string(), true, vec![], vec![a, b]);
         assert_eq!(s.namespaces.iter().map(|n| n.nsid).collect::<Vec<_>>(), vec![1, 3]);
         assert_eq!(s.max_nsid(), 3);
         assert_eq!(s.namespace(3).unwrap().file_index, 0);
+        let derived = Subsystem::new(REF_NQN.into(), None, true, vec![], vec![]);
+        assert_eq!(derived.serial.len(), 16);
+        assert_eq!(derived.serial, Subsystem::new(REF_NQN.into(), None, true, vec![], vec![]).serial);
         assert!(s.namespace(2).is_none());
     }
 

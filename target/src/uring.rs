@@ -876,6 +876,32 @@ mod tests {
         assert_eq!(ring.stats().failed, 3);
     }
 
+    /// The poll group's busy loop never blocks: `poll_completions` + `submit` alone must
+    /// deliver completions of work the kernel runs asynchronously (fsync, fallocate go
+    /// through io-wq and come back as task work, flagged by IORING_SQ_TASKRUN).
+    #[test]
+    fn busy_polling_delivers_async_completions() {
+        let file = temp_file(1 << 20);
+        let (mut ring, slab) = setup(file.as_file(), 8);
+        slab_fill(&slab, 0, &pattern(65536, 3));
+        ring.write_fixed(0, 0, slab.as_ptr(), 65536, 0, false, 1)
+            .unwrap();
+        ring.fsync(0, false, 2).unwrap();
+        ring.fallocate(0, FALLOC_DEALLOCATE, 512 << 10, 4096, 3)
+            .unwrap();
+        let mut got = Vec::new();
+        for _ in 0..50_000_000u64 {
+            ring.submit().unwrap();
+            ring.poll_completions(|ud, res| got.push((ud, res)));
+            if got.len() == 3 {
+                break;
+            }
+            std::thread::yield_now();
+        }
+        got.sort_unstable();
+        assert_eq!(got, vec![(1, 65536), (2, 0), (3, 0)]);
+    }
+
     #[test]
     fn idle_ring_submit_and_wait_does_not_block() {
         let mut ring = Ring::new(4).unwrap();

@@ -126,10 +126,15 @@ impl IoEngine for MemEngine {
             )));
         }
         if self.in_flight[t] {
-            return Err(EngineError::InvalidRequest(format!("tag {tag} already in use")));
+            return Err(EngineError::InvalidRequest(format!(
+                "tag {tag} already in use"
+            )));
         }
         self.submissions += 1;
-        if self.busy_every.is_some_and(|n| self.submissions % n == 0) {
+        if self
+            .busy_every
+            .is_some_and(|n| self.submissions.checked_rem(n) == Some(0))
+        {
             return Err(EngineError::Busy);
         }
         self.in_flight[t] = true;
@@ -168,11 +173,25 @@ mod tests {
     fn write_then_read_round_trips() {
         let mut e = MemEngine::new(8192, 2, 4096);
         e.buffer(0).fill(0xAB);
-        let w = IoRequest { op: IoOp::Write, offset: 4096, len: 4096 };
+        let w = IoRequest {
+            op: IoOp::Write,
+            offset: 4096,
+            len: 4096,
+        };
         e.submit(0, &w).unwrap();
-        assert_eq!(drain(&mut e), vec![IoCompletion { tag: 0, result: Ok(()) }]);
+        assert_eq!(
+            drain(&mut e),
+            vec![IoCompletion {
+                tag: 0,
+                result: Ok(())
+            }]
+        );
         assert!(e.disk()[4096..].iter().all(|&b| b == 0xAB));
-        let r = IoRequest { op: IoOp::Read, offset: 4096, len: 4096 };
+        let r = IoRequest {
+            op: IoOp::Read,
+            offset: 4096,
+            len: 4096,
+        };
         e.submit(1, &r).unwrap();
         assert_eq!(drain(&mut e).len(), 1);
         assert!(e.buffer(1).iter().all(|&b| b == 0xAB));
@@ -181,15 +200,44 @@ mod tests {
     #[test]
     fn faults_are_reported() {
         let mut e = MemEngine::new(8192, 1, 4096);
-        let r = IoRequest { op: IoOp::Read, offset: 8192, len: 4096 };
+        let r = IoRequest {
+            op: IoOp::Read,
+            offset: 8192,
+            len: 4096,
+        };
         e.submit(0, &r).unwrap();
         let c = drain(&mut e);
-        assert!(c[0].result.as_ref().unwrap_err().contains("LBA Out of Range"));
-        assert!(matches!(e.submit(1, &r), Err(EngineError::InvalidRequest(_))));
+        assert!(c[0]
+            .result
+            .as_ref()
+            .unwrap_err()
+            .contains("LBA Out of Range"));
+        assert!(matches!(
+            e.submit(1, &r),
+            Err(EngineError::InvalidRequest(_))
+        ));
         e.fail_at(0);
-        e.submit(0, &IoRequest { op: IoOp::Write, offset: 0, len: 512 }).unwrap();
+        e.submit(
+            0,
+            &IoRequest {
+                op: IoOp::Write,
+                offset: 0,
+                len: 512,
+            },
+        )
+        .unwrap();
         assert!(drain(&mut e)[0].result.is_err());
         e.busy_every(1);
-        assert_eq!(e.submit(0, &IoRequest { op: IoOp::Read, offset: 0, len: 512 }), Err(EngineError::Busy));
+        assert_eq!(
+            e.submit(
+                0,
+                &IoRequest {
+                    op: IoOp::Read,
+                    offset: 0,
+                    len: 512
+                }
+            ),
+            Err(EngineError::Busy)
+        );
     }
 }

@@ -404,10 +404,7 @@ impl BenchArgs {
 
     /// Options that describe the target, as fio JSON `global options` (string values).
     pub fn fio_global_options(&self) -> Vec<(String, String)> {
-        let mut v = vec![(
-            "ioengine".to_string(),
-            "nvmf-rdma".to_string(),
-        )];
+        let mut v = vec![("ioengine".to_string(), "nvmf-rdma".to_string())];
         match &self.traddr {
             Some(addr) => {
                 v.push(("traddr".into(), addr.clone()));

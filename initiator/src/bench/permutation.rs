@@ -123,7 +123,9 @@ mod tests {
 
     #[test]
     fn every_block_exactly_once() {
-        for n in [0u64, 1, 2, 3, 7, 8, 9, 100, 255, 256, 257, 1000, 4097, 65_536] {
+        for n in [
+            0u64, 1, 2, 3, 7, 8, 9, 100, 255, 256, 257, 1000, 4097, 65_536,
+        ] {
             let v = pass(n, 0x89);
             assert_eq!(v.len() as u64, n, "n={n}");
             let mut seen = vec![false; n as usize];
@@ -141,10 +143,20 @@ mod tests {
         let b = pass(1000, 2);
         assert_eq!(a, pass(1000, 1), "same key, same order");
         assert_ne!(a, b, "different key, different order");
-        let in_place = a.iter().enumerate().filter(|(i, &v)| *i as u64 == v).count();
-        assert!(in_place < 20, "looks like the identity: {in_place} fixed points");
+        let in_place = a
+            .iter()
+            .enumerate()
+            .filter(|(i, &v)| *i as u64 == v)
+            .count();
+        assert!(
+            in_place < 20,
+            "looks like the identity: {in_place} fixed points"
+        );
         let ascending = a.windows(2).filter(|w| w[1] == w[0] + 1).count();
-        assert!(ascending < 20, "looks sequential: {ascending} ascending steps");
+        assert!(
+            ascending < 20,
+            "looks sequential: {ascending} ascending steps"
+        );
     }
 
     #[test]

@@ -10,6 +10,12 @@
 //! from its first counted submit to its last counted completion. A failed I/O, a
 //! verification mismatch or an engine failure stops the job and is reported as
 //! fio's `err=`.
+//!
+//! With `--verify crc32c`, reads of blocks written earlier in the run are checked
+//! as they complete; and, as fio's `do_verify`, a job that writes and ends by
+//! issuing its `io_size` (not by the runtime) then reads back every block of its
+//! region written in this run (the verify phase, which the runtime does not cut
+//! short and the statistics do not include).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime};
@@ -41,7 +47,9 @@ impl Job {
 
 impl std::fmt::Debug for Job {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Job").field("spec", &self.spec).finish_non_exhaustive()
+        f.debug_struct("Job")
+            .field("spec", &self.spec)
+            .finish_non_exhaustive()
     }
 }
 
@@ -63,14 +71,15 @@ pub fn run_in_place(jobs: &mut [Job], opts: &RunOptions, stop: Option<&AtomicBoo
 
     loop {
         let now = Instant::now();
-        let stop_now = now >= deadline || stop.is_some_and(|s| s.load(Ordering::Relaxed));
+        let past_deadline = now >= deadline;
+        let stop_flag = stop.is_some_and(|s| s.load(Ordering::Relaxed));
         let mut all_done = true;
         for (job, st) in jobs.iter_mut().zip(states.iter_mut()) {
             if st.done {
                 continue;
             }
             all_done = false;
-            if stop_now {
+            if stop_flag || (past_deadline && st.phase == Phase::Workload) {
                 st.stop(now);
             }
             if st.stop_at.is_none() {
@@ -111,6 +120,18 @@ enum SlotVerify {
     Read(ReadCheck),
 }
 
+/// Where a job is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Issuing the workload.
+    Workload,
+    /// Workload issued; waiting for its I/Os to finish before reading back.
+    DrainBeforeVerify,
+    /// fio's verify phase: reading back the region's written blocks, from this block
+    /// index on. Not counted in the statistics.
+    Verify(u64),
+}
+
 #[derive(Debug, Clone, Copy)]
 struct Slot {
     req: IoRequest,
@@ -121,6 +142,11 @@ struct Slot {
 
 struct JobState {
     workload: Workload,
+    phase: Phase,
+    /// Region start, block size and block count, for the verify phase.
+    region: (u64, u32, u64),
+    /// Whether the workload writes (and so has a verify phase when verifying).
+    writes: bool,
     depth: usize,
     free_tags: Vec<u32>,
     slots: Vec<Option<Slot>>,
@@ -144,6 +170,9 @@ impl JobState {
         let depth = (job.spec.iodepth as usize).min(job.engine.max_outstanding());
         let mut st = Self {
             workload: Workload::new(&job.spec),
+            phase: Phase::Workload,
+            region: (job.spec.offset, job.spec.bs, job.spec.blocks()),
+            writes: job.spec.rw.read_percent(job.spec.rwmixread) < 100,
             depth,
             free_tags: (0..depth as u32).rev().collect(),
             slots: vec![None; depth],
@@ -162,7 +191,11 @@ impl JobState {
             depth_dist: [0; 7],
         };
         if depth == 0 {
-            st.fail(ERRNO_EIO, "engine accepts no outstanding I/O (queue depth 0)".into(), now);
+            st.fail(
+                ERRNO_EIO,
+                "engine accepts no outstanding I/O (queue depth 0)".into(),
+                now,
+            );
         }
         st
     }
@@ -180,16 +213,66 @@ impl JobState {
         self.stop(now);
     }
 
-    /// Submits until the job has `depth` I/Os outstanding, the engine is busy, or the
-    /// workload ends.
-    fn fill(&mut self, job: &mut Job, mut tracker: Option<&mut VerifyTracker>, measure_from: Instant, now: Instant) {
-        while self.outstanding < self.depth {
-            let req = match self.retry.take().or_else(|| self.workload.next_request()) {
-                Some(r) => r,
-                None => {
-                    self.stop(now);
-                    return;
+    /// The next request of the current phase; `None` when the phase has nothing to
+    /// issue now (the job stops once it has nothing left at all).
+    fn next_request(&mut self, tracker: Option<&VerifyTracker>, now: Instant) -> Option<IoRequest> {
+        if let Some(r) = self.retry.take() {
+            return Some(r);
+        }
+        loop {
+            match self.phase {
+                Phase::Workload => {
+                    if let Some(r) = self.workload.next_request() {
+                        return Some(r);
+                    }
+                    if tracker.is_none() || !self.writes {
+                        self.stop(now);
+                        return None;
+                    }
+                    self.phase = Phase::DrainBeforeVerify;
                 }
+                Phase::DrainBeforeVerify => {
+                    if self.outstanding > 0 {
+                        return None;
+                    }
+                    self.phase = Phase::Verify(0);
+                }
+                Phase::Verify(mut next) => {
+                    let (base, bs, blocks) = self.region;
+                    let mut found = None;
+                    while next < blocks && found.is_none() {
+                        let offset = base + next * u64::from(bs);
+                        next += 1;
+                        if tracker.is_some_and(|t| t.read_started(offset).is_some()) {
+                            found = Some(IoRequest {
+                                op: IoOp::Read,
+                                offset,
+                                len: bs,
+                            });
+                        }
+                    }
+                    self.phase = Phase::Verify(next);
+                    if found.is_none() {
+                        self.stop(now);
+                    }
+                    return found;
+                }
+            }
+        }
+    }
+
+    /// Submits until the job has `depth` I/Os outstanding, the engine is busy, or the
+    /// current phase has nothing more to issue.
+    fn fill(
+        &mut self,
+        job: &mut Job,
+        mut tracker: Option<&mut VerifyTracker>,
+        measure_from: Instant,
+        now: Instant,
+    ) {
+        while self.outstanding < self.depth {
+            let Some(req) = self.next_request(tracker.as_deref(), now) else {
+                return;
             };
             let Some(tag) = self.free_tags.pop() else {
                 return;
@@ -203,23 +286,34 @@ impl JobState {
                         None => {
                             t.write_finished(req.offset, generation, false);
                             self.free_tags.push(tag);
-                            self.fail(ERRNO_EIO, format!("engine buffer of tag {tag} is shorter than bs {len}"), now);
+                            self.fail(
+                                ERRNO_EIO,
+                                format!("engine buffer of tag {tag} is shorter than bs {len}"),
+                                now,
+                            );
                             return;
                         }
                     }
                     SlotVerify::Write(generation)
                 }
-                (Some(t), IoOp::Read) => t.read_started(req.offset).map_or(SlotVerify::None, SlotVerify::Read),
+                (Some(t), IoOp::Read) => t
+                    .read_started(req.offset)
+                    .map_or(SlotVerify::None, SlotVerify::Read),
                 (None, _) => SlotVerify::None,
             };
             let submitted = Instant::now();
             match job.engine.submit(tag, &req) {
                 Ok(()) => {
-                    let measured = submitted >= measure_from;
+                    let measured = submitted >= measure_from && self.phase == Phase::Workload;
                     if measured && self.first_submit.is_none() {
                         self.first_submit = Some(submitted);
                     }
-                    self.slots[tag as usize] = Some(Slot { req, submitted, measured, verify });
+                    self.slots[tag as usize] = Some(Slot {
+                        req,
+                        submitted,
+                        measured,
+                        verify,
+                    });
                     self.outstanding += 1;
                     if measured {
                         self.depth_dist[depth_bucket(self.outstanding)] += 1;
@@ -233,7 +327,11 @@ impl JobState {
                     if e == EngineError::Busy {
                         self.retry = Some(req);
                     } else {
-                        self.fail(ERRNO_EIO, format!("submit of {} failed: {e}", describe(&req)), now);
+                        self.fail(
+                            ERRNO_EIO,
+                            format!("submit of {} failed: {e}", describe(&req)),
+                            now,
+                        );
                     }
                     return;
                 }
@@ -263,7 +361,11 @@ impl JobState {
         let now = Instant::now();
         for c in comps.drain(..) {
             let Some(slot) = self.slots.get_mut(c.tag as usize).and_then(Option::take) else {
-                self.fail(ERRNO_EIO, format!("engine completed tag {} that is not outstanding", c.tag), now);
+                self.fail(
+                    ERRNO_EIO,
+                    format!("engine completed tag {} that is not outstanding", c.tag),
+                    now,
+                );
                 continue;
             };
             self.outstanding -= 1;
@@ -273,7 +375,11 @@ impl JobState {
             match (tracker.as_deref_mut(), slot.verify) {
                 (Some(t), SlotVerify::Write(g)) => t.write_finished(req.offset, g, ok),
                 (Some(t), SlotVerify::Read(check)) if ok => {
-                    let block = job.engine.buffer(c.tag).get(..req.len as usize).unwrap_or(&[]);
+                    let block = job
+                        .engine
+                        .buffer(c.tag)
+                        .get(..req.len as usize)
+                        .unwrap_or(&[]);
                     if let Err(e) = t.read_finished(block, req.offset, check) {
                         self.fail(ERRNO_EILSEQ, e.to_string(), now);
                     }
@@ -287,7 +393,9 @@ impl JobState {
             if slot.measured {
                 let d = req.op.index();
                 let ns = now.saturating_duration_since(slot.submitted).as_nanos();
-                self.dirs[d].clat.record(u64::try_from(ns).unwrap_or(u64::MAX));
+                self.dirs[d]
+                    .clat
+                    .record(u64::try_from(ns).unwrap_or(u64::MAX));
                 self.dirs[d].ios += 1;
                 self.dirs[d].bytes += u64::from(req.len);
                 self.sampler.add(d, u64::from(req.len));
@@ -388,7 +496,10 @@ mod tests {
     #[test]
     fn counts_every_io_of_a_sized_job() {
         let jobs = vec![
-            Job::new(spec(RwMode::RandRead, 0, 64, 64, 4), Box::new(mem(64, 2, 8))),
+            Job::new(
+                spec(RwMode::RandRead, 0, 64, 64, 4),
+                Box::new(mem(64, 2, 8)),
+            ),
             Job::new(spec(RwMode::Write, 1, 64, 100, 1), Box::new(mem(64, 2, 8))),
         ];
         let r = run(jobs, &opts(VerifyMode::None));
@@ -398,7 +509,10 @@ mod tests {
         assert_eq!(r.jobs[0].dirs[0].clat.count(), 64);
         assert_eq!(r.jobs[0].dirs[1].ios, 0);
         assert_eq!(r.jobs[1].dirs[1].ios, 100);
-        assert!(r.jobs.iter().all(|j| j.error.is_none() && j.runtime_ms >= 1));
+        assert!(r
+            .jobs
+            .iter()
+            .all(|j| j.error.is_none() && j.runtime_ms >= 1));
         assert_eq!(r.group.dirs[0].ios, 64);
         assert_eq!(r.group.dirs[1].ios, 100);
         assert!(r.verify.is_none());
@@ -407,35 +521,66 @@ mod tests {
     #[test]
     fn randrw_with_crc32c_verifies_without_mismatch() {
         let jobs = vec![
-            Job::new(spec(RwMode::RandRw, 0, 64, 64 * 20, 8), Box::new(mem(64, 2, 8))),
-            Job::new(spec(RwMode::ReadWrite, 1, 64, 64 * 20, 1), Box::new(mem(64, 2, 8))),
+            Job::new(
+                spec(RwMode::RandRw, 0, 64, 64 * 20, 8),
+                Box::new(mem(64, 2, 8)),
+            ),
+            Job::new(
+                spec(RwMode::ReadWrite, 1, 64, 64 * 20, 1),
+                Box::new(mem(64, 2, 8)),
+            ),
         ];
         let r = run(jobs, &opts(VerifyMode::Crc32c));
         let v = r.verify.unwrap();
         assert_eq!(v.mismatches, 0);
         assert!(v.verified > 100, "only {} blocks verified", v.verified);
-        assert!(r.jobs.iter().all(|j| j.error.is_none()), "{:?}", r.jobs[0].error);
+        assert!(
+            r.jobs.iter().all(|j| j.error.is_none()),
+            "{:?}",
+            r.jobs[0].error
+        );
     }
 
     #[test]
     fn verification_is_per_run() {
-        let mut jobs = vec![Job::new(spec(RwMode::Write, 0, 32, 32, 4), Box::new(mem(32, 1, 4)))];
+        let mut jobs = vec![Job::new(
+            spec(RwMode::Write, 0, 32, 32, 4),
+            Box::new(mem(32, 1, 4)),
+        )];
         let o = opts(VerifyMode::Crc32c);
         let w = run_in_place(&mut jobs, &o, None);
         assert_eq!(w.jobs[0].dirs[1].ios, 32);
+        // fio's verify phase read every written block back, outside the statistics.
+        assert_eq!(
+            w.verify.unwrap(),
+            VerifySummary {
+                verified: 32,
+                mismatches: 0
+            }
+        );
+        assert_eq!(w.jobs[0].dirs[0].ios, 0);
         // A second run over the same engine reads the blocks back, but only blocks
         // written in the same run are checked.
         jobs[0].spec.rw = RwMode::Read;
         let r = run_in_place(&mut jobs, &o, None);
         assert_eq!(r.jobs[0].dirs[0].ios, 32);
-        assert_eq!(r.verify.unwrap(), VerifySummary { verified: 0, mismatches: 0 });
+        assert_eq!(
+            r.verify.unwrap(),
+            VerifySummary {
+                verified: 0,
+                mismatches: 0
+            }
+        );
     }
 
     #[test]
     fn corrupted_reads_are_mismatches_that_stop_the_job() {
         let mut engine = mem(64, 1, 4);
         engine.corrupt_reads(ReadCorruption::FlipLastByte);
-        let jobs = vec![Job::new(spec(RwMode::RandRw, 0, 64, 64 * 20, 4), Box::new(engine))];
+        let jobs = vec![Job::new(
+            spec(RwMode::RandRw, 0, 64, 64 * 20, 4),
+            Box::new(engine),
+        )];
         let r = run(jobs, &opts(VerifyMode::Crc32c));
         let v = r.verify.unwrap();
         assert!(v.mismatches > 0);
@@ -443,6 +588,21 @@ mod tests {
         assert_eq!(e.errno, ERRNO_EILSEQ);
         assert!(e.message.contains("bad crc32c at offset"), "{}", e.message);
         assert_eq!(r.group.error.as_ref().unwrap().errno, ERRNO_EILSEQ);
+    }
+
+    #[test]
+    fn verify_phase_after_writes_catches_corruption() {
+        let mut engine = mem(64, 1, 4);
+        engine.corrupt_reads(ReadCorruption::FlipLastByte);
+        let jobs = vec![Job::new(
+            spec(RwMode::RandWrite, 0, 64, 64, 4),
+            Box::new(engine),
+        )];
+        let r = run(jobs, &opts(VerifyMode::Crc32c));
+        assert_eq!(r.jobs[0].dirs[1].ios, 64);
+        // The reads already in flight when the first mismatch stops the job count too.
+        assert!((1..=4).contains(&r.verify.unwrap().mismatches));
+        assert_eq!(r.jobs[0].errno(), ERRNO_EILSEQ);
     }
 
     #[test]
@@ -461,7 +621,10 @@ mod tests {
     fn busy_engine_is_retried() {
         let mut engine = mem(16, 1, 4);
         engine.busy_every(3);
-        let jobs = vec![Job::new(spec(RwMode::RandWrite, 0, 16, 48, 4), Box::new(engine))];
+        let jobs = vec![Job::new(
+            spec(RwMode::RandWrite, 0, 16, 48, 4),
+            Box::new(engine),
+        )];
         let r = run(jobs, &opts(VerifyMode::Crc32c));
         assert!(r.jobs[0].error.is_none());
         assert_eq!(r.jobs[0].dirs[1].ios, 48);

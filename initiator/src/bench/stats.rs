@@ -88,6 +88,31 @@ impl Moments {
     }
 }
 
+/// Upper bounds (exclusive) of fio's latency buckets, in ns, us and ms
+/// (`latency_ns`, `latency_us`, `latency_ms`); the last ms bucket is ">=2000".
+pub const FIO_LAT_BOUNDS: [u64; 10] = [2, 4, 10, 20, 50, 100, 250, 500, 750, 1000];
+
+/// Number of fio latency buckets: 10 ns, 10 us and 12 ms buckets.
+pub const FIO_LAT_BUCKETS: usize = 32;
+
+/// The fio latency bucket of `ns` (stat.c `add_lat_{ns,us,ms}`): buckets 0-9 in ns,
+/// 10-19 in us, 20-31 in ms (30 = under 2000 ms, 31 = 2000 ms and over).
+pub fn fio_lat_bucket(ns: u64) -> usize {
+    let find = |v: u64| FIO_LAT_BOUNDS.iter().position(|&b| v < b);
+    if ns < 1000 {
+        find(ns).unwrap_or(9)
+    } else if ns < 1_000_000 {
+        10 + find(ns / 1000).unwrap_or(9)
+    } else {
+        let ms = ns / 1_000_000;
+        match find(ms) {
+            Some(i) => 20 + i,
+            None if ms < 2000 => 30,
+            None => 31,
+        }
+    }
+}
+
 /// Completion latency distribution in nanoseconds.
 #[derive(Debug, Clone)]
 pub struct LatencyStats {
@@ -95,6 +120,7 @@ pub struct LatencyStats {
     moments: Moments,
     min_ns: u64,
     max_ns: u64,
+    fio_buckets: [u64; FIO_LAT_BUCKETS],
 }
 
 impl Default for LatencyStats {
@@ -113,6 +139,7 @@ impl LatencyStats {
             moments: Moments::default(),
             min_ns: 0,
             max_ns: 0,
+            fio_buckets: [0; FIO_LAT_BUCKETS],
         }
     }
 
@@ -120,6 +147,7 @@ impl LatencyStats {
     pub fn record(&mut self, ns: u64) {
         // Auto-resize makes recording infallible for any u64.
         let _ = self.hist.record(ns);
+        self.fio_buckets[fio_lat_bucket(ns)] += 1;
         if self.moments.count() == 0 {
             self.min_ns = ns;
             self.max_ns = ns;
@@ -136,6 +164,9 @@ impl LatencyStats {
             return;
         }
         let _ = self.hist.add(&other.hist);
+        for (a, b) in self.fio_buckets.iter_mut().zip(&other.fio_buckets) {
+            *a += b;
+        }
         if self.moments.count() == 0 {
             self.min_ns = other.min_ns;
             self.max_ns = other.max_ns;
@@ -166,24 +197,29 @@ impl LatencyStats {
     pub fn stddev_ns(&self) -> f64 {
         self.moments.stddev()
     }
-    /// Number of samples below `ns` (at the histogram's 3-digit resolution).
-    pub fn count_below_ns(&self, ns: u64) -> u64 {
-        if ns == 0 || self.count() == 0 {
-            return 0;
-        }
-        if ns > self.max_ns {
-            return self.count();
-        }
-        self.hist.count_between(0, ns - 1)
+    /// Samples per fio latency bucket (see [`fio_lat_bucket`]), exact.
+    pub fn fio_buckets(&self) -> &[u64; FIO_LAT_BUCKETS] {
+        &self.fio_buckets
     }
 
-    /// The latency at `percent` (0-100], ns: the highest value equivalent (at 3
-    /// significant digits) to the sample at that rank; 0 when empty.
+    /// The latency at `percent` (0-100], ns: the sample at that rank, to 3
+    /// significant digits (the lowest value of its histogram bucket: exact below
+    /// 2048 ns and for whole microseconds below 16 us); the exact min or max when
+    /// the sample shares their bucket; 0 when empty.
     pub fn percentile_ns(&self, percent: f64) -> u64 {
         if self.count() == 0 {
             return 0;
         }
-        self.hist.value_at_quantile(percent / 100.0).min(self.max_ns)
+        let v = self.hist.value_at_quantile(percent / 100.0);
+        if self.hist.equivalent(v, self.max_ns) {
+            return self.max_ns;
+        }
+        if self.hist.equivalent(v, self.min_ns) {
+            return self.min_ns;
+        }
+        self.hist
+            .lowest_equivalent(v)
+            .clamp(self.min_ns, self.max_ns)
     }
 }
 
@@ -241,8 +277,12 @@ impl Sampler {
         let secs = self.window_ns as f64 / 1e9;
         for d in 0..2 {
             if active[d] {
-                dirs[d].bw_kib_samples.add((self.bytes[d] as f64 / 1024.0 / secs).floor());
-                dirs[d].iops_samples.add((self.ios[d] as f64 / secs).floor());
+                dirs[d]
+                    .bw_kib_samples
+                    .add((self.bytes[d] as f64 / 1024.0 / secs).floor());
+                dirs[d]
+                    .iops_samples
+                    .add((self.ios[d] as f64 / secs).floor());
             }
         }
         *self = Sampler::default();
@@ -286,9 +326,17 @@ mod tests {
         assert_eq!(s.max_ns(), 1_000_000);
         assert!((s.mean_ns() - 500_500.0).abs() < 1e-6);
         // 3 significant digits: within 0.1% of the exact rank value.
-        for (p, exact) in [(50.0, 500_000u64), (90.0, 900_000), (99.0, 990_000), (99.9, 999_000)] {
+        for (p, exact) in [
+            (50.0, 500_000u64),
+            (90.0, 900_000),
+            (99.0, 990_000),
+            (99.9, 999_000),
+        ] {
             let v = s.percentile_ns(p);
-            assert!(v.abs_diff(exact) <= exact / 1000 + 1, "p{p}: {v} vs {exact}");
+            assert!(
+                v.abs_diff(exact) <= exact / 1000 + 1,
+                "p{p}: {v} vs {exact}"
+            );
         }
         assert_eq!(s.percentile_ns(100.0), 1_000_000);
         assert_eq!(LatencyStats::new().percentile_ns(50.0), 0);
@@ -309,8 +357,28 @@ mod tests {
         assert_eq!(a.min_ns(), 1_000);
         assert_eq!(a.max_ns(), 90_000);
         assert!((a.mean_ns() - 21_800.0).abs() < 1e-6);
-        assert!(a.percentile_ns(50.0).abs_diff(6_000) <= 6, "{}", a.percentile_ns(50.0));
+        assert!(
+            a.percentile_ns(50.0).abs_diff(6_000) <= 6,
+            "{}",
+            a.percentile_ns(50.0)
+        );
         assert_eq!(a.percentile_ns(100.0), 90_000);
+    }
+
+    #[test]
+    fn fio_latency_buckets() {
+        assert_eq!(fio_lat_bucket(0), 0);
+        assert_eq!(fio_lat_bucket(3), 1);
+        assert_eq!(fio_lat_bucket(999), 9);
+        assert_eq!(fio_lat_bucket(1_000), 10);
+        assert_eq!(fio_lat_bucket(10_000), 13);
+        assert_eq!(fio_lat_bucket(49_999), 14);
+        assert_eq!(fio_lat_bucket(50_000), 15);
+        assert_eq!(fio_lat_bucket(999_999), 19);
+        assert_eq!(fio_lat_bucket(1_000_000), 20);
+        assert_eq!(fio_lat_bucket(999_000_000), 29);
+        assert_eq!(fio_lat_bucket(1_500_000_000), 30);
+        assert_eq!(fio_lat_bucket(2_000_000_000), 31);
     }
 
     #[test]

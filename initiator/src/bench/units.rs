@@ -41,7 +41,9 @@ pub fn parse_size(text: &str) -> Result<u64, ParseUnitError> {
     let s = text.trim();
     let (digits, suffix) = split_number(s);
     if digits.is_empty() {
-        return Err(err("expected a number with an optional k/m/g/t/p suffix, e.g. 4k"));
+        return Err(err(
+            "expected a number with an optional k/m/g/t/p suffix, e.g. 4k",
+        ));
     }
     let value: u64 = digits.parse().map_err(|_| err("number too large"))?;
     let suffix = suffix.to_ascii_lowercase();
@@ -76,7 +78,9 @@ pub fn parse_duration(text: &str) -> Result<Duration, ParseUnitError> {
     let s = text.trim();
     let (digits, suffix) = split_number(s);
     if digits.is_empty() {
-        return Err(err("expected a number with an optional us/ms/s/m/h/d suffix, e.g. 10s"));
+        return Err(err(
+            "expected a number with an optional us/ms/s/m/h/d suffix, e.g. 10s",
+        ));
     }
     let value: u64 = digits.parse().map_err(|_| err("number too large"))?;
     let micros_per_unit: u64 = match suffix.to_ascii_lowercase().as_str() {

@@ -24,7 +24,9 @@ pub const VERIFY_HEADER_LEN: usize = 32;
 const CRC_FIELD: std::ops::Range<usize> = 24..28;
 
 /// The header at the start of a verified block (all fields little endian).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned,
+)]
 #[repr(C)]
 pub struct VerifyHeader {
     /// [`VERIFY_MAGIC`].
@@ -186,32 +188,60 @@ pub fn fill_block(block: &mut [u8], offset: u64, generation: u64) {
 /// generation of the last write that completed there.
 ///
 /// Errors: see [`VerifyError`].
-pub fn check_block(block: &[u8], offset: u64, expected_generation: Option<u64>) -> Result<(), VerifyError> {
+pub fn check_block(
+    block: &[u8],
+    offset: u64,
+    expected_generation: Option<u64>,
+) -> Result<(), VerifyError> {
     let len = block.len();
     let Ok((header, payload)) = VerifyHeader::ref_from_prefix(block) else {
         return Err(VerifyError::TooShort { offset, len });
     };
     if header.magic.get() != VERIFY_MAGIC {
-        return Err(VerifyError::BadMagic { offset, len, found: header.magic.get() });
+        return Err(VerifyError::BadMagic {
+            offset,
+            len,
+            found: header.magic.get(),
+        });
     }
     if header.offset.get() != offset {
-        return Err(VerifyError::BadOffset { offset, len, found: header.offset.get() });
+        return Err(VerifyError::BadOffset {
+            offset,
+            len,
+            found: header.offset.get(),
+        });
     }
     if header.len.get() as usize != len {
-        return Err(VerifyError::BadLength { offset, len, found: header.len.get() });
+        return Err(VerifyError::BadLength {
+            offset,
+            len,
+            found: header.len.get(),
+        });
     }
     let computed = block_crc(block);
     if header.crc32c.get() != computed {
-        return Err(VerifyError::BadCrc { offset, len, stored: header.crc32c.get(), computed });
+        return Err(VerifyError::BadCrc {
+            offset,
+            len,
+            stored: header.crc32c.get(),
+            computed,
+        });
     }
     let generation = header.generation.get();
     if let Some(expected) = expected_generation {
         if generation != expected {
-            return Err(VerifyError::StaleGeneration { offset, expected, found: generation });
+            return Err(VerifyError::StaleGeneration {
+                offset,
+                expected,
+                found: generation,
+            });
         }
     }
     if let Some(i) = first_pattern_mismatch(payload, offset, generation) {
-        return Err(VerifyError::BadPattern { offset, first_bad: VERIFY_HEADER_LEN + i });
+        return Err(VerifyError::BadPattern {
+            offset,
+            first_bad: VERIFY_HEADER_LEN + i,
+        });
     }
     Ok(())
 }
@@ -297,7 +327,12 @@ impl VerifyTracker {
     /// Returns `Ok(false)` when a write to the block was submitted meanwhile (skipped).
     ///
     /// Errors: the block's [`VerifyError`] (counted as a mismatch).
-    pub fn read_finished(&mut self, block: &[u8], offset: u64, check: ReadCheck) -> Result<bool, VerifyError> {
+    pub fn read_finished(
+        &mut self,
+        block: &[u8],
+        offset: u64,
+        check: ReadCheck,
+    ) -> Result<bool, VerifyError> {
         let raced = match self.blocks.get(&offset) {
             Some(s) => s.last_submitted > check.generation_at_submit,
             None => true,
@@ -343,17 +378,36 @@ mod tests {
     fn each_kind_of_damage_is_named() {
         let mut b = vec![0u8; 4096];
         fill_block(&mut b, 8192, 3);
-        assert!(matches!(check_block(&b, 4096, None), Err(VerifyError::BadOffset { found: 8192, .. })));
-        assert!(matches!(check_block(&b, 8192, Some(4)), Err(VerifyError::StaleGeneration { expected: 4, found: 3, .. })));
-        assert!(matches!(check_block(&b[..2048], 8192, None), Err(VerifyError::BadLength { .. })));
-        assert!(matches!(check_block(&b[..16], 8192, None), Err(VerifyError::TooShort { .. })));
+        assert!(matches!(
+            check_block(&b, 4096, None),
+            Err(VerifyError::BadOffset { found: 8192, .. })
+        ));
+        assert!(matches!(
+            check_block(&b, 8192, Some(4)),
+            Err(VerifyError::StaleGeneration {
+                expected: 4,
+                found: 3,
+                ..
+            })
+        ));
+        assert!(matches!(
+            check_block(&b[..2048], 8192, None),
+            Err(VerifyError::BadLength { .. })
+        ));
+        assert!(matches!(
+            check_block(&b[..16], 8192, None),
+            Err(VerifyError::TooShort { .. })
+        ));
         let mut c = b.clone();
         c[4095] ^= 1;
         let e = check_block(&c, 8192, None).unwrap_err();
         assert!(matches!(e, VerifyError::BadCrc { .. }));
         assert_eq!(e.offset(), 8192);
         assert!(e.to_string().contains("offset 8192"), "{e}");
-        assert!(matches!(check_block(&[0u8; 512], 0, None), Err(VerifyError::BadMagic { found: 0, .. })));
+        assert!(matches!(
+            check_block(&[0u8; 512], 0, None),
+            Err(VerifyError::BadMagic { found: 0, .. })
+        ));
     }
 
     #[test]
@@ -388,7 +442,10 @@ mod tests {
 
         // A lost write: old data comes back.
         let check = t.read_started(0).unwrap();
-        assert!(matches!(t.read_finished(&b, 0, check), Err(VerifyError::StaleGeneration { .. })));
+        assert!(matches!(
+            t.read_finished(&b, 0, check),
+            Err(VerifyError::StaleGeneration { .. })
+        ));
         assert_eq!(t.mismatches, 1);
 
         // Overlapping writes leave the content unknown.

@@ -216,7 +216,10 @@ mod tests {
 
     #[test]
     fn stops_after_io_limit_and_time_based_does_not() {
-        assert_eq!(Workload::new(&spec(RwMode::RandWrite, 8, Some(8))).count(), 8);
+        assert_eq!(
+            Workload::new(&spec(RwMode::RandWrite, 8, Some(8))).count(),
+            8
+        );
         let mut w = Workload::new(&spec(RwMode::RandWrite, 8, None));
         assert_eq!(w.by_ref().take(100).count(), 100);
         assert!(!w.is_exhausted());

@@ -190,6 +190,8 @@ fn connect_accept_rtu_established_on_both() {
         (ip("10.0.0.1"), 0x11, hid.0)
     );
     assert_eq!((ti.local_qpn, ti.flow_label), (0x22, 0x68fc2));
+    // Both sides' RC packets leave from the UDP port Linux uses for this flow label.
+    assert_eq!((hi.udp_sport(), ti.udp_sport()), (53208, 53208));
 }
 
 /// Our REQ for Linux's parameters is Linux's REQ (capture frame 4) byte for byte, apart

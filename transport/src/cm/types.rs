@@ -67,41 +67,62 @@ pub enum CmEvent {
     /// active side's values (swap them for the local QP, as rdma_cm does);
     /// `private_data` is the user part after the CMA header (56 bytes, zero padded).
     ConnectRequest {
+        /// The new connection (this side's communication ID).
         id: ConnId,
+        /// Where the REQ came from; REP and RC traffic go there.
         remote_ip: IpAddr,
         /// The active side's IP CM source port.
         remote_port: u16,
         /// The listened port the REQ's service ID names.
         local_port: u16,
+        /// The active side's QPN (the local QP's destination QPN).
         remote_qpn: u32,
+        /// The active side's starting PSN (the local QP's expected receive PSN).
         remote_psn: u32,
+        /// The active side's responder resources (bounds our initiator depth).
         responder_resources: u8,
+        /// The active side's initiator depth (bounds our responder resources).
         initiator_depth: u8,
+        /// Path MTU.
         path_mtu: Mtu,
+        /// Local ACK timeout of the primary path (4.096 us x 2^value).
         local_ack_timeout: u8,
+        /// Transport retry count for the local QP.
         retry_count: u8,
+        /// RNR retry count the active side asks for.
         rnr_retry_count: u8,
         /// The REQ's primary path flow label (feeds the QP's UDP source port).
         flow_label: u32,
+        /// User private data after the CMA header, 56 bytes.
         private_data: Vec<u8>,
     },
     /// Active side: the REP arrived. The application moves its QP to RTR/RTS with these
     /// values, then calls `send_rtu(id)`. `private_data` is the REP's 196 bytes.
     ConnectReply {
+        /// The connection `connect` returned.
         id: ConnId,
+        /// The passive side's QPN.
         remote_qpn: u32,
+        /// The passive side's starting PSN.
         remote_psn: u32,
+        /// The passive side's responder resources.
         responder_resources: u8,
+        /// The passive side's initiator depth.
         initiator_depth: u8,
+        /// RNR retry count for the local QP.
         rnr_retry_count: u8,
         /// The flow label this side put in its REQ.
         flow_label: u32,
+        /// The REP's private data, 196 bytes.
         private_data: Vec<u8>,
     },
     /// The connection is established: passive side when the RTU arrived (or the
     /// application reported traffic with `established()`), active side when it sent
     /// the RTU.
-    Established { id: ConnId },
+    Established {
+        /// The connection.
+        id: ConnId,
+    },
     /// The peer rejected our REQ or REP (IBTA §12.6.7); `reason` is a `CM_REJ_*` code,
     /// `private_data` the REJ's 148 bytes. The connection is gone.
     Rejected {
@@ -110,10 +131,16 @@ pub enum CmEvent {
         private_data: Vec<u8>,
     },
     /// A REQ, REP or DREQ went unanswered through all retries. The connection is gone.
-    Unreachable { id: ConnId },
+    Unreachable {
+        /// The connection.
+        id: ConnId,
+    },
     /// A DREQ arrived (and was answered with a DREP), or our DREQ was answered. The
     /// connection is gone.
-    Disconnected { id: ConnId },
+    Disconnected {
+        /// The connection.
+        id: ConnId,
+    },
 }
 
 /// Connection states (IBTA §12.9.5, Figure 151), as far as this CM keeps them.
@@ -145,8 +172,11 @@ pub enum CmRole {
 /// A snapshot of one connection ([`Cm::conn_info`](super::Cm::conn_info)).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ConnInfo {
+    /// Active or passive.
     pub role: CmRole,
+    /// Where the connection stands.
     pub state: CmState,
+    /// The peer's address.
     pub remote_ip: IpAddr,
     /// The peer's communication ID, 0 until known.
     pub remote_comm_id: u32,
@@ -160,6 +190,14 @@ pub struct ConnInfo {
     pub local_port: u16,
     /// The peer's RDMA CM port.
     pub remote_port: u16,
+}
+
+impl ConnInfo {
+    /// The UDP source port of the connection's RC packets, from the flow label as Linux
+    /// rxe derives it (`rdma_get_udp_sport`).
+    pub fn udp_sport(&self) -> u16 {
+        crate::wire::udp_sport_from_flow_label(self.flow_label)
+    }
 }
 
 /// Counters of the connection manager ([`Cm::stats`](super::Cm::stats)).

@@ -176,10 +176,7 @@ impl KeyTable {
         length: usize,
         access: AccessFlags,
     ) -> Result<MrKeys, VerbsError> {
-        if offset
-            .checked_add(length)
-            .map_or(true, |end| end > mem.len())
-        {
+        if !matches!(offset.checked_add(length), Some(end) if end <= mem.len()) {
             return Err(VerbsError::InvalidArgument("MR range outside the memory"));
         }
         if access.intersects(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC)
@@ -390,7 +387,7 @@ impl KeyTable {
             Obj::Mw {
                 pd: mw_pd,
                 binding: binding @ Some(_),
-            } if *mw_pd == pd && qpn.map_or(true, |q| binding.is_some_and(|b| b.qpn == q)) => {
+            } if *mw_pd == pd && (qpn.is_none() || binding.is_some_and(|b| Some(b.qpn) == qpn)) => {
                 *binding = None;
                 Ok(())
             }

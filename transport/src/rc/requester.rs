@@ -7,14 +7,11 @@ use crate::time::Timestamp;
 use crate::verbs::{
     AccessFlags, SendFlags, SendOp, SendWr, WcOpcode, WcStatus, WorkCompletion, MAX_SGE,
 };
-use crate::wire::{NakCode, Opcode, Packet, Reth};
+use crate::wire::{Opcode, Reth};
 
 use super::mem::MemRef;
-use super::ops::{
-    ack_timeout, classify, decode_syndrome, pos_of, rnr_timer, send_opcode, write_opcode, Kind,
-    Pos, Syndrome,
-};
-use super::payload::{gather, scatter, TxPacket};
+use super::ops::{ack_timeout, pos_of, send_opcode, write_opcode, Pos};
+use super::payload::{gather, TxPacket};
 use super::psn::{psn_add, psn_diff, psn_in, psn_lt};
 use super::qp::{packets_for, RcEnv, RcQp};
 use crate::verbs::QpState;
@@ -383,7 +380,7 @@ impl RcQp {
         let pos = pos_of(i, e.npkts);
         let last = matches!(pos, Pos::Last | Pos::Only);
         let every = cfg.ack_req_every_packets;
-        let ack_req = last || (every > 0 && (i + 1) % every == 0);
+        let ack_req = last || (every > 0 && i % every == every - 1);
         let (opcode, reth, imm, ieth) = match e.wr.op {
             SendOp::Send => (send_opcode(pos, false, false), None, None, None),
             SendOp::SendWithImm { imm_data } => {

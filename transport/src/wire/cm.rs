@@ -1041,36 +1041,23 @@ pub(crate) mod tests {
         assert!(CmaHeader::new(v4("10.0.0.1"), 1, "::1".parse().unwrap()).is_none());
     }
 
-    /// Minimal classic-pcap reader: the CM MADs (UD SEND Only to QP1) by frame number.
+    /// The CM MADs (UD SEND Only to QP1) of a reference capture by frame number, `None`
+    /// if the capture is not on this machine (`NVMF_CAPTURES_DIR` overrides the
+    /// default `../../shared/captures`).
     fn capture_mads(name: &str) -> Option<Vec<(usize, Vec<u8>)>> {
         let dir = std::env::var_os("NVMF_CAPTURES_DIR")
             .map(std::path::PathBuf::from)
             .unwrap_or_else(|| {
                 std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/captures")
             });
-        let d = std::fs::read(dir.join(name)).ok()?;
-        let mut out = Vec::new();
-        let (mut off, mut n) = (24usize, 0usize);
-        while off + 16 <= d.len() {
-            let incl = u32::from_le_bytes(d[off + 8..off + 12].try_into().ok()?) as usize;
-            let f = d.get(off + 16..off + 16 + incl)?;
-            off += 16 + incl;
-            n += 1;
-            let udp = match u16::from_be_bytes([f[12], f[13]]) {
-                0x0800 => 14 + (f[14] as usize & 0xF) * 4,
-                0x86DD => 14 + 40,
-                _ => continue,
-            };
-            let Some(bth) = f.get(udp + 8..) else {
-                continue;
-            };
-            if u16::from_be_bytes([f[udp + 2], f[udp + 3]]) == 4791 && bth.first() == Some(&0x64) {
-                if let Some(mad) = bth.get(20..20 + MAD_LEN) {
-                    out.push((n, mad.to_vec()));
-                }
-            }
-        }
-        Some(out)
+        let bytes = std::fs::read(dir.join(name)).ok()?;
+        let pcap = crate::wire::pcap::Pcap::new(&bytes).expect("capture parses");
+        let mads = pcap
+            .roce()
+            .filter(|(_, udp)| udp.payload.first() == Some(&0x64)) // UD SEND Only
+            .filter_map(|(f, udp)| Some((f.number, udp.payload.get(20..20 + MAD_LEN)?.to_vec())))
+            .collect();
+        Some(mads)
     }
 
     /// The golden bytes are the captures' bytes; every CM MAD in the captures decodes

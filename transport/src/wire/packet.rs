@@ -3,7 +3,7 @@
 //! A RoCEv2 packet is a UDP payload (RoCEv2 Annex A17.2): BTH, the extended transport
 //! headers the opcode implies (IBTA Vol 1 Table 38), the payload, PadCnt pad bytes and
 //! the 4-byte ICRC. [`parse`] decodes one (without checking the ICRC, see
-//! [`icrc`](super::icrc)); [`PacketHeaders::write`] writes the headers back, and
+//! [`icrc`](mod@super::icrc)); [`PacketHeaders::write`] writes the headers back, and
 //! [`build`] writes a whole packet including pad and ICRC.
 use zerocopy::{FromBytes, IntoBytes};
 

@@ -123,8 +123,14 @@ mod tests {
         assert_eq!(num2str(1_166_000, 4, false, N2sUnit::None), "1166k");
         assert_eq!(num2str(12_345_678, 4, false, N2sUnit::None), "12.3M");
         assert_eq!(num2str(0, 4, false, N2sUnit::None), "0");
-        assert_eq!(num2str(390_000_000, 4, true, N2sUnit::BytePerSec), "372MiB/s");
-        assert_eq!(num2str(390_000_000, 4, false, N2sUnit::BytePerSec), "390MB/s");
+        assert_eq!(
+            num2str(390_000_000, 4, true, N2sUnit::BytePerSec),
+            "372MiB/s"
+        );
+        assert_eq!(
+            num2str(390_000_000, 4, false, N2sUnit::BytePerSec),
+            "390MB/s"
+        );
         assert_eq!(num2str(3719 << 20, 4, true, N2sUnit::Byte), "3719MiB");
         assert_eq!(num2str(3_899_654_144, 4, false, N2sUnit::Byte), "3900MB");
         assert_eq!(num2str(4096, 4, true, N2sUnit::Byte), "4096B");

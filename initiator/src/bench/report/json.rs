@@ -16,7 +16,9 @@ use serde::Serialize as DeriveSerialize;
 use super::fmt::ctime_utc;
 use crate::bench::options::{JobSpec, RunOptions};
 use crate::bench::result::{bw_bytes_per_sec, iops, BenchResult, GroupResult, JobResult};
-use crate::bench::stats::{DirStats, LatencyStats, FIO_PERCENTILES};
+use crate::bench::stats::{
+    DirStats, LatencyStats, FIO_LAT_BOUNDS, FIO_LAT_BUCKETS, FIO_PERCENTILES,
+};
 
 /// A JSON object whose keys keep insertion order.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -53,7 +55,14 @@ pub struct LatJson {
 
 impl LatJson {
     fn empty() -> Self {
-        Self { min: 0, max: 0, mean: 0.0, stddev: 0.0, n: 0, percentile: None }
+        Self {
+            min: 0,
+            max: 0,
+            mean: 0.0,
+            stddev: 0.0,
+            n: 0,
+            percentile: None,
+        }
     }
 
     fn from_stats(s: &LatencyStats, with_percentiles: bool) -> Self {
@@ -296,37 +305,32 @@ fn percent_dist(counts: &[u64], total: u64, floor: f64) -> Vec<f64> {
         .collect()
 }
 
-/// fio's `latency_ns` / `latency_us` / `latency_ms` buckets: each key is the
-/// bucket's upper bound in its unit; a bucket holds latencies from the previous
-/// bound up to (not including) its own, ">=2000" ms holds the rest.
+/// fio's `latency_ns` / `latency_us` / `latency_ms` objects: percent of the job's
+/// I/Os per bucket, keyed by the bucket's upper bound in its unit.
 fn latency_buckets(dirs: &[DirStats; 2]) -> [OrderedMap<f64>; 3] {
-    const BOUNDS: [u64; 10] = [2, 4, 10, 20, 50, 100, 250, 500, 750, 1000];
-    let total: u64 = dirs.iter().map(|d| d.clat.count()).sum();
-    let count_below = |ns: u64| -> u64 { dirs.iter().map(|d| d.clat.count_below_ns(ns)).sum() };
-    let mut maps: [OrderedMap<f64>; 3] = Default::default();
-    for (i, scale) in [1u64, 1_000, 1_000_000].into_iter().enumerate() {
-        let mut keys: Vec<String> = BOUNDS.iter().map(u64::to_string).collect();
-        let mut uppers: Vec<Option<u64>> = BOUNDS.iter().map(|b| Some(b * scale)).collect();
-        if i == 2 {
-            keys.push("2000".into());
-            uppers.push(Some(2000 * scale));
-            keys.push(">=2000".into());
-            uppers.push(None);
+    let mut counts = [0u64; FIO_LAT_BUCKETS];
+    for d in dirs {
+        for (a, b) in counts.iter_mut().zip(d.clat.fio_buckets()) {
+            *a += b;
         }
-        let mut lower = if i == 0 { 0 } else { scale };
-        let mut counts = Vec::with_capacity(keys.len());
-        for up in &uppers {
-            let below_lower = count_below(lower);
-            let below_upper = up.map_or(total, count_below);
-            counts.push(below_upper.saturating_sub(below_lower));
-            if let Some(u) = up {
-                lower = *u;
-            }
-        }
-        let pcts = percent_dist(&counts, total, 0.01);
-        maps[i] = OrderedMap(keys.into_iter().zip(pcts).collect());
     }
-    maps
+    let total: u64 = counts.iter().sum();
+    let pcts = percent_dist(&counts, total, 0.01);
+    let keys = |extra: &[&str]| -> Vec<String> {
+        FIO_LAT_BOUNDS
+            .iter()
+            .map(u64::to_string)
+            .chain(extra.iter().map(|s| s.to_string()))
+            .collect()
+    };
+    let map = |keys: Vec<String>, range: std::ops::Range<usize>| {
+        OrderedMap(keys.into_iter().zip(pcts[range].iter().copied()).collect())
+    };
+    [
+        map(keys(&[]), 0..10),
+        map(keys(&[]), 10..20),
+        map(keys(&["2000", ">=2000"]), 20..32),
+    ]
 }
 
 fn iodepth_level(dist: &[u64; 7]) -> OrderedMap<f64> {
@@ -389,7 +393,10 @@ fn job_json(j: &JobResult, result: &BenchResult) -> JobJson {
         read: DirJson::new(&j.dirs[0], j.runtime_ms, g.agg_bw_bytes(0)),
         write: DirJson::new(&j.dirs[1], j.runtime_ms, g.agg_bw_bytes(1)),
         trim: DirJson::new(&DirStats::default(), 0, 0),
-        sync: SyncJson { total_ios: 0, lat_ns: LatJson::empty() },
+        sync: SyncJson {
+            total_ios: 0,
+            lat_ns: LatJson::empty(),
+        },
         job_runtime: j.runtime_ms,
         usr_cpu: 0.0,
         sys_cpu: 0.0,
@@ -414,7 +421,11 @@ fn group_json(g: &GroupResult, jobs: usize) -> GroupJson {
 
 /// The fio JSON document for `result`, reported at `now`. `global_options` go to
 /// `global options` (e.g. `BenchArgs::fio_global_options`).
-pub fn fio_json(result: &BenchResult, global_options: &[(String, String)], now: SystemTime) -> FioJson {
+pub fn fio_json(
+    result: &BenchResult,
+    global_options: &[(String, String)],
+    now: SystemTime,
+) -> FioJson {
     let since_epoch = now.duration_since(UNIX_EPOCH).unwrap_or_default();
     FioJson {
         fio_version: format!("nvmf-bench-{}", env!("CARGO_PKG_VERSION")),
@@ -439,4 +450,132 @@ pub fn render_json(result: &BenchResult, global_options: &[(String, String)]) ->
     // Serialising plain structs, maps of strings and finite numbers cannot fail;
     // a non-finite float would become null.
     serde_json::to_string_pretty(&doc).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::report::testdata;
+
+    fn doc() -> serde_json::Value {
+        let r = testdata::result();
+        let text = render_json(&r, &[("ioengine".into(), "nvmf-rdma".into())]);
+        serde_json::from_str(&text).unwrap()
+    }
+
+    #[test]
+    fn top_level_layout_is_fio_3() {
+        let d = doc();
+        assert!(d["fio version"]
+            .as_str()
+            .unwrap()
+            .starts_with("nvmf-bench-"));
+        assert!(d["timestamp"].is_u64());
+        assert!(d["timestamp_ms"].is_u64());
+        assert!(d["time"].is_string());
+        assert_eq!(d["global options"]["ioengine"], "nvmf-rdma");
+        assert_eq!(d["jobs"].as_array().unwrap().len(), 2);
+        assert_eq!(d["disk_util"], serde_json::json!([]));
+        assert_eq!(d["verify"]["verified_blocks"], 7);
+        assert_eq!(d["verify"]["mismatches"], 0);
+        assert_eq!(d["group"]["jobs"], 2);
+        assert_eq!(d["group"]["read"]["total_ios"], 2000);
+        assert_eq!(d["group"]["read"]["runtime"], 1000);
+        assert_eq!(d["group"]["read"]["iops"], 2000.0);
+    }
+
+    #[test]
+    fn job_entry_matches_known_data() {
+        let d = doc();
+        let j = &d["jobs"][0];
+        assert_eq!(j["jobname"], "randread");
+        assert_eq!(j["groupid"], 0);
+        assert_eq!(j["error"], 0);
+        assert!(j.get("error_message").is_none());
+        assert_eq!(j["job options"]["rw"], "randrw");
+        assert_eq!(j["job options"]["bs"], "4096");
+        assert_eq!(j["job options"]["verify"], "crc32c");
+        let r = &j["read"];
+        assert_eq!(r["io_bytes"], 4_096_000);
+        assert_eq!(r["io_kbytes"], 4000);
+        assert_eq!(r["bw_bytes"], 4_096_000);
+        assert_eq!(r["bw"], 4000);
+        assert_eq!(r["iops"], 1000.0);
+        assert_eq!(r["runtime"], 1000);
+        assert_eq!(r["total_ios"], 1000);
+        assert_eq!(r["short_ios"], 0);
+        assert_eq!(r["drop_ios"], 0);
+        assert_eq!(r["slat_ns"]["N"], 0);
+        let c = &r["clat_ns"];
+        assert_eq!(c["min"], 10_000);
+        assert_eq!(c["max"], 400_000);
+        assert_eq!(c["N"], 1000);
+        assert!((c["mean"].as_f64().unwrap() - 10_750.0).abs() < 1e-6);
+        let keys: Vec<&str> = c["percentile"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        for k in [
+            "1.000000",
+            "5.000000",
+            "10.000000",
+            "20.000000",
+            "30.000000",
+            "40.000000",
+            "50.000000",
+            "60.000000",
+            "70.000000",
+            "80.000000",
+            "90.000000",
+            "95.000000",
+            "99.000000",
+            "99.500000",
+            "99.900000",
+            "99.950000",
+            "99.990000",
+        ] {
+            assert!(keys.contains(&k), "missing percentile {k}");
+        }
+        assert_eq!(keys.len(), 17);
+        assert_eq!(c["percentile"]["50.000000"], 10_000);
+        // 50 us lies in a 32 ns wide bucket at 3 significant digits: 49984..50015.
+        assert_eq!(c["percentile"]["99.500000"], 49_984);
+        assert_eq!(r["lat_ns"]["N"], 1000);
+        assert!(r["lat_ns"].get("percentile").is_none());
+        assert_eq!(r["bw_min"], 3900);
+        assert_eq!(r["bw_max"], 4100);
+        assert_eq!(r["bw_agg"], 50.0);
+        assert_eq!(r["bw_samples"], 2);
+        assert_eq!(r["iops_min"], 975);
+        assert_eq!(r["iops_max"], 1025);
+        assert_eq!(r["iops_samples"], 2);
+        // No writes in job 0: fio still writes the object, with zeros.
+        assert_eq!(j["write"]["total_ios"], 0);
+        assert_eq!(j["write"]["iops"], 0.0);
+        assert_eq!(j["write"]["clat_ns"]["N"], 0);
+        assert_eq!(j["trim"]["total_ios"], 0);
+        assert_eq!(j["iodepth_level"]["1"], 100.0);
+        assert_eq!(j["latency_us"]["20"], 99.0);
+        assert_eq!(j["latency_us"]["100"], 0.9);
+        assert_eq!(j["latency_us"]["500"], 0.1);
+        assert_eq!(j["latency_ms"][">=2000"], 0.0);
+        assert_eq!(
+            d["jobs"][1]["write"]["clat_ns"]["percentile"]["99.990000"],
+            20_000
+        );
+    }
+
+    #[test]
+    fn keys_keep_fio_order() {
+        let text = render_json(&testdata::result(), &[]);
+        let pos = |k: &str| text.find(k).unwrap_or_else(|| panic!("{k} missing"));
+        assert!(pos("\"fio version\"") < pos("\"timestamp\""));
+        assert!(pos("\"global options\"") < pos("\"jobs\""));
+        assert!(pos("\"jobname\"") < pos("\"job options\""));
+        assert!(pos("\"read\"") < pos("\"write\""));
+        assert!(pos("\"1.000000\"") < pos("\"5.000000\""));
+        assert!(pos("\"5.000000\"") < pos("\"10.000000\""));
+    }
 }

@@ -34,7 +34,11 @@ pub fn render_text(result: &BenchResult, pid: u32) -> String {
     let mut out = String::new();
     let time = ctime_utc(SystemTime::now());
     for j in &result.jobs {
-        let run = if j.dirs.iter().any(|d| d.ios > 0) { j.runtime_ms } else { 0 };
+        let run = if j.dirs.iter().any(|d| d.ios > 0) {
+            j.runtime_ms
+        } else {
+            0
+        };
         render_block(
             &mut out,
             &Block {
@@ -55,7 +59,10 @@ pub fn render_text(result: &BenchResult, pid: u32) -> String {
         render_block(
             &mut out,
             &Block {
-                name: result.jobs.first().map_or("group", |j| j.spec.name.as_str()),
+                name: result
+                    .jobs
+                    .first()
+                    .map_or("group", |j| j.spec.name.as_str()),
                 jobs: result.jobs.len(),
                 error: g.error.as_ref(),
                 dirs: &g.dirs,
@@ -81,7 +88,11 @@ pub fn render_text(result: &BenchResult, pid: u32) -> String {
 fn render_block(out: &mut String, b: &Block<'_>, result: &BenchResult, pid: u32, time: &str) {
     match b.error {
         None => {
-            let _ = writeln!(out, "{}: (groupid=0, jobs={}): err= 0: pid={pid}: {time}", b.name, b.jobs);
+            let _ = writeln!(
+                out,
+                "{}: (groupid=0, jobs={}): err= 0: pid={pid}: {time}",
+                b.name, b.jobs
+            );
         }
         Some(e) => {
             let _ = writeln!(
@@ -95,9 +106,15 @@ fn render_block(out: &mut String, b: &Block<'_>, result: &BenchResult, pid: u32,
             );
         }
     }
-    for d in 0..2 {
+    for (d, name) in DIR_NAMES.iter().enumerate() {
         if b.dirs[d].bytes > 0 && b.runtime_ms[d] > 0 {
-            render_dir(out, DIR_NAMES[d], &b.dirs[d], b.runtime_ms[d], result.group.agg_bw_bytes(d));
+            render_dir(
+                out,
+                name,
+                &b.dirs[d],
+                b.runtime_ms[d],
+                result.group.agg_bw_bytes(d),
+            );
         }
     }
     let total: u64 = b.depth_dist.iter().sum();
@@ -190,7 +207,11 @@ fn render_percentile_table(out: &mut String, c: &LatencyStats) {
             out.push_str("     |");
         }
         let last = j == vals.len() - 1;
-        let _ = write!(out, " {p:5.2}th=[{v:width$}]{}", if last { '\n' } else { ',' });
+        let _ = write!(
+            out,
+            " {p:5.2}th=[{v:width$}]{}",
+            if last { '\n' } else { ',' }
+        );
         if !last && j % per_line == per_line - 1 {
             out.push('\n');
         }
@@ -238,7 +259,7 @@ fn render_bw_iops(out: &mut String, d: &DirStats, group_agg_bw: u64) {
 fn render_group_status(out: &mut String, result: &BenchResult) {
     let g = &result.group;
     out.push_str("Run status group 0 (all jobs):\n");
-    for d in 0..2 {
+    for (d, name) in GROUP_DIR_NAMES.iter().enumerate() {
         if g.max_run_ms[d] == 0 {
             continue;
         }
@@ -247,7 +268,7 @@ fn render_group_status(out: &mut String, result: &BenchResult) {
         let _ = writeln!(
             out,
             "{}: bw={} ({}), {}-{} ({}-{}), io={} ({}), run={}-{}msec",
-            GROUP_DIR_NAMES[d],
+            name,
             s(agg, true, N2sUnit::BytePerSec),
             s(agg, false, N2sUnit::BytePerSec),
             s(g.min_bw_bytes[d], true, N2sUnit::BytePerSec),
@@ -259,5 +280,103 @@ fn render_group_status(out: &mut String, result: &BenchResult) {
             g.min_run_ms[d],
             g.max_run_ms[d]
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::report::testdata;
+    use crate::bench::result::{JobError, ERRNO_EILSEQ};
+
+    fn job0_block(text: &str) -> &str {
+        let end = text.find("\n\n").unwrap();
+        &text[..end]
+    }
+
+    #[test]
+    fn job_block_has_fio_lines_for_known_data() {
+        let text = render_text(&testdata::result(), 1234);
+        let block = job0_block(&text);
+        let lines: Vec<&str> = block.lines().collect();
+        assert!(lines[0].starts_with("randread: (groupid=0, jobs=1): err= 0: pid=1234: "));
+        assert_eq!(
+            lines[1],
+            "  read: IOPS=1000, BW=4000KiB/s (4096kB/s)(4000KiB/1000msec)"
+        );
+        assert_eq!(
+            lines[2],
+            "    clat (usec): min=10, max=400, avg=10.75, stdev=12.89"
+        );
+        assert_eq!(
+            lines[3],
+            "     lat percentiles (usec): p50=10.0, p90=10.0, p99=10.0, p99.9=400.0"
+        );
+        assert_eq!(lines[4], "    clat percentiles (usec):");
+        assert_eq!(
+            lines[5],
+            "     |  1.00th=[   10],  5.00th=[   10], 10.00th=[   10], 20.00th=[   10],"
+        );
+        assert_eq!(
+            lines[8],
+            "     | 99.00th=[   10], 99.50th=[   50], 99.90th=[  400], 99.95th=[  400],"
+        );
+        assert_eq!(lines[9], "     | 99.99th=[  400]");
+        assert_eq!(
+            lines[10],
+            "   bw (  KiB/s): min= 3900, max= 4100, per=50.00%, avg=4000.00, stdev=141.42, samples=2"
+        );
+        assert_eq!(
+            lines[11],
+            "   iops        : min=  975, max= 1025, avg=1000.00, stdev=35.36, samples=2"
+        );
+        assert_eq!(
+            lines[12],
+            "  IO depths    : 1=100.0%, 2=0.0%, 4=0.0%, 8=0.0%, 16=0.0%, 32=0.0%, >=64=0.0%"
+        );
+        assert_eq!(
+            lines[13],
+            "     issued rwts: total=1000,0,0,0 short=0,0,0,0 dropped=0,0,0,0"
+        );
+        assert!(!block.contains("write:"), "job 0 did no writes");
+    }
+
+    #[test]
+    fn group_block_and_run_status() {
+        let text = render_text(&testdata::result(), 1);
+        assert_eq!(text.matches("(groupid=0, jobs=1)").count(), 2);
+        assert!(text.contains("randread: (groupid=0, jobs=2): err= 0: pid=1: "));
+        assert!(text.contains("  read: IOPS=2000, BW=8000KiB/s (8192kB/s)(8000KiB/1000msec)\n"));
+        assert!(text.contains("  write: IOPS=1000, BW=4000KiB/s (4096kB/s)(2000KiB/500msec)\n"));
+        let status = text
+            .split("Run status group 0 (all jobs):\n")
+            .nth(1)
+            .unwrap();
+        let mut s = status.lines();
+        assert_eq!(
+            s.next().unwrap(),
+            "   READ: bw=8000KiB/s (8192kB/s), 4000KiB/s-8000KiB/s (4096kB/s-8192kB/s), io=8000KiB (8192kB), run=500-1000msec"
+        );
+        assert_eq!(
+            s.next().unwrap(),
+            "  WRITE: bw=4000KiB/s (4096kB/s), 4000KiB/s-4000KiB/s (4096kB/s-4096kB/s), io=2000KiB (2048kB), run=500-500msec"
+        );
+        assert!(text.ends_with("Verify (crc32c): 7 blocks verified, 0 mismatches\n"));
+    }
+
+    #[test]
+    fn single_job_has_no_group_block_and_errors_show() {
+        let mut r = testdata::result();
+        r.jobs.truncate(1);
+        r.jobs[0].error = Some(JobError {
+            errno: ERRNO_EILSEQ,
+            message: "verify: bad crc32c at offset 8192".into(),
+        });
+        r.group = crate::bench::result::GroupResult::from_jobs(&r.jobs);
+        let text = render_text(&r, 7);
+        assert!(!text.contains("jobs=2"));
+        assert!(text.starts_with(
+            "randread: (groupid=0, jobs=1): err=84 (EILSEQ: verify: bad crc32c at offset 8192): pid=7: "
+        ));
     }
 }

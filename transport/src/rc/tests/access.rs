@@ -440,3 +440,57 @@ fn random_packets_never_panic() {
         n.run(20);
     }
 }
+
+#[test]
+fn ird_exceeded_is_invalid_request() {
+    let mut n = Net::new(Opts::default());
+    n.b.qp
+        .modify(&QpAttr {
+            max_dest_rd_atomic: Some(1),
+            ..Default::default()
+        })
+        .unwrap();
+    let (src, ks) = n.mr(n.b.pd, 8192, ALL, pattern(6));
+    let (dst, kd) = n.mr(n.a.pd, 8192, ALL, |_| 0);
+    for i in 0..2u64 {
+        let op = SendOp::RdmaRead {
+            remote_addr: ks.addr + i * 4096,
+            rkey: ks.rkey,
+        };
+        n.a.qp
+            .post_send(&send_wr(i, op, &[sge(&kd, i * 4096, 4096)]))
+            .unwrap();
+    }
+    n.run(3);
+    let s: Vec<_> = n.a.send_wcs().iter().map(|w| (w.wr_id, w.status)).collect();
+    // The first READ's responses were queued before the second request arrived.
+    assert_eq!(s, vec![(0, WcStatus::Success), (1, WcStatus::RemInvReqErr)]);
+    assert_eq!(bytes(&dst)[..4096], bytes(&src)[..4096]);
+    assert_eq!(n.b.qp.state(), QpState::Error);
+}
+
+#[test]
+fn qp_without_remote_write_rejects_writes() {
+    let mut n = Net::new(Opts::default());
+    n.b.qp
+        .modify(&QpAttr {
+            qp_access_flags: Some(AccessFlags::REMOTE_READ),
+            ..Default::default()
+        })
+        .unwrap();
+    let (target, kt) = n.mr(n.b.pd, 64, ALL, |_| 0);
+    let (_s, ks) = n.mr(n.a.pd, 64, ALL, |_| 1);
+    n.a.qp
+        .post_send(&send_wr(
+            1,
+            SendOp::RdmaWrite {
+                remote_addr: kt.addr,
+                rkey: kt.rkey,
+            },
+            &[sge(&ks, 0, 64)],
+        ))
+        .unwrap();
+    n.run(3);
+    assert_eq!(n.a.send_wcs()[0].status, WcStatus::RemInvReqErr);
+    assert!(bytes(&target).iter().all(|&b| b == 0));
+}

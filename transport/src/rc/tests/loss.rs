@@ -248,7 +248,7 @@ fn soak(seed: u64, fence: bool) {
     {
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
         let mut n = Net::new(Opts {
-            srq: seed % 2 == 0,
+            srq: seed & 1 == 0,
             psn_a: 0xFF_FF00,
             timeout: 10,
             ..Default::default()

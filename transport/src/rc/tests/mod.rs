@@ -215,7 +215,7 @@ impl Net {
                     let (h, n) = tx.hdr.to_bytes();
                     let mut bytes = h[..n].to_vec();
                     bytes.extend(tx.payload.to_vec());
-                    bytes.extend(std::iter::repeat(0).take(tx.hdr.bth.pad_count as usize));
+                    bytes.extend_from_slice(&[0u8; 3][..tx.hdr.bth.pad_count as usize]);
                     bytes.extend([0u8; 4]);
                     let pkt = parse(&bytes).unwrap();
                     assert_eq!(pkt.hdr, tx.hdr);

@@ -1,0 +1,313 @@
+//! The queue layer against a minimal NVMe/RDMA responder written here directly on the
+//! transport (soft provider over loopback UDP): it accepts the CM connection with
+//! NVMe/RDMA private data and serves Read/Write from a memory array, moving data the
+//! way nvmet-rdma does (in-capsule, RDMA READ for keyed writes, RDMA WRITE for reads,
+//! SEND with Invalidate for keyed commands). Namespace ID 2 answers reads with a plain
+//! SEND, so the host must invalidate the key itself.
+//!
+//! Each test uses its own pair of 127.0.0.x addresses, since both sides receive on 4791.
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use nvme::{Cqe, Sqe, Status};
+use nvmf_initiator::queue::{NvmeRdmaQueue, QueueCompletion, QueueConfig};
+use nvmf_initiator::{DataDir, HostError, QueueError};
+use transport::cm::{AcceptParams, CmEvent};
+use transport::soft::{CmAgent, DeviceConfig, QpInitAttr, SoftDevice};
+use transport::verbs::{
+    AccessFlags, AhAttr, QpAttr, QpCap, QpState, RecvWr, SendFlags, SendOp, SendWr, SgList, Sge, WcStatus, WorkCompletion,
+};
+
+const DEPTH: u16 = 8;
+const MAX_IO: usize = 64 * 1024;
+const STORE: usize = 1 << 20;
+const RECV_LEN: usize = 64 + 4096;
+
+struct FakeTarget {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Drop for FakeTarget {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn wc0() -> WorkCompletion {
+    WorkCompletion::new(0, WcStatus::Success, transport::verbs::WcOpcode::Send, 0)
+}
+
+/// Starts the responder on `ip:4420`, serving one connection.
+fn start_target(ip: IpAddr) -> FakeTarget {
+    let dev = SoftDevice::open(DeviceConfig::new(ip)).expect("target device");
+    let cm = CmAgent::start(&dev).expect("target CM");
+    let events = cm.listen(4420).expect("listen");
+    let stop = Arc::new(AtomicBool::new(false));
+    let stop2 = stop.clone();
+    let thread = std::thread::spawn(move || {
+        let mut ctx = dev.open_context(0).unwrap();
+        // Wait for the REQ.
+        let req = loop {
+            if stop2.load(Ordering::Acquire) {
+                return;
+            }
+            if let Ok(ev @ CmEvent::ConnectRequest { .. }) = events.recv_timeout(Duration::from_millis(5)) {
+                break ev;
+            }
+        };
+        let CmEvent::ConnectRequest { id, remote_ip, remote_qpn, remote_psn, responder_resources, flow_label, private_data, .. } = req
+        else {
+            unreachable!()
+        };
+        let hrqsize = u16::from_le_bytes([private_data[4], private_data[5]]);
+        let hsqsize = u16::from_le_bytes([private_data[6], private_data[7]]);
+        assert_eq!((hrqsize, hsqsize), (DEPTH, DEPTH - 1));
+        let pd = dev.alloc_pd();
+        let rmr = dev.reg_mr(pd, RECV_LEN * usize::from(DEPTH), AccessFlags::LOCAL_WRITE).unwrap();
+        let dmr = dev.reg_mr(pd, MAX_IO, AccessFlags::LOCAL_WRITE).unwrap();
+        let cmr = dev.reg_mr(pd, 16, AccessFlags::empty()).unwrap();
+        let cq = ctx.create_cq(256);
+        let cap = QpCap { max_send_wr: 64, max_recv_wr: 64, max_send_sge: 2, max_recv_sge: 1, max_inline_data: 0 };
+        let qp = ctx.create_qp(&QpInitAttr { pd, send_cq: cq, recv_cq: cq, srq: None, cap }).unwrap();
+        ctx.modify_qp(qp, &QpAttr { qp_state: Some(QpState::Init), qp_access_flags: Some(AccessFlags::LOCAL_WRITE), ..Default::default() })
+            .unwrap();
+        for i in 0..usize::from(DEPTH) {
+            let sge = Sge { addr: rmr.addr() + (i * RECV_LEN) as u64, length: RECV_LEN as u32, lkey: rmr.lkey() };
+            ctx.post_recv(qp, &RecvWr { wr_id: i as u64, sg_list: SgList::one(sge) }).unwrap();
+        }
+        let psn = 0x1234;
+        ctx.modify_qp(
+            qp,
+            &QpAttr {
+                qp_state: Some(QpState::Rtr),
+                path_mtu: Some(dev.path_mtu()),
+                dest_qp_num: Some(remote_qpn),
+                rq_psn: Some(remote_psn),
+                max_dest_rd_atomic: Some(0),
+                min_rnr_timer: Some(12),
+                ah_attr: Some(AhAttr { dest: remote_ip, flow_label, hop_limit: 64, traffic_class: 0 }),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        ctx.modify_qp(
+            qp,
+            &QpAttr {
+                qp_state: Some(QpState::Rts),
+                sq_psn: Some(psn),
+                timeout: Some(12),
+                retry_cnt: Some(7),
+                rnr_retry: Some(7),
+                max_rd_atomic: Some(responder_resources.min(16)),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let mut accept = vec![0u8; 32];
+        accept[2..4].copy_from_slice(&DEPTH.to_le_bytes());
+        cm.accept(
+            id,
+            AcceptParams {
+                local_qpn: qp.qpn(),
+                starting_psn: psn,
+                responder_resources: 0,
+                initiator_depth: responder_resources.min(16),
+                rnr_retry_count: 7,
+                private_data: accept,
+            },
+        )
+        .unwrap();
+
+        let mut store = vec![0u8; STORE];
+        let mut sqhd: u16 = 0;
+        let mut wcs = vec![wc0(); 16];
+        let wait_send = |ctx: &mut transport::soft::Context, wr_id: u64, wcs: &mut Vec<WorkCompletion>, pending: &mut Vec<WorkCompletion>| loop {
+            let n = ctx.poll_cq(cq, wcs);
+            for wc in &wcs[..n] {
+                if wc.wr_id == wr_id && wc.opcode != transport::verbs::WcOpcode::Recv {
+                    assert_eq!(wc.status, WcStatus::Success, "target work request {wr_id:#x}");
+                    return;
+                }
+                pending.push(*wc);
+            }
+        };
+        let mut pending: Vec<WorkCompletion> = Vec::new();
+        while !stop2.load(Ordering::Acquire) {
+            let n = ctx.poll_cq(cq, &mut wcs);
+            pending.extend_from_slice(&wcs[..n]);
+            let batch: Vec<WorkCompletion> = std::mem::take(&mut pending);
+            for wc in batch {
+                if wc.opcode != transport::verbs::WcOpcode::Recv {
+                    continue;
+                }
+                if wc.status != WcStatus::Success {
+                    return;
+                }
+                let slot = wc.wr_id as usize;
+                let mut raw = [0u8; 64];
+                rmr.read(slot * RECV_LEN, &mut raw);
+                let sqe = Sqe::from_array(raw);
+                sqhd = (sqhd + 1) % DEPTH;
+                let sgl = sqe.sgl();
+                let off = (sqe.slba() * 512) as usize;
+                let len = sgl.len() as usize;
+                let mut status = Status::SUCCESS;
+                let mut invalidate = sgl.identifier() == 0x4F;
+                match sqe.opcode() {
+                    0x01 if sgl.identifier() == 0x01 => {
+                        let mut buf = vec![0u8; len];
+                        rmr.read(slot * RECV_LEN + 64, &mut buf);
+                        store[off..off + len].copy_from_slice(&buf);
+                    }
+                    0x01 => {
+                        let wr = SendWr {
+                            wr_id: 0x100,
+                            op: SendOp::RdmaRead { remote_addr: sgl.address(), rkey: sgl.key() },
+                            sg_list: SgList::one(Sge { addr: dmr.addr(), length: len as u32, lkey: dmr.lkey() }),
+                            flags: SendFlags::SIGNALED,
+                        };
+                        ctx.post_send(qp, &wr).unwrap();
+                        wait_send(&mut ctx, 0x100, &mut wcs, &mut pending);
+                        let mut buf = vec![0u8; len];
+                        dmr.read(0, &mut buf);
+                        store[off..off + len].copy_from_slice(&buf);
+                    }
+                    0x02 => {
+                        dmr.write(0, &store[off..off + len]);
+                        let wr = SendWr {
+                            wr_id: 0x200,
+                            op: SendOp::RdmaWrite { remote_addr: sgl.address(), rkey: sgl.key() },
+                            sg_list: SgList::one(Sge { addr: dmr.addr(), length: len as u32, lkey: dmr.lkey() }),
+                            flags: SendFlags::empty(),
+                        };
+                        ctx.post_send(qp, &wr).unwrap();
+                        if sqe.nsid() == 2 {
+                            invalidate = false;
+                        }
+                    }
+                    _ => status = Status::generic(nvme::GenericStatus::InvalidOpcode).with_dnr(),
+                }
+                // Re-post the capsule buffer, then answer.
+                let sge = Sge { addr: rmr.addr() + (slot * RECV_LEN) as u64, length: RECV_LEN as u32, lkey: rmr.lkey() };
+                ctx.post_recv(qp, &RecvWr { wr_id: slot as u64, sg_list: SgList::one(sge) }).unwrap();
+                let cqe = Cqe::new(sqe.cid(), 1, sqhd, status, 0);
+                cmr.write(0, &cqe.to_array());
+                let op = if invalidate { SendOp::SendWithInv { invalidate_rkey: sgl.key() } } else { SendOp::Send };
+                let wr = SendWr {
+                    wr_id: 0x300,
+                    op,
+                    sg_list: SgList::one(Sge { addr: cmr.addr(), length: 16, lkey: cmr.lkey() }),
+                    flags: SendFlags::SIGNALED,
+                };
+                ctx.post_send(qp, &wr).unwrap();
+                wait_send(&mut ctx, 0x300, &mut wcs, &mut pending);
+            }
+        }
+    });
+    FakeTarget { stop, thread: Some(thread) }
+}
+
+fn connect_host(host_ip: IpAddr, target_ip: IpAddr) -> NvmeRdmaQueue {
+    let dev = SoftDevice::open(DeviceConfig::new(host_ip)).expect("host device");
+    let cm = CmAgent::start(&dev).expect("host CM");
+    let ctx = dev.open_context(0).unwrap();
+    let mut cfg = QueueConfig::new(1, DEPTH, MAX_IO, SocketAddr::new(target_ip, 4420));
+    cfg.in_capsule_bytes = 4096;
+    NvmeRdmaQueue::connect(ctx, &cm, cfg).expect("queue connects")
+}
+
+fn wait_for(q: &mut NvmeRdmaQueue, cid: u16) -> Result<Cqe, HostError> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut out: Vec<QueueCompletion> = Vec::new();
+    loop {
+        q.poll(&mut out);
+        if let Some(i) = out.iter().position(|c| c.cid == cid) {
+            return out.swap_remove(i).result;
+        }
+        assert!(Instant::now() < deadline, "command {cid} did not complete");
+    }
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+}
+
+#[test]
+fn write_read_back_through_every_data_path() {
+    let _t = start_target("127.0.0.21".parse().unwrap());
+    let mut q = connect_host("127.0.0.22".parse().unwrap(), "127.0.0.21".parse().unwrap());
+    assert_eq!(q.max_outstanding(), usize::from(DEPTH) - 1);
+    // 512 B and 4 KiB writes go in-capsule; 32 KiB and 64 KiB are read by the target.
+    for (i, &len) in [512usize, 4096, 32768, 65536].iter().enumerate() {
+        let slba = (i as u64) * 256;
+        let data = pattern(len, i as u8 + 1);
+        let nlb = (len / 512 - 1) as u16;
+        let cid = q
+            .submit_with(Sqe::write(0, 1, slba, nlb, false), DataDir::HostToController { len }, |b| b[..len].copy_from_slice(&data))
+            .unwrap();
+        wait_for(&mut q, cid).unwrap();
+        let cid = q.submit(Sqe::read(0, 1, slba, nlb, false), DataDir::ControllerToHost { len }).unwrap();
+        let addr = q.buffer_addr(cid);
+        let key = q.window_key(cid).unwrap();
+        let cqe = wait_for(&mut q, cid).unwrap();
+        assert_eq!(cqe.cid(), cid);
+        assert_eq!(&q.buffer(cid)[..len], &data[..], "read back {len} bytes");
+        // The key the target used is dead once the command completed.
+        let dev = q.context().device().clone();
+        assert!(dev.keys().check_remote(q.pd().0, q.qp_num(), key, addr, len as u64, AccessFlags::REMOTE_WRITE).is_err());
+    }
+}
+
+#[test]
+fn plain_send_response_gets_local_invalidate() {
+    let _t = start_target("127.0.0.23".parse().unwrap());
+    let mut q = connect_host("127.0.0.24".parse().unwrap(), "127.0.0.23".parse().unwrap());
+    // NSID 2: the fake target answers with a plain SEND.
+    let cid = q.submit(Sqe::read(0, 2, 0, 7, false), DataDir::ControllerToHost { len: 4096 }).unwrap();
+    let (addr, key) = (q.buffer_addr(cid), q.window_key(cid).unwrap());
+    let dev = q.context().device().clone();
+    assert!(dev.keys().check_remote(q.pd().0, q.qp_num(), key, addr, 4096, AccessFlags::REMOTE_WRITE).is_ok());
+    wait_for(&mut q, cid).unwrap();
+    assert!(dev.keys().check_remote(q.pd().0, q.qp_num(), key, addr, 4096, AccessFlags::REMOTE_WRITE).is_err());
+    // The window binds again with the next key.
+    let cid2 = q.submit_cid(cid, Sqe::read(0, 1, 0, 7, false), DataDir::ControllerToHost { len: 4096 }).map(|_| cid).unwrap();
+    assert_ne!(q.window_key(cid2), Some(key));
+    wait_for(&mut q, cid2).unwrap();
+}
+
+#[test]
+fn sq_flow_control_and_errors() {
+    let _t = start_target("127.0.0.25".parse().unwrap());
+    let mut q = connect_host("127.0.0.26".parse().unwrap(), "127.0.0.25".parse().unwrap());
+    let mut cids = Vec::new();
+    for i in 0..q.max_outstanding() {
+        cids.push(q.submit(Sqe::read(0, 1, i as u64, 0, false), DataDir::ControllerToHost { len: 512 }).unwrap());
+    }
+    // SQ full (size 8 keeps one entry empty) until completions return SQHD.
+    assert!(matches!(q.submit(Sqe::flush(0, 1), DataDir::None), Err(QueueError::Full)));
+    for cid in cids {
+        wait_for(&mut q, cid).unwrap();
+    }
+    assert_eq!(q.outstanding(), 0);
+    // An NVMe error status comes back typed.
+    let cid = q.submit(Sqe::flush(0, 1), DataDir::None).unwrap();
+    match wait_for(&mut q, cid) {
+        Err(HostError::Nvme { status, command, .. }) => {
+            assert_eq!(status.as_generic(), Some(nvme::GenericStatus::InvalidOpcode));
+            assert!(status.dnr);
+            assert_eq!(command, "Flush");
+        }
+        other => panic!("expected an NVMe error, got {other:?}"),
+    }
+    assert!(matches!(
+        q.submit(Sqe::read(0, 1, 0, 0, false), DataDir::ControllerToHost { len: MAX_IO + 1 }),
+        Err(QueueError::TooLarge { .. })
+    ));
+}
