@@ -74,26 +74,50 @@ pub struct Capsule {
 /// (identifier 01h) at offset 0. Other data: Keyed SGL Data Block with Invalidate
 /// (identifier 4Fh) over the whole transfer, so the target answers with SEND with
 /// Invalidate. No data: the keyed null descriptor. Error: a keyed length over 24 bits.
-pub fn build_capsule(mut sqe: Sqe, cid: u16, data: DataDir, in_capsule_max: usize, buf_addr: u64, next_rkey: u32) -> Result<Capsule, String> {
+pub fn build_capsule(
+    mut sqe: Sqe,
+    cid: u16,
+    data: DataDir,
+    in_capsule_max: usize,
+    buf_addr: u64,
+    next_rkey: u32,
+) -> Result<Capsule, String> {
     sqe.set_cid(cid);
     sqe.set_psdt(PSDT_SGL_MPTR_CONTIG);
     let (sgl, bind, in_capsule_len) = match data {
         _ if data.is_empty() => (SglDescriptor::keyed_null(), None, 0),
-        DataDir::HostToController { len } if len <= in_capsule_max => (SglDescriptor::inline_offset(0, len as u32), None, len),
+        DataDir::HostToController { len } if len <= in_capsule_max => {
+            (SglDescriptor::inline_offset(0, len as u32), None, len)
+        }
         DataDir::HostToController { len } | DataDir::ControllerToHost { len } => {
             let access = if matches!(data, DataDir::ControllerToHost { .. }) {
                 AccessFlags::REMOTE_WRITE
             } else {
                 AccessFlags::REMOTE_READ
             };
-            let len32 = u32::try_from(len).map_err(|_| format!("transfer of {len} bytes too large for a keyed SGL"))?;
-            let sgl = SglDescriptor::keyed(buf_addr, len32, next_rkey, true).map_err(|e| e.to_string())?;
-            (sgl, Some(WindowBind { rkey: next_rkey, addr: buf_addr, length: len as u64, access }), 0)
+            let len32 = u32::try_from(len)
+                .map_err(|_| format!("transfer of {len} bytes too large for a keyed SGL"))?;
+            let sgl = SglDescriptor::keyed(buf_addr, len32, next_rkey, true)
+                .map_err(|e| e.to_string())?;
+            (
+                sgl,
+                Some(WindowBind {
+                    rkey: next_rkey,
+                    addr: buf_addr,
+                    length: len as u64,
+                    access,
+                }),
+                0,
+            )
         }
         DataDir::None => (SglDescriptor::keyed_null(), None, 0),
     };
     sqe.set_sgl(sgl);
-    Ok(Capsule { sqe, bind, in_capsule_len })
+    Ok(Capsule {
+        sqe,
+        bind,
+        in_capsule_len,
+    })
 }
 
 #[cfg(test)]
@@ -115,13 +139,29 @@ mod tests {
         assert_eq!(b[39], 0x40);
         assert_eq!((c.bind, c.in_capsule_len), (None, 0));
         // Zero-length transfers too.
-        let z = build_capsule(Sqe::flush(0, 1), 1, DataDir::ControllerToHost { len: 0 }, 0, ADDR, 1).unwrap();
+        let z = build_capsule(
+            Sqe::flush(0, 1),
+            1,
+            DataDir::ControllerToHost { len: 0 },
+            0,
+            ADDR,
+            1,
+        )
+        .unwrap();
         assert_eq!(z.sqe.sgl(), SglDescriptor::keyed_null());
     }
 
     #[test]
     fn small_write_goes_in_capsule() {
-        let c = build_capsule(Sqe::write(0, 1, 0, 7, false), 3, DataDir::HostToController { len: 4096 }, 4096, ADDR, 9).unwrap();
+        let c = build_capsule(
+            Sqe::write(0, 1, 0, 7, false),
+            3,
+            DataDir::HostToController { len: 4096 },
+            4096,
+            ADDR,
+            9,
+        )
+        .unwrap();
         let b = c.sqe.to_array();
         // Capture frame 322: SGL type 01h, address (offset) 0, length 4096.
         assert_eq!(&b[24..32], &[0u8; 8]);
@@ -132,24 +172,67 @@ mod tests {
 
     #[test]
     fn large_write_binds_for_remote_read() {
-        let c = build_capsule(Sqe::write(0, 1, 0x200, 63, false), 2, DataDir::HostToController { len: 32768 }, 4096, ADDR, 0xABCD_EF02).unwrap();
+        let c = build_capsule(
+            Sqe::write(0, 1, 0x200, 63, false),
+            2,
+            DataDir::HostToController { len: 32768 },
+            4096,
+            ADDR,
+            0xABCD_EF02,
+        )
+        .unwrap();
         let b = c.sqe.to_array();
         assert_eq!(&b[24..32], &ADDR.to_le_bytes());
         assert_eq!(&b[32..35], &[0x00, 0x80, 0x00]);
         assert_eq!(&b[35..39], &0xABCD_EF02u32.to_le_bytes());
         assert_eq!(b[39], 0x4F);
-        assert_eq!(c.bind, Some(WindowBind { rkey: 0xABCD_EF02, addr: ADDR, length: 32768, access: AccessFlags::REMOTE_READ }));
+        assert_eq!(
+            c.bind,
+            Some(WindowBind {
+                rkey: 0xABCD_EF02,
+                addr: ADDR,
+                length: 32768,
+                access: AccessFlags::REMOTE_READ
+            })
+        );
         assert_eq!(c.in_capsule_len, 0);
     }
 
     #[test]
     fn read_binds_for_remote_write_and_admin_never_inlines() {
-        let c = build_capsule(Sqe::read(0, 1, 0, 0, false), 0, DataDir::ControllerToHost { len: 512 }, 4096, ADDR, 7).unwrap();
-        assert_eq!(c.bind.map(|b| (b.access, b.length)), Some((AccessFlags::REMOTE_WRITE, 512)));
+        let c = build_capsule(
+            Sqe::read(0, 1, 0, 0, false),
+            0,
+            DataDir::ControllerToHost { len: 512 },
+            4096,
+            ADDR,
+            7,
+        )
+        .unwrap();
+        assert_eq!(
+            c.bind.map(|b| (b.access, b.length)),
+            Some((AccessFlags::REMOTE_WRITE, 512))
+        );
         assert_eq!(c.sqe.sgl().identifier(), 0x4F);
         // Admin Connect data: in_capsule_max 0 -> keyed, read by the target.
-        let a = build_capsule(Sqe::keep_alive(0), 0, DataDir::HostToController { len: 1024 }, 0, ADDR, 7).unwrap();
+        let a = build_capsule(
+            Sqe::keep_alive(0),
+            0,
+            DataDir::HostToController { len: 1024 },
+            0,
+            ADDR,
+            7,
+        )
+        .unwrap();
         assert_eq!(a.bind.map(|b| b.access), Some(AccessFlags::REMOTE_READ));
-        assert!(build_capsule(Sqe::keep_alive(0), 0, DataDir::ControllerToHost { len: 1 << 24 }, 0, ADDR, 7).is_err());
+        assert!(build_capsule(
+            Sqe::keep_alive(0),
+            0,
+            DataDir::ControllerToHost { len: 1 << 24 },
+            0,
+            ADDR,
+            7
+        )
+        .is_err());
     }
 }

@@ -19,19 +19,21 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use nvme::{CommandSpecificStatus, Cqe, FeatureId, IdentifyCns, Sqe, NVME_AQ_DEPTH};
+use nvme::properties::{ShutdownNotification, ShutdownStatus, CAP_CSS_IOCS};
+use nvme::{
+    Cap, Cc, CommandSpecificStatus, Cqe, Csts, FeatureId, IdentifyCns, Property, Sqe, NVME_AQ_DEPTH,
+};
 use transport::soft::{CmAgent, Context};
 
 use crate::capsule::DataDir;
 use crate::error::HostError;
-use crate::fabrics::{self, prop, CONNECT_DATA_LEN};
+use crate::fabrics::{self, CONNECT_DATA_LEN};
 use crate::identify::{parse_ns_list, ControllerInfo, NamespaceInfo, IDENTIFY_LEN};
 use crate::queue::{NvmeRdmaQueue, QueueCompletion, QueueConfig};
 
 /// Data buffer bytes per admin command slot (Identify and Connect data fit).
 pub const ADMIN_MAX_IO_BYTES: usize = 4096;
-/// CNTLID of an admin Connect in the dynamic controller model.
-pub const CNTLID_DYNAMIC: u16 = 0xFFFF;
+pub use nvme::fabrics::CNTLID_DYNAMIC;
 /// How long a normal shutdown may take before the host gives up waiting.
 pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -105,7 +107,10 @@ pub fn run_command(
             others.push(c);
         }
         if Instant::now() >= deadline {
-            return Err(HostError::Timeout(format!("{name} on queue {}", queue.qid())));
+            return Err(HostError::Timeout(format!(
+                "{name} on queue {}",
+                queue.qid()
+            )));
         }
         queue.wait(Duration::from_millis(1));
     }
@@ -117,27 +122,54 @@ pub fn run_command(
 /// otherwise by keyed SGL (the admin queue). Returns CQE DW0's controller ID.
 ///
 /// Errors: [`HostError::ConnectRefused`] naming the offending field.
-pub fn fabrics_connect(queue: &mut NvmeRdmaQueue, opts: &ControllerOptions, cntlid: u16, kato_ms: u32) -> Result<u16, HostError> {
+pub fn fabrics_connect(
+    queue: &mut NvmeRdmaQueue,
+    opts: &ControllerOptions,
+    cntlid: u16,
+    kato_ms: u32,
+) -> Result<u16, HostError> {
     let qid = queue.qid();
-    let sqe = fabrics::connect(qid, queue.depth() - 1, kato_ms);
+    let sqe = Sqe::connect(0, qid, queue.depth() - 1, kato_ms);
     let mut data_err = None;
     let fill = |buf: &mut [u8]| {
-        data_err = fabrics::write_connect_data(buf, &opts.hostid, cntlid, &opts.subnqn, &opts.hostnqn).err();
+        data_err =
+            fabrics::write_connect_data(buf, &opts.hostid, cntlid, &opts.subnqn, &opts.hostnqn)
+                .err();
     };
     // Validate before anything goes on the wire.
-    fabrics::write_connect_data(&mut [0u8; CONNECT_DATA_LEN], &opts.hostid, cntlid, &opts.subnqn, &opts.hostnqn)
-        .map_err(HostError::InvalidArgument)?;
-    let data = DataDir::HostToController { len: CONNECT_DATA_LEN };
-    let r = run_command(queue, sqe, data, fill, opts.connect_timeout, &mut Vec::new());
+    fabrics::write_connect_data(
+        &mut [0u8; CONNECT_DATA_LEN],
+        &opts.hostid,
+        cntlid,
+        &opts.subnqn,
+        &opts.hostnqn,
+    )
+    .map_err(HostError::InvalidArgument)?;
+    let data = DataDir::HostToController {
+        len: CONNECT_DATA_LEN,
+    };
+    let r = run_command(
+        queue,
+        sqe,
+        data,
+        fill,
+        opts.connect_timeout,
+        &mut Vec::new(),
+    );
     if let Some(e) = data_err {
         return Err(HostError::InvalidArgument(e));
     }
     match r {
         Ok((cqe, _)) => Ok(cqe.dw0() as u16),
         Err(HostError::Nvme { status, dw0, .. }) => {
-            let detail = (status.as_command_specific() == Some(CommandSpecificStatus::ConnectInvalidParameters))
-                .then(|| fabrics::connect_invalid_field(dw0));
-            Err(HostError::ConnectRefused { qid, status, detail })
+            let detail = (status.as_command_specific()
+                == Some(CommandSpecificStatus::ConnectInvalidParameters))
+            .then(|| fabrics::connect_invalid_field(dw0));
+            Err(HostError::ConnectRefused {
+                qid,
+                status,
+                detail,
+            })
         }
         Err(e) => Err(e),
     }
@@ -149,9 +181,9 @@ pub struct Controller {
     cm: CmAgent,
     opts: ControllerOptions,
     cntlid: u16,
-    cap: u64,
+    cap: Cap,
     vs: u32,
-    cc: u32,
+    cc: Cc,
     info: ControllerInfo,
     /// Completions of commands other than the one being waited for (none expected).
     stray: Vec<QueueCompletion>,
@@ -159,14 +191,22 @@ pub struct Controller {
 
 impl std::fmt::Debug for Controller {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Controller").field("cntlid", &self.cntlid).field("subnqn", &self.opts.subnqn).field("admin", &self.admin).finish()
+        f.debug_struct("Controller")
+            .field("cntlid", &self.cntlid)
+            .field("subnqn", &self.opts.subnqn)
+            .field("admin", &self.admin)
+            .finish()
     }
 }
 
 impl Controller {
     /// Connects the admin queue in poll group `ctx` and brings the controller up to
     /// Identify Controller (steps 1-4 of the module docs).
-    pub fn connect(ctx: Context, cm: &CmAgent, opts: ControllerOptions) -> Result<Controller, HostError> {
+    pub fn connect(
+        ctx: Context,
+        cm: &CmAgent,
+        opts: ControllerOptions,
+    ) -> Result<Controller, HostError> {
         let mut qcfg = QueueConfig::new(0, NVME_AQ_DEPTH, ADMIN_MAX_IO_BYTES, opts.traddr);
         qcfg.connect_timeout = opts.connect_timeout;
         let mut admin = NvmeRdmaQueue::connect(ctx, cm, qcfg)?;
@@ -182,9 +222,9 @@ impl Controller {
             cm: cm.clone(),
             opts,
             cntlid,
-            cap: 0,
+            cap: Cap(0),
             vs: 0,
-            cc: 0,
+            cc: Cc(0),
             info: ControllerInfo::parse(&[0u8; IDENTIFY_LEN]).map_err(HostError::Protocol)?,
             stray: Vec::new(),
         };
@@ -196,28 +236,41 @@ impl Controller {
     }
 
     fn enable(&mut self) -> Result<(), HostError> {
-        self.cap = self.property_get(prop::CAP, true)?;
-        // CC.CSS: 110b when CAP.CSS bit 6 (I/O command sets) is set, else NVM (000b).
-        let css = if self.cap & (1 << 43) != 0 { 6 << 4 } else { 0 };
-        self.cc = prop::CC_IOSQES_64 | prop::CC_IOCQES_16 | css;
-        self.property_set(prop::CC, self.cc | prop::CC_EN)?;
-        self.cc |= prop::CC_EN;
-        let to = Duration::from_millis(500 * u64::from(prop::cap_to(self.cap).max(1)));
+        self.cap = Cap(self.property_get(Property::Cap)?);
+        // CC.CSS: 110b (all I/O command sets) when CAP.CSS has bit 6, else NVM (000b),
+        // as Linux chooses; 64-byte SQEs, 16-byte CQEs.
+        let css = if self.cap.0 & CAP_CSS_IOCS != 0 {
+            0b110
+        } else {
+            0
+        };
+        self.cc = Cc(0)
+            .with_css(css)
+            .with_iosqes(6)
+            .with_iocqes(4)
+            .with_en(true);
+        self.property_set(Property::Cc, self.cc.0)?;
+        let to = Duration::from_millis(u64::from(self.cap.timeout_ms().max(500)));
         let deadline = Instant::now() + to;
         loop {
-            let csts = self.property_get(prop::CSTS, false)? as u32;
-            if csts & prop::CSTS_CFS != 0 {
-                return Err(HostError::Protocol("controller fatal status (CSTS.CFS) during enable".into()));
+            let csts = Csts(self.property_get(Property::Csts)? as u32);
+            if csts.cfs() {
+                return Err(HostError::Protocol(
+                    "controller fatal status (CSTS.CFS) during enable".into(),
+                ));
             }
-            if csts & prop::CSTS_RDY != 0 {
+            if csts.rdy() {
                 break;
             }
             if Instant::now() >= deadline {
-                return Err(HostError::Timeout(format!("CSTS.RDY (CAP.TO {} ms)", to.as_millis())));
+                return Err(HostError::Timeout(format!(
+                    "CSTS.RDY (CAP.TO {} ms)",
+                    to.as_millis()
+                )));
             }
             std::thread::sleep(Duration::from_millis(1));
         }
-        self.vs = self.property_get(prop::VS, false)? as u32;
+        self.vs = self.property_get(Property::Vs)? as u32;
         self.info = self.identify_controller()?;
         Ok(())
     }
@@ -225,8 +278,20 @@ impl Controller {
     /// Runs one admin command (see [`run_command`]) and returns its CQE and the
     /// controller-to-host data (`data.len()` bytes when `data` is
     /// [`DataDir::ControllerToHost`], else empty).
-    pub fn admin_command(&mut self, sqe: Sqe, data: DataDir, fill: impl FnOnce(&mut [u8])) -> Result<(Cqe, Vec<u8>), HostError> {
-        let (cqe, cid) = run_command(&mut self.admin, sqe, data, fill, self.opts.admin_timeout, &mut self.stray)?;
+    pub fn admin_command(
+        &mut self,
+        sqe: Sqe,
+        data: DataDir,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> Result<(Cqe, Vec<u8>), HostError> {
+        let (cqe, cid) = run_command(
+            &mut self.admin,
+            sqe,
+            data,
+            fill,
+            self.opts.admin_timeout,
+            &mut self.stray,
+        )?;
         let out = match data {
             DataDir::ControllerToHost { len } => self.admin.buffer(cid)[..len].to_vec(),
             _ => Vec::new(),
@@ -234,36 +299,43 @@ impl Controller {
         Ok((cqe, out))
     }
 
-    /// Property Get (NVMe over Fabrics 1.1 §3.4): the 4- or 8-byte property at `offset`.
-    pub fn property_get(&mut self, offset: u32, eight_bytes: bool) -> Result<u64, HostError> {
-        let (cqe, _) = self.admin_command(fabrics::property_get(offset, eight_bytes), DataDir::None, |_| {})?;
+    /// Property Get (NVMe over Fabrics 1.1 §3.4): the property's value (4 or 8 bytes,
+    /// from CQE DW0/DW1).
+    pub fn property_get(&mut self, property: Property) -> Result<u64, HostError> {
+        let sqe = Sqe::property_get(0, property);
+        let (cqe, _) = self.admin_command(sqe, DataDir::None, |_| {})?;
         Ok(cqe.result_u64())
     }
 
     /// Property Set (NVMe over Fabrics 1.1 §3.5) of a 4-byte property.
-    pub fn property_set(&mut self, offset: u32, value: u32) -> Result<(), HostError> {
-        self.admin_command(fabrics::property_set(offset, value), DataDir::None, |_| {}).map(|_| ())
+    pub fn property_set(&mut self, property: Property, value: u32) -> Result<(), HostError> {
+        let sqe = Sqe::property_set(0, property, u64::from(value));
+        self.admin_command(sqe, DataDir::None, |_| {}).map(|_| ())
     }
 
     /// Identify Controller (CNS 01h, NVMe Base 2.x §5.17.2.1), parsed.
     pub fn identify_controller(&mut self) -> Result<ControllerInfo, HostError> {
         let sqe = Sqe::identify(0, IdentifyCns::Controller, 0, 0);
-        let (_, data) = self.admin_command(sqe, DataDir::ControllerToHost { len: IDENTIFY_LEN }, |_| {})?;
+        let (_, data) =
+            self.admin_command(sqe, DataDir::ControllerToHost { len: IDENTIFY_LEN }, |_| {})?;
         ControllerInfo::parse(&data).map_err(HostError::Protocol)
     }
 
     /// Identify Namespace (CNS 00h, NVM Command Set 1.x §4.1.5.1) of `nsid`, parsed.
     pub fn identify_namespace(&mut self, nsid: u32) -> Result<NamespaceInfo, HostError> {
         let sqe = Sqe::identify(0, IdentifyCns::Namespace, nsid, 0);
-        let (_, data) = self.admin_command(sqe, DataDir::ControllerToHost { len: IDENTIFY_LEN }, |_| {})?;
-        NamespaceInfo::parse(&data).map_err(|e| HostError::Protocol(format!("namespace {nsid}: {e}")))
+        let (_, data) =
+            self.admin_command(sqe, DataDir::ControllerToHost { len: IDENTIFY_LEN }, |_| {})?;
+        NamespaceInfo::parse(&data)
+            .map_err(|e| HostError::Protocol(format!("namespace {nsid}: {e}")))
     }
 
     /// Active Namespace ID list (CNS 02h, NVMe Base 2.x §5.17.2.2): the first 1024
     /// active NSIDs.
     pub fn active_namespaces(&mut self) -> Result<Vec<u32>, HostError> {
         let sqe = Sqe::identify(0, IdentifyCns::ActiveNamespaceList, 0, 0);
-        let (_, data) = self.admin_command(sqe, DataDir::ControllerToHost { len: IDENTIFY_LEN }, |_| {})?;
+        let (_, data) =
+            self.admin_command(sqe, DataDir::ControllerToHost { len: IDENTIFY_LEN }, |_| {})?;
         Ok(parse_ns_list(&data))
     }
 
@@ -280,7 +352,8 @@ impl Controller {
 
     /// Keep Alive (18h, NVMe Base 2.x §5.20), waited for.
     pub fn keep_alive(&mut self) -> Result<(), HostError> {
-        self.admin_command(Sqe::keep_alive(0), DataDir::None, |_| {}).map(|_| ())
+        self.admin_command(Sqe::keep_alive(0), DataDir::None, |_| {})
+            .map(|_| ())
     }
 
     /// How often to send Keep Alive: KATO/2 (`None` when KATO is 0).
@@ -291,11 +364,24 @@ impl Controller {
     /// Connects I/O queue `qid` of `depth` entries in poll group `ctx`: RDMA CM, then
     /// Fabrics Connect with this controller's ID, KATO 0 and the Connect data
     /// in-capsule when the controller takes in-capsule data.
-    pub fn connect_io_queue(&self, ctx: Context, qid: u16, depth: u16, max_io_bytes: usize) -> Result<NvmeRdmaQueue, HostError> {
+    pub fn connect_io_queue(
+        &self,
+        ctx: Context,
+        qid: u16,
+        depth: u16,
+        max_io_bytes: usize,
+    ) -> Result<NvmeRdmaQueue, HostError> {
         if qid == 0 {
-            return Err(HostError::InvalidArgument("I/O queue IDs start at 1".into()));
+            return Err(HostError::InvalidArgument(
+                "I/O queue IDs start at 1".into(),
+            ));
         }
-        let mut qcfg = QueueConfig::new(qid, depth, max_io_bytes.max(CONNECT_DATA_LEN), self.opts.traddr);
+        let mut qcfg = QueueConfig::new(
+            qid,
+            depth,
+            max_io_bytes.max(CONNECT_DATA_LEN),
+            self.opts.traddr,
+        );
         qcfg.in_capsule_bytes = self.info.in_capsule_data_size().min(qcfg.max_io_bytes);
         qcfg.cntlid = self.cntlid;
         qcfg.connect_timeout = self.opts.connect_timeout;
@@ -319,12 +405,12 @@ impl Controller {
     }
 
     fn shutdown_admin(&mut self) -> Result<(), HostError> {
-        let cc = (self.cc & !prop::CC_SHN_MASK) | prop::CC_SHN_NORMAL;
-        self.property_set(prop::CC, cc)?;
+        let cc = self.cc.with_shn(ShutdownNotification::Normal);
+        self.property_set(Property::Cc, cc.0)?;
         let deadline = Instant::now() + SHUTDOWN_TIMEOUT;
         loop {
-            let csts = self.property_get(prop::CSTS, false)? as u32;
-            if csts & prop::CSTS_SHST_MASK == prop::CSTS_SHST_CMPLT {
+            let csts = Csts(self.property_get(Property::Csts)? as u32);
+            if csts.shst() == Some(ShutdownStatus::Complete) {
                 return Ok(());
             }
             if Instant::now() >= deadline {
@@ -339,7 +425,7 @@ impl Controller {
         self.cntlid
     }
     /// CAP as read at enable.
-    pub fn cap(&self) -> u64 {
+    pub fn cap(&self) -> Cap {
         self.cap
     }
     /// VS as read at enable.
@@ -357,11 +443,11 @@ impl Controller {
     /// The largest data transfer per command in bytes: MDTS with CAP.MPSMIN, or `None`
     /// if the controller sets no limit.
     pub fn max_transfer_bytes(&self) -> Option<usize> {
-        self.info.max_transfer_bytes(prop::cap_mpsmin(self.cap))
+        self.info.max_transfer_bytes(self.cap.mpsmin())
     }
     /// Largest I/O queue size the controller supports (CAP.MQES + 1).
     pub fn max_queue_entries(&self) -> u32 {
-        u32::from(prop::cap_mqes(self.cap)) + 1
+        u32::from(self.cap.mqes()) + 1
     }
     /// The admin queue (for owners that drive it without blocking).
     pub fn admin_queue_mut(&mut self) -> &mut NvmeRdmaQueue {

@@ -23,9 +23,16 @@ impl QueueEngine {
     /// two (the namespace's LBA data size).
     pub fn new(queue: NvmeRdmaQueue, nsid: u32, block_size: u32) -> Result<Self, EngineError> {
         if !block_size.is_power_of_two() {
-            return Err(EngineError::InvalidRequest(format!("block size {block_size} is not a power of two")));
+            return Err(EngineError::InvalidRequest(format!(
+                "block size {block_size} is not a power of two"
+            )));
         }
-        Ok(QueueEngine { queue, nsid, block_shift: block_size.trailing_zeros(), done: Vec::new() })
+        Ok(QueueEngine {
+            queue,
+            nsid,
+            block_shift: block_size.trailing_zeros(),
+            done: Vec::new(),
+        })
     }
 
     /// The queue (e.g. to disconnect it).
@@ -53,11 +60,18 @@ impl QueueEngine {
         }
         let slba = req.offset >> self.block_shift;
         let nlb = u64::from(req.len) >> self.block_shift;
-        let nlb_0based = u16::try_from(nlb - 1).map_err(|_| EngineError::InvalidRequest(format!("{nlb} blocks exceed 65536")))?;
+        let nlb_0based = u16::try_from(nlb - 1)
+            .map_err(|_| EngineError::InvalidRequest(format!("{nlb} blocks exceed 65536")))?;
         let len = req.len as usize;
         Ok(match req.op {
-            IoOp::Read => (Sqe::read(0, self.nsid, slba, nlb_0based, false), DataDir::ControllerToHost { len }),
-            IoOp::Write => (Sqe::write(0, self.nsid, slba, nlb_0based, false), DataDir::HostToController { len }),
+            IoOp::Read => (
+                Sqe::read(0, self.nsid, slba, nlb_0based, false),
+                DataDir::ControllerToHost { len },
+            ),
+            IoOp::Write => (
+                Sqe::write(0, self.nsid, slba, nlb_0based, false),
+                DataDir::HostToController { len },
+            ),
         })
     }
 }
@@ -68,12 +82,15 @@ impl IoEngine for QueueEngine {
     }
 
     fn submit(&mut self, tag: u32, req: &IoRequest) -> Result<(), EngineError> {
-        let cid = u16::try_from(tag).map_err(|_| EngineError::InvalidRequest(format!("tag {tag} out of range")))?;
+        let cid = u16::try_from(tag)
+            .map_err(|_| EngineError::InvalidRequest(format!("tag {tag} out of range")))?;
         let (sqe, data) = self.sqe_for(req)?;
         match self.queue.submit_cid(cid, sqe, data) {
             Ok(()) => Ok(()),
             Err(QueueError::Full) => Err(EngineError::Busy),
-            Err(e @ (QueueError::Dead { .. } | QueueError::Verbs(_))) => Err(EngineError::Transport(e.to_string())),
+            Err(e @ (QueueError::Dead { .. } | QueueError::Verbs(_))) => {
+                Err(EngineError::Transport(e.to_string()))
+            }
             Err(e) => Err(EngineError::InvalidRequest(e.to_string())),
         }
     }
@@ -81,10 +98,16 @@ impl IoEngine for QueueEngine {
     fn poll(&mut self, out: &mut Vec<IoCompletion>) -> Result<(), EngineError> {
         self.queue.poll(&mut self.done);
         for c in self.done.drain(..) {
-            out.push(IoCompletion { tag: u32::from(c.cid), result: c.result.map(|_| ()).map_err(|e| e.to_string()) });
+            out.push(IoCompletion {
+                tag: u32::from(c.cid),
+                result: c.result.map(|_| ()).map_err(|e| e.to_string()),
+            });
         }
         if self.queue.is_dead() && self.queue.outstanding() == 0 {
-            return Err(EngineError::Transport(format!("queue {} is dead", self.queue.qid())));
+            return Err(EngineError::Transport(format!(
+                "queue {} is dead",
+                self.queue.qid()
+            )));
         }
         Ok(())
     }

@@ -6,72 +6,8 @@
 //! failures keep the ibverbs work completion status.
 use std::net::SocketAddr;
 
-use nvme::Status;
+use nvme::{RdmaCmRejectStatus, Status};
 use transport::verbs::{VerbsError, WcStatus};
-
-/// The NVMe/RDMA CM reject status (NVMe RDMA Transport 1.x §3.2 Figure "RDMA_CM_REJECT
-/// Private Data": the `STS` field), with the names Linux uses (`NVME_RDMA_CM_*`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RdmaCmRejectStatus {
-    /// 01h: the private data length is invalid.
-    InvalidLength,
-    /// 02h: the record format is not supported.
-    InvalidRecfmt,
-    /// 03h: the queue ID is invalid.
-    InvalidQid,
-    /// 04h: HSQSIZE is invalid.
-    InvalidHsqsize,
-    /// 05h: HRQSIZE is invalid.
-    InvalidHrqsize,
-    /// 06h: the controller has no resources for the queue.
-    NoResources,
-    /// 07h: the IRD (responder resources) is invalid.
-    InvalidIrd,
-    /// 08h: the ORD (initiator depth) is invalid.
-    InvalidOrd,
-    /// 09h: the controller ID is invalid.
-    InvalidCntlid,
-    /// Any other value.
-    Other(u16),
-}
-
-impl RdmaCmRejectStatus {
-    /// From the `STS` field.
-    pub fn from_value(v: u16) -> Self {
-        use RdmaCmRejectStatus::*;
-        match v {
-            1 => InvalidLength,
-            2 => InvalidRecfmt,
-            3 => InvalidQid,
-            4 => InvalidHsqsize,
-            5 => InvalidHrqsize,
-            6 => NoResources,
-            7 => InvalidIrd,
-            8 => InvalidOrd,
-            9 => InvalidCntlid,
-            o => Other(o),
-        }
-    }
-}
-
-impl std::fmt::Display for RdmaCmRejectStatus {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        use RdmaCmRejectStatus::*;
-        let s = match self {
-            InvalidLength => "invalid private data length",
-            InvalidRecfmt => "invalid record format",
-            InvalidQid => "invalid queue ID",
-            InvalidHsqsize => "invalid host submission queue size",
-            InvalidHrqsize => "invalid host receive queue size",
-            NoResources => "no resources",
-            InvalidIrd => "invalid IRD",
-            InvalidOrd => "invalid ORD",
-            InvalidCntlid => "invalid controller ID",
-            Other(v) => return write!(f, "NVMe/RDMA reject status {v:#x}"),
-        };
-        f.write_str(s)
-    }
-}
 
 /// Errors of one [`crate::queue::NvmeRdmaQueue`].
 #[derive(Debug, Clone, thiserror::Error)]
@@ -131,7 +67,7 @@ pub enum HostError {
         detail: Option<String>,
     },
     /// The target rejected the RDMA CM connection; with NVMe/RDMA private data the
-    /// reason is decoded (NVMe RDMA Transport 1.x §3.2).
+    /// reason is decoded (NVMe RDMA Transport 1.x §3.3).
     #[error("RDMA CM connection of queue {qid} rejected (CM reason {reason}){}", .nvme_status.map(|s| format!(": {s}")).unwrap_or_default())]
     Rejected {
         /// The queue ID.
@@ -185,7 +121,9 @@ impl HostError {
     /// The NVMe status if the controller answered with an error.
     pub fn nvme_status(&self) -> Option<Status> {
         match self {
-            HostError::Nvme { status, .. } | HostError::ConnectRefused { status, .. } => Some(*status),
+            HostError::Nvme { status, .. } | HostError::ConnectRefused { status, .. } => {
+                Some(*status)
+            }
             _ => None,
         }
     }
@@ -200,13 +138,31 @@ mod tests {
     fn display_is_readable() {
         let e = HostError::Nvme {
             command: "Connect",
-            status: Status::command_specific(CommandSpecificStatus::ConnectInvalidParameters).with_dnr(),
+            status: Status::command_specific(CommandSpecificStatus::ConnectInvalidParameters)
+                .with_dnr(),
             dw0: 0x0001_0100,
         };
-        assert_eq!(e.to_string(), "Connect failed: Connect Invalid Parameters (SCT 1h, SC 82h, DNR) (DW0 0x00010100)");
-        let r = HostError::Rejected { qid: 1, reason: 28, nvme_status: Some(RdmaCmRejectStatus::from_value(6)) };
-        assert_eq!(r.to_string(), "RDMA CM connection of queue 1 rejected (CM reason 28): no resources");
-        let t = HostError::Transport { qid: 0, status: WcStatus::RetryExcErr, what: "command capsule SEND" };
-        assert_eq!(t.to_string(), "transport error on queue 0: IBV_WC_RETRY_EXC_ERR (command capsule SEND)");
+        assert_eq!(
+            e.to_string(),
+            "Connect failed: Connect Invalid Parameters (SCT 1h, SC 82h, DNR) (DW0 0x00010100)"
+        );
+        let r = HostError::Rejected {
+            qid: 1,
+            reason: 28,
+            nvme_status: Some(RdmaCmRejectStatus::NoResources),
+        };
+        assert_eq!(
+            r.to_string(),
+            "RDMA CM connection of queue 1 rejected (CM reason 28): No Resources"
+        );
+        let t = HostError::Transport {
+            qid: 0,
+            status: WcStatus::RetryExcErr,
+            what: "command capsule SEND",
+        };
+        assert_eq!(
+            t.to_string(),
+            "transport error on queue 0: IBV_WC_RETRY_EXC_ERR (command capsule SEND)"
+        );
     }
 }

@@ -68,12 +68,28 @@ impl Client {
     /// Hands the command to the poll thread now; the returned future answers it.
     fn send(&self, admin: bool, sqe: Sqe, write: Option<Vec<u8>>, read_len: usize) -> Pending {
         let (reply, rx) = oneshot::channel();
-        let cmd = Command { sqe, write, read_len, reply };
-        let sent = self.tx.send(if admin { Msg::Admin(cmd) } else { Msg::Io(cmd) }).is_ok();
-        Pending { rx: sent.then_some(rx) }
+        let cmd = Command {
+            sqe,
+            write,
+            read_len,
+            reply,
+        };
+        let sent = self
+            .tx
+            .send(if admin { Msg::Admin(cmd) } else { Msg::Io(cmd) })
+            .is_ok();
+        Pending {
+            rx: sent.then_some(rx),
+        }
     }
 
-    async fn call(&self, admin: bool, sqe: Sqe, write: Option<Vec<u8>>, read_len: usize) -> Result<Vec<u8>, HostError> {
+    async fn call(
+        &self,
+        admin: bool,
+        sqe: Sqe,
+        write: Option<Vec<u8>>,
+        read_len: usize,
+    ) -> Result<Vec<u8>, HostError> {
         self.send(admin, sqe, write, read_len).wait().await
     }
 }
@@ -101,7 +117,10 @@ pub struct Host {
 
 impl std::fmt::Debug for Host {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Host").field("subnqn", &self.info.subnqn).field("cntlid", &self.info.cntlid).finish()
+        f.debug_struct("Host")
+            .field("subnqn", &self.info.subnqn)
+            .field("cntlid", &self.info.cntlid)
+            .finish()
     }
 }
 
@@ -119,7 +138,11 @@ impl Host {
             .spawn(move || match SyncHost::connect(&opts) {
                 Ok(h) => {
                     let (_dev, controller, queues) = h.into_parts();
-                    let max_transfer = queues.iter().map(|q| q.max_io_bytes()).min().unwrap_or(4096);
+                    let max_transfer = queues
+                        .iter()
+                        .map(|q| q.max_io_bytes())
+                        .min()
+                        .unwrap_or(4096);
                     let info = controller.info().clone();
                     if ready_tx.send(Ok((info, max_transfer))).is_err() {
                         let _ = controller.shutdown(queues);
@@ -133,7 +156,11 @@ impl Host {
             })
             .map_err(|e| HostError::Device(format!("spawning the poll thread: {e}")))?;
         let (info, max_transfer) = ready_rx.await.map_err(|_| HostError::Disconnected)??;
-        Ok(Host { client: Arc::new(Client { tx, max_transfer }), info, thread: Some(thread) })
+        Ok(Host {
+            client: Arc::new(Client { tx, max_transfer }),
+            info,
+            thread: Some(thread),
+        })
     }
 
     /// Identify Controller as read at connect time.
@@ -144,30 +171,48 @@ impl Host {
     /// Identify Controller (CNS 01h), read now.
     pub async fn identify_controller(&self) -> Result<ControllerInfo, HostError> {
         let sqe = Sqe::identify(0, nvme::IdentifyCns::Controller, 0, 0);
-        let data = self.client.call(true, sqe, None, crate::identify::IDENTIFY_LEN).await?;
+        let data = self
+            .client
+            .call(true, sqe, None, crate::identify::IDENTIFY_LEN)
+            .await?;
         ControllerInfo::parse(&data).map_err(HostError::Protocol)
     }
 
     /// The active namespace IDs (Identify CNS 02h).
     pub async fn namespaces(&self) -> Result<Vec<u32>, HostError> {
         let sqe = Sqe::identify(0, nvme::IdentifyCns::ActiveNamespaceList, 0, 0);
-        let data = self.client.call(true, sqe, None, crate::identify::IDENTIFY_LEN).await?;
+        let data = self
+            .client
+            .call(true, sqe, None, crate::identify::IDENTIFY_LEN)
+            .await?;
         Ok(crate::identify::parse_ns_list(&data))
     }
 
     /// Namespace `nsid` (Identify Namespace: size and block size).
     pub async fn namespace(&self, nsid: u32) -> Result<Namespace, HostError> {
         let sqe = Sqe::identify(0, nvme::IdentifyCns::Namespace, nsid, 0);
-        let data = self.client.call(true, sqe, None, crate::identify::IDENTIFY_LEN).await?;
-        let info = crate::identify::NamespaceInfo::parse(&data).map_err(|e| HostError::Protocol(format!("namespace {nsid}: {e}")))?;
-        Ok(Namespace { nsid, block_size: info.block_size, nlb: info.nsze, client: self.client.clone() })
+        let data = self
+            .client
+            .call(true, sqe, None, crate::identify::IDENTIFY_LEN)
+            .await?;
+        let info = crate::identify::NamespaceInfo::parse(&data)
+            .map_err(|e| HostError::Protocol(format!("namespace {nsid}: {e}")))?;
+        Ok(Namespace {
+            nsid,
+            block_size: info.block_size,
+            nlb: info.nsze,
+            client: self.client.clone(),
+        })
     }
 
     /// Disconnects: fails queued requests, disconnects the I/O queues, shuts the
     /// controller down (CC.SHN) and disconnects the admin queue.
     pub async fn disconnect(mut self) -> Result<(), HostError> {
         let (reply, rx) = oneshot::channel();
-        self.client.tx.send(Msg::Disconnect(reply)).map_err(|_| HostError::Disconnected)?;
+        self.client
+            .tx
+            .send(Msg::Disconnect(reply))
+            .map_err(|_| HostError::Disconnected)?;
         let r = rx.await.map_err(|_| HostError::Disconnected)?;
         if let Some(t) = self.thread.take() {
             let _ = tokio::task::spawn_blocking(move || t.join()).await;
@@ -200,7 +245,11 @@ pub struct Namespace {
 
 impl std::fmt::Debug for Namespace {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Namespace").field("nsid", &self.nsid).field("block_size", &self.block_size).field("nlb", &self.nlb).finish()
+        f.debug_struct("Namespace")
+            .field("nsid", &self.nsid)
+            .field("block_size", &self.block_size)
+            .field("nlb", &self.nlb)
+            .finish()
     }
 }
 
@@ -211,11 +260,16 @@ impl Namespace {
     fn check(&self, slba: u64, len: usize) -> Result<u64, HostError> {
         let bs = u64::from(self.block_size);
         if len == 0 || len as u64 % bs != 0 {
-            return Err(HostError::InvalidArgument(format!("length {len} is not a non-zero multiple of the {bs}-byte block")));
+            return Err(HostError::InvalidArgument(format!(
+                "length {len} is not a non-zero multiple of the {bs}-byte block"
+            )));
         }
         let nlb = len as u64 / bs;
         if slba.checked_add(nlb).map_or(true, |end| end > self.nlb) {
-            return Err(HostError::InvalidArgument(format!("blocks {slba}..+{nlb} beyond the namespace's {}", self.nlb)));
+            return Err(HostError::InvalidArgument(format!(
+                "blocks {slba}..+{nlb} beyond the namespace's {}",
+                self.nlb
+            )));
         }
         Ok(nlb)
     }
@@ -269,20 +323,31 @@ impl Namespace {
     /// Flush (NVMe Base 2.x §7.1): volatile write cache contents of the namespace
     /// become non-volatile.
     pub async fn flush(&self) -> Result<(), HostError> {
-        self.client.call(false, Sqe::flush(0, self.nsid), None, 0).await.map(|_| ())
+        self.client
+            .call(false, Sqe::flush(0, self.nsid), None, 0)
+            .await
+            .map(|_| ())
     }
 
     /// Write Zeroes of `nlb` blocks from `slba` (NVM Command Set 1.x §3.3.8), split
     /// into commands of at most 65536 blocks.
     pub async fn write_zeroes(&self, slba: u64, nlb: u64) -> Result<(), HostError> {
         if nlb == 0 || slba.checked_add(nlb).map_or(true, |e| e > self.nlb) {
-            return Err(HostError::InvalidArgument(format!("blocks {slba}..+{nlb} outside the namespace's {}", self.nlb)));
+            return Err(HostError::InvalidArgument(format!(
+                "blocks {slba}..+{nlb} outside the namespace's {}",
+                self.nlb
+            )));
         }
         let mut waits = Vec::new();
         let mut at = slba;
         while at < slba + nlb {
             let n = (slba + nlb - at).min(MAX_NLB);
-            waits.push(self.client.send(false, Sqe::write_zeroes(0, self.nsid, at, (n - 1) as u16, false), None, 0));
+            waits.push(self.client.send(
+                false,
+                Sqe::write_zeroes(0, self.nsid, at, (n - 1) as u16, false),
+                None,
+                0,
+            ));
             at += n;
         }
         for r in futures_join_all(waits).await {
@@ -299,7 +364,10 @@ impl Namespace {
         }
         for &(s, n) in ranges {
             if s.checked_add(u64::from(n)).map_or(true, |e| e > self.nlb) {
-                return Err(HostError::InvalidArgument(format!("range {s}..+{n} beyond the namespace's {}", self.nlb)));
+                return Err(HostError::InvalidArgument(format!(
+                    "range {s}..+{n} beyond the namespace's {}",
+                    self.nlb
+                )));
             }
         }
         let mut waits = Vec::new();
@@ -344,7 +412,9 @@ struct PollThread {
 impl PollThread {
     fn new(controller: Controller, queues: Vec<NvmeRdmaQueue>, rx: Receiver<Msg>) -> Self {
         let mut controller = controller;
-        let mut inflight = vec![(0..controller.admin_queue_mut().depth()).map(|_| None).collect::<Vec<_>>()];
+        let mut inflight = vec![(0..controller.admin_queue_mut().depth())
+            .map(|_| None)
+            .collect::<Vec<_>>()];
         for q in &queues {
             inflight.push((0..q.depth()).map(|_| None).collect());
         }
@@ -395,7 +465,10 @@ impl PollThread {
                 for i in 0..=self.queues.len() {
                     self.queue(i).progress();
                 }
-                let wait = self.keep_alive.map_or(IDLE_WAIT, |ka| ka.saturating_sub(self.last_keep_alive.elapsed()).min(IDLE_WAIT));
+                let wait = self.keep_alive.map_or(IDLE_WAIT, |ka| {
+                    ka.saturating_sub(self.last_keep_alive.elapsed())
+                        .min(IDLE_WAIT)
+                });
                 match self.rx.recv_timeout(wait) {
                     Ok(Msg::Disconnect(reply)) => return self.shutdown(Some(reply)),
                     Ok(msg) => self.accept(msg),
@@ -411,7 +484,13 @@ impl PollThread {
             Msg::Admin(c) => self.pending[0].push_back(c),
             Msg::Io(c) => {
                 let n = self.queues.len();
-                let q = 1 + self.next_io % n.max(1);
+                if n == 0 {
+                    let _ = c.reply.send(Err(HostError::InvalidArgument(
+                        "no I/O queue is connected".into(),
+                    )));
+                    return;
+                }
+                let q = 1 + self.next_io % n;
                 self.next_io = self.next_io.wrapping_add(1);
                 self.pending[q].push_back(c);
             }
@@ -425,7 +504,11 @@ impl PollThread {
                 let data = cmd.data();
                 let write = cmd.write.as_deref();
                 let sqe = cmd.sqe;
-                let q = if i == 0 { self.controller.admin_queue_mut() } else { &mut self.queues[i - 1] };
+                let q = if i == 0 {
+                    self.controller.admin_queue_mut()
+                } else {
+                    &mut self.queues[i - 1]
+                };
                 match q.submit_with(sqe, data, |buf| {
                     if let Some(w) = write {
                         buf[..w.len()].copy_from_slice(w);
@@ -447,7 +530,11 @@ impl PollThread {
     fn poll_all(&mut self) {
         for i in 0..=self.queues.len() {
             let mut done = std::mem::take(&mut self.done);
-            let q = if i == 0 { self.controller.admin_queue_mut() } else { &mut self.queues[i - 1] };
+            let q = if i == 0 {
+                self.controller.admin_queue_mut()
+            } else {
+                &mut self.queues[i - 1]
+            };
             q.poll(&mut done);
             for c in done.drain(..) {
                 if i == 0 && self.keep_alive_cid == Some(c.cid) {
@@ -457,9 +544,18 @@ impl PollThread {
                     }
                     continue;
                 }
-                let Some(cmd) = self.inflight[i].get_mut(usize::from(c.cid)).and_then(|s| s.take()) else { continue };
+                let Some(cmd) = self.inflight[i]
+                    .get_mut(usize::from(c.cid))
+                    .and_then(|s| s.take())
+                else {
+                    continue;
+                };
                 let r = c.result.map(|_| {
-                    let q = if i == 0 { self.controller.admin_queue_mut() } else { &mut self.queues[i - 1] };
+                    let q = if i == 0 {
+                        self.controller.admin_queue_mut()
+                    } else {
+                        &mut self.queues[i - 1]
+                    };
                     if cmd.read_len > 0 {
                         q.buffer(c.cid)[..cmd.read_len].to_vec()
                     } else {
@@ -477,7 +573,11 @@ impl PollThread {
         if self.keep_alive_cid.is_some() || self.last_keep_alive.elapsed() < ka {
             return;
         }
-        match self.controller.admin_queue_mut().submit(Sqe::keep_alive(0), DataDir::None) {
+        match self
+            .controller
+            .admin_queue_mut()
+            .submit(Sqe::keep_alive(0), DataDir::None)
+        {
             Ok(cid) => {
                 self.keep_alive_cid = Some(cid);
                 self.last_keep_alive = Instant::now();

@@ -2,22 +2,22 @@
 //! §5.17.2.1 Figure "Identify Controller Data Structure", NVM Command Set 1.x §4.1.5.1
 //! Figure "Identify Namespace Data Structure").
 //!
-//! Parsed from the raw 4096-byte structures by field offset; short input is an error.
+//! Owned summaries read through the `nvme` crate's wire types; short input is an error.
+
+use nvme::{IdentifyController, IdentifyNamespace, NamespaceList};
+use zerocopy::FromBytes;
 
 /// Length of an Identify data structure in bytes.
 pub const IDENTIFY_LEN: usize = 4096;
 
-fn le16(b: &[u8], at: usize) -> u16 {
-    u16::from_le_bytes([b[at], b[at + 1]])
-}
-fn le32(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
-}
-fn le64(b: &[u8], at: usize) -> u64 {
-    u64::from(le32(b, at)) | (u64::from(le32(b, at + 4)) << 32)
-}
-fn ascii(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).trim_end_matches([' ', '\0']).to_string()
+fn text(r: Result<&str, nvme::StrFieldError>, raw: &[u8]) -> String {
+    match r {
+        Ok(s) => s.to_string(),
+        // Not ASCII / not terminated: keep what is readable rather than fail bring-up.
+        Err(_) => String::from_utf8_lossy(raw)
+            .trim_end_matches([' ', '\0'])
+            .to_string(),
+    }
 }
 
 /// SGLS bit 20: the controller accepts SGL Data Block descriptors with sub type Offset
@@ -70,31 +70,35 @@ pub struct ControllerInfo {
 }
 
 impl ControllerInfo {
-    /// Parses an Identify Controller structure. Errors if shorter than 4096 bytes.
+    /// Parses an Identify Controller structure ([`nvme::IdentifyController`]).
+    /// Errors if shorter than 4096 bytes.
     pub fn parse(b: &[u8]) -> Result<Self, String> {
-        if b.len() < IDENTIFY_LEN {
-            return Err(format!("Identify Controller data is {} bytes, expected {IDENTIFY_LEN}", b.len()));
-        }
+        let (c, _) = IdentifyController::read_from_prefix(b).map_err(|_| {
+            format!(
+                "Identify Controller data is {} bytes, expected {IDENTIFY_LEN}",
+                b.len()
+            )
+        })?;
         Ok(ControllerInfo {
-            vid: le16(b, 0),
-            serial_number: ascii(&b[4..24]),
-            model_number: ascii(&b[24..64]),
-            firmware_revision: ascii(&b[64..72]),
-            mdts: b[77],
-            cntlid: le16(b, 78),
-            ver: le32(b, 80),
-            ctratt: le32(b, 96),
-            kas: le16(b, 320),
-            maxcmd: le16(b, 514),
-            nn: le32(b, 516),
-            oncs: le16(b, 520),
-            vwc: b[525],
-            sgls: le32(b, 536),
-            subnqn: String::from_utf8_lossy(&b[768..1024]).trim_end_matches('\0').to_string(),
-            ioccsz: le32(b, 1792),
-            iorcsz: le32(b, 1796),
-            icdoff: le16(b, 1800),
-            msdbd: b[1803],
+            vid: c.vid.get(),
+            serial_number: text(c.sn(), &c.sn),
+            model_number: text(c.mn(), &c.mn),
+            firmware_revision: text(c.fr(), &c.fr),
+            mdts: c.mdts,
+            cntlid: c.cntlid.get(),
+            ver: c.ver.get(),
+            ctratt: c.ctratt.get(),
+            kas: c.kas.get(),
+            maxcmd: c.maxcmd.get(),
+            nn: c.nn.get(),
+            oncs: c.oncs.get(),
+            vwc: c.vwc,
+            sgls: c.sgls.get(),
+            subnqn: text(c.subnqn(), &c.subnqn),
+            ioccsz: c.ioccsz.get(),
+            iorcsz: c.iorcsz.get(),
+            icdoff: c.icdoff.get(),
+            msdbd: c.msdbd,
         })
     }
 
@@ -114,7 +118,11 @@ impl ControllerInfo {
             return None;
         }
         let shift = 12u32 + u32::from(mpsmin) + u32::from(self.mdts);
-        Some(if shift >= 40 { 1 << 40 } else { 1usize << shift })
+        Some(if shift >= 40 {
+            1 << 40
+        } else {
+            1usize << shift
+        })
     }
 }
 
@@ -132,32 +140,42 @@ pub struct NamespaceInfo {
 }
 
 impl NamespaceInfo {
-    /// Parses an Identify Namespace structure. Errors if shorter than 4096 bytes, if
-    /// the namespace is inactive (NSZE 0) or if the LBA format's LBADS is out of
-    /// range (< 9 or > 16).
+    /// Parses an Identify Namespace structure ([`nvme::IdentifyNamespace`]). Errors
+    /// if shorter than 4096 bytes, if the namespace is inactive (NSZE 0) or if the
+    /// LBA format in use has an LBADS outside 9..=16.
     pub fn parse(b: &[u8]) -> Result<Self, String> {
-        if b.len() < IDENTIFY_LEN {
-            return Err(format!("Identify Namespace data is {} bytes, expected {IDENTIFY_LEN}", b.len()));
-        }
-        let nsze = le64(b, 0);
+        let (ns, _) = IdentifyNamespace::read_from_prefix(b).map_err(|_| {
+            format!(
+                "Identify Namespace data is {} bytes, expected {IDENTIFY_LEN}",
+                b.len()
+            )
+        })?;
+        let nsze = ns.nsze.get();
         if nsze == 0 {
             return Err("namespace is not active (NSZE 0)".into());
         }
-        let flbas = b[26];
-        // FLBAS bits 3:0 (low) and 6:5 (high, for more than 16 formats).
-        let index = usize::from((flbas & 0xF) | ((flbas >> 5) & 3) << 4);
-        let lbaf = le32(b, 128 + 4 * index);
-        let lbads = (lbaf >> 16) & 0xFF;
+        let lbads = ns.current_lbaf().map_or(0, |f| f.lbads);
         if !(9..=16).contains(&lbads) {
-            return Err(format!("LBA format {index} has LBADS {lbads}, outside 9..=16"));
+            return Err(format!(
+                "the LBA format in use (FLBAS {:#x}) has LBADS {lbads}, outside 9..=16",
+                ns.flbas
+            ));
         }
-        Ok(NamespaceInfo { nsze, ncap: le64(b, 8), flbas, block_size: 1 << lbads })
+        Ok(NamespaceInfo {
+            nsze,
+            ncap: ns.ncap.get(),
+            flbas: ns.flbas,
+            block_size: 1 << lbads,
+        })
     }
 }
 
-/// Parses an Active Namespace ID list (CNS 02h): the non-zero NSIDs before the first 0.
+/// Parses an Active Namespace ID list (CNS 02h, [`nvme::NamespaceList`]): the NSIDs
+/// before the first 0; empty if shorter than 4096 bytes.
 pub fn parse_ns_list(b: &[u8]) -> Vec<u32> {
-    b.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).take_while(|&n| n != 0).collect()
+    NamespaceList::read_from_prefix(b)
+        .map(|(l, _)| l.iter().collect())
+        .unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -180,7 +198,10 @@ mod tests {
         b[1803] = 1;
         let c = ControllerInfo::parse(&b).unwrap();
         assert_eq!(c.serial_number, "abc123");
-        assert_eq!((c.mdts, c.cntlid, c.maxcmd, c.nn, c.msdbd), (8, 1, 1024, 1, 1));
+        assert_eq!(
+            (c.mdts, c.cntlid, c.maxcmd, c.nn, c.msdbd),
+            (8, 1, 1024, 1, 1)
+        );
         assert_eq!(c.in_capsule_data_size(), 4096);
         assert_eq!(c.max_transfer_bytes(0), Some(1 << 20));
         b[536..540].copy_from_slice(&5u32.to_le_bytes());
@@ -203,9 +224,11 @@ mod tests {
 
     #[test]
     fn ns_list() {
-        let mut b = vec![0u8; 16];
+        let mut b = vec![0u8; IDENTIFY_LEN];
         b[0] = 1;
         b[4] = 3;
+        b[12] = 9; // after the terminating zero: ignored
         assert_eq!(parse_ns_list(&b), vec![1, 3]);
+        assert_eq!(parse_ns_list(&b[..16]), Vec::<u32>::new());
     }
 }

@@ -10,12 +10,33 @@
 //! - [`sync_host`]: [`SyncHost`], a whole host without tokio (admin queue plus N I/O
 //!   queues; the benchmark uses it), and [`engine::QueueEngine`] for `nvmf-bench`;
 //! - [`host`]: [`Host`], the public async (tokio) API with a dedicated poll thread.
+//!
+//! ```no_run
+//! use nvmf_initiator::{Host, HostOptions};
+//!
+//! # async fn example() -> Result<(), nvmf_initiator::HostError> {
+//! let mut opts = HostOptions::new("192.168.77.10:4420".parse().unwrap(), "nqn.2026-11.io.example:ref");
+//! opts.io_queues = 2;
+//! let host = Host::connect(opts).await?;
+//! let ns = host.namespace(1).await?;
+//! let data = vec![0xA5u8; 4096];
+//! ns.write(0, &data, false).await?;
+//! let mut back = vec![0u8; 4096];
+//! ns.read(0, &mut back).await?;
+//! assert_eq!(back, data);
+//! host.disconnect().await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Errors are [`HostError`] values: NVMe statuses keep SCT/SC/DNR and print their
+//! specification names; transport failures keep the `IBV_WC_*` status.
 pub mod bench;
 pub mod capsule;
 pub mod controller;
 pub mod engine;
 pub mod error;
-pub mod fabrics;
+mod fabrics;
 pub mod host;
 pub mod identify;
 pub mod options;
@@ -24,9 +45,10 @@ pub mod sync_host;
 
 pub use capsule::DataDir;
 pub use controller::{Controller, ControllerOptions};
+pub use engine::QueueEngine;
 pub use error::{HostError, QueueError};
 pub use host::{Host, Namespace};
-pub use options::HostOptions;
 pub use identify::{ControllerInfo, NamespaceInfo};
+pub use options::HostOptions;
 pub use queue::{NvmeRdmaQueue, QueueCompletion, QueueConfig};
 pub use sync_host::SyncHost;

@@ -59,12 +59,19 @@ impl HostOptions {
         if let Some(ip) = self.local_ip {
             return Ok(ip);
         }
-        let bind: SocketAddr = if self.traddr.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" }
-            .parse()
-            .map_err(|e| HostError::Device(format!("{e}")))?;
+        let bind: SocketAddr = if self.traddr.is_ipv4() {
+            "0.0.0.0:0"
+        } else {
+            "[::]:0"
+        }
+        .parse()
+        .map_err(|e| HostError::Device(format!("{e}")))?;
         let s = UdpSocket::bind(bind).map_err(|e| HostError::Device(format!("UDP socket: {e}")))?;
-        s.connect(self.traddr).map_err(|e| HostError::Device(format!("no route to {}: {e}", self.traddr)))?;
-        Ok(s.local_addr().map_err(|e| HostError::Device(e.to_string()))?.ip())
+        s.connect(self.traddr)
+            .map_err(|e| HostError::Device(format!("no route to {}: {e}", self.traddr)))?;
+        Ok(s.local_addr()
+            .map_err(|e| HostError::Device(e.to_string()))?
+            .ip())
     }
 }
 
@@ -79,7 +86,14 @@ pub fn uuid_v4() -> [u8; 16] {
 /// The 8-4-4-4-12 lower-case hex form of a UUID.
 pub fn format_uuid(u: &[u8; 16]) -> String {
     let h: String = u.iter().map(|b| format!("{b:02x}")).collect();
-    format!("{}-{}-{}-{}-{}", &h[..8], &h[8..12], &h[12..16], &h[16..20], &h[20..])
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..]
+    )
 }
 
 #[cfg(test)]
@@ -90,9 +104,15 @@ mod tests {
     fn defaults() {
         let o = HostOptions::new("127.0.0.2:4420".parse().unwrap(), "nqn.x");
         assert!(o.hostnqn.starts_with("nqn.2014-08.org.nvmexpress:uuid:"));
-        assert_eq!(o.hostnqn.len(), "nqn.2014-08.org.nvmexpress:uuid:".len() + 36);
+        assert_eq!(
+            o.hostnqn.len(),
+            "nqn.2014-08.org.nvmexpress:uuid:".len() + 36
+        );
         assert_eq!(o.hostid[6] >> 4, 4);
-        assert_eq!((o.io_queues, o.queue_depth, o.kato_ms, o.max_io_bytes), (1, 128, 10_000, 1 << 20));
+        assert_eq!(
+            (o.io_queues, o.queue_depth, o.kato_ms, o.max_io_bytes),
+            (1, 128, 10_000, 1 << 20)
+        );
         assert_eq!(format_uuid(&[0xcf; 16]).len(), 36);
         // Toward a loopback address the kernel answers with a loopback source.
         assert!(o.resolve_local_ip().unwrap().is_loopback());

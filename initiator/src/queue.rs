@@ -26,12 +26,12 @@ use nvme::{Cqe, Sqe};
 use transport::cm::{CmEvent, ConnId, ConnectParams};
 use transport::soft::{CmAgent, Context, Cq, Mr, Pd, Qp, QpInitAttr};
 use transport::verbs::{
-    inc_rkey, AccessFlags, AhAttr, QpAttr, QpCap, QpState, RecvWr, SendFlags, SendOp, SendWr, SgList, Sge, WcStatus,
-    WorkCompletion,
+    inc_rkey, AccessFlags, AhAttr, QpAttr, QpCap, QpState, RecvWr, SendFlags, SendOp, SendWr,
+    SgList, Sge, WcStatus, WorkCompletion,
 };
 
 use crate::capsule::{build_capsule, DataDir};
-use crate::error::{HostError, QueueError, RdmaCmRejectStatus};
+use crate::error::{HostError, QueueError};
 use crate::fabrics;
 
 /// NVMe/RDMA's RDMA CM port (NVMe over Fabrics: TRSVCID 4420).
@@ -194,7 +194,11 @@ impl NvmeRdmaQueue {
     /// [`HostError::Unreachable`], [`HostError::Timeout`] after `connect_timeout`,
     /// [`HostError::Device`] for resource failures, [`HostError::InvalidArgument`] for
     /// a depth under 2 or a zero `max_io_bytes`.
-    pub fn connect(mut ctx: Context, cm: &CmAgent, cfg: QueueConfig) -> Result<NvmeRdmaQueue, HostError> {
+    pub fn connect(
+        mut ctx: Context,
+        cm: &CmAgent,
+        cfg: QueueConfig,
+    ) -> Result<NvmeRdmaQueue, HostError> {
         if cfg.depth < 2 || cfg.max_io_bytes == 0 {
             return Err(HostError::InvalidArgument(format!(
                 "queue depth {} (at least 2) / max_io_bytes {} (at least 1)",
@@ -206,26 +210,56 @@ impl NvmeRdmaQueue {
         let stride = cfg.max_io_bytes.div_ceil(64) * 64;
         let pd = dev.alloc_pd();
         let data_mr = dev
-            .reg_mr(pd, depth * stride, AccessFlags::LOCAL_WRITE | AccessFlags::MW_BIND)
+            .reg_mr(
+                pd,
+                depth * stride,
+                AccessFlags::LOCAL_WRITE | AccessFlags::MW_BIND,
+            )
             .map_err(|e| verbs_err("data MR", e))?;
-        let sqe_mr = dev.reg_mr(pd, depth * SQE_LEN, AccessFlags::empty()).map_err(|e| verbs_err("SQE MR", e))?;
-        let rsp_mr = dev.reg_mr(pd, depth * RSP_LEN, AccessFlags::LOCAL_WRITE).map_err(|e| verbs_err("response MR", e))?;
+        let sqe_mr = dev
+            .reg_mr(pd, depth * SQE_LEN, AccessFlags::empty())
+            .map_err(|e| verbs_err("SQE MR", e))?;
+        let rsp_mr = dev
+            .reg_mr(pd, depth * RSP_LEN, AccessFlags::LOCAL_WRITE)
+            .map_err(|e| verbs_err("response MR", e))?;
         let mut slots = Vec::with_capacity(depth);
         for _ in 0..depth {
-            let mw_key = dev.alloc_mw(pd).map_err(|e| verbs_err("memory window", e))?;
-            slots.push(Slot { mw_key, state: SlotState::Free, in_free_list: true });
+            let mw_key = dev
+                .alloc_mw(pd)
+                .map_err(|e| verbs_err("memory window", e))?;
+            slots.push(Slot {
+                mw_key,
+                state: SlotState::Free,
+                in_free_list: true,
+            });
         }
         let depth32 = u32::from(cfg.depth);
         // Per command at most: bind, SEND, local invalidate; plus a receive.
         let cq = ctx.create_cq(depth32 * 4 + 16);
-        let cap = QpCap { max_send_wr: depth32 * 3, max_recv_wr: depth32, max_send_sge: 2, max_recv_sge: 1, max_inline_data: 0 };
-        let qp = ctx.create_qp(&QpInitAttr { pd, send_cq: cq, recv_cq: cq, srq: None, cap }).map_err(|e| verbs_err("create QP", e))?;
+        let cap = QpCap {
+            max_send_wr: depth32 * 3,
+            max_recv_wr: depth32,
+            max_send_sge: 2,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        };
+        let qp = ctx
+            .create_qp(&QpInitAttr {
+                pd,
+                send_cq: cq,
+                recv_cq: cq,
+                srq: None,
+                cap,
+            })
+            .map_err(|e| verbs_err("create QP", e))?;
         // rdma_cm moves the QP to Init when it is created; receives may be posted then.
         ctx.modify_qp(
             qp,
             &QpAttr {
                 qp_state: Some(QpState::Init),
-                qp_access_flags: Some(AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE),
+                qp_access_flags: Some(
+                    AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE,
+                ),
                 ..Default::default()
             },
         )
@@ -233,9 +267,14 @@ impl NvmeRdmaQueue {
         for i in 0..depth {
             let wr = RecvWr {
                 wr_id: WR_RECV | i as u64,
-                sg_list: SgList::one(Sge { addr: rsp_mr.addr() + (i * RSP_LEN) as u64, length: RSP_LEN as u32, lkey: rsp_mr.lkey() }),
+                sg_list: SgList::one(Sge {
+                    addr: rsp_mr.addr() + (i * RSP_LEN) as u64,
+                    length: RSP_LEN as u32,
+                    lkey: rsp_mr.lkey(),
+                }),
             };
-            ctx.post_recv(qp, &wr).map_err(|e| verbs_err("post receive", e))?;
+            ctx.post_recv(qp, &wr)
+                .map_err(|e| verbs_err("post receive", e))?;
         }
 
         let starting_psn = rand::random::<u32>() & 0x00FF_FFFF;
@@ -254,7 +293,9 @@ impl NvmeRdmaQueue {
             local_ack_timeout: cfg.local_ack_timeout,
             private_data: fabrics::rdma_cm_request(cfg.qid, cfg.depth, cfg.depth - 1, cfg.cntlid),
         };
-        let (conn, cm_events) = cm.connect(params).map_err(|e| verbs_err("RDMA CM connect", e))?;
+        let (conn, cm_events) = cm
+            .connect(params)
+            .map_err(|e| verbs_err("RDMA CM connect", e))?;
         let deadline = Instant::now() + cfg.connect_timeout;
         let mut sq_size = cfg.depth;
         loop {
@@ -264,20 +305,32 @@ impl NvmeRdmaQueue {
                     ctx.progress();
                     if Instant::now() >= deadline {
                         let _ = cm.disconnect(conn);
-                        return Err(HostError::Timeout(format!("RDMA CM connection of queue {} to {}", cfg.qid, cfg.target)));
+                        return Err(HostError::Timeout(format!(
+                            "RDMA CM connection of queue {} to {}",
+                            cfg.qid, cfg.target
+                        )));
                     }
                     continue;
                 }
-                Err(RecvTimeoutError::Disconnected) => return Err(HostError::Device("the CM agent is gone".into())),
+                Err(RecvTimeoutError::Disconnected) => {
+                    return Err(HostError::Device("the CM agent is gone".into()))
+                }
             };
             match ev {
-                CmEvent::ConnectReply { remote_qpn, remote_psn, initiator_depth, flow_label, private_data, .. } => {
-                    match fabrics::rdma_cm_accept(&private_data) {
-                        Some((0, crqsize)) if crqsize >= 2 => sq_size = sq_size.min(crqsize),
+                CmEvent::ConnectReply {
+                    remote_qpn,
+                    remote_psn,
+                    initiator_depth,
+                    flow_label,
+                    private_data,
+                    ..
+                } => {
+                    match fabrics::rdma_cm_accept_crqsize(&private_data) {
+                        Ok(crqsize) if crqsize >= 2 => sq_size = sq_size.min(crqsize),
                         other => {
                             let _ = cm.disconnect(conn);
                             return Err(HostError::Protocol(format!(
-                                "queue {}: bad NVMe/RDMA accept private data (RECFMT, CRQSIZE) {other:?}",
+                                "queue {}: unusable NVMe/RDMA accept (CRQSIZE {other:?})",
                                 cfg.qid
                             )));
                         }
@@ -289,7 +342,12 @@ impl NvmeRdmaQueue {
                         rq_psn: Some(remote_psn),
                         max_dest_rd_atomic: Some(cfg.responder_resources.max(initiator_depth)),
                         min_rnr_timer: Some(12),
-                        ah_attr: Some(AhAttr { dest: cfg.target.ip(), flow_label, hop_limit: 64, traffic_class: 0 }),
+                        ah_attr: Some(AhAttr {
+                            dest: cfg.target.ip(),
+                            flow_label,
+                            hop_limit: 64,
+                            traffic_class: 0,
+                        }),
                         ..Default::default()
                     };
                     let rts = QpAttr {
@@ -301,7 +359,9 @@ impl NvmeRdmaQueue {
                         max_rd_atomic: Some(0),
                         ..Default::default()
                     };
-                    let r = ctx.modify_qp(qp, &rtr).and_then(|_| ctx.modify_qp(qp, &rts));
+                    let r = ctx
+                        .modify_qp(qp, &rtr)
+                        .and_then(|_| ctx.modify_qp(qp, &rts));
                     if let Err(e) = r {
                         let _ = cm.disconnect(conn);
                         return Err(verbs_err("QP to RTR/RTS", e));
@@ -309,21 +369,34 @@ impl NvmeRdmaQueue {
                     cm.send_rtu(conn).map_err(|e| verbs_err("RDMA CM RTU", e))?;
                     break;
                 }
-                CmEvent::Rejected { reason, private_data, .. } => {
-                    let nvme_status = fabrics::rdma_cm_reject(&private_data)
-                        .filter(|&(_, sts)| sts != 0)
-                        .map(|(_, sts)| RdmaCmRejectStatus::from_value(sts));
-                    return Err(HostError::Rejected { qid: cfg.qid, reason, nvme_status });
+                CmEvent::Rejected {
+                    reason,
+                    private_data,
+                    ..
+                } => {
+                    let nvme_status = fabrics::rdma_cm_reject_status(&private_data);
+                    return Err(HostError::Rejected {
+                        qid: cfg.qid,
+                        reason,
+                        nvme_status,
+                    });
                 }
                 CmEvent::Unreachable { .. } => return Err(HostError::Unreachable(cfg.target)),
                 CmEvent::Disconnected { .. } => {
-                    return Err(HostError::Protocol(format!("queue {}: disconnected during connect", cfg.qid)))
+                    return Err(HostError::Protocol(format!(
+                        "queue {}: disconnected during connect",
+                        cfg.qid
+                    )))
                 }
                 _ => {}
             }
         }
         let free = (0..cfg.depth).collect();
-        let wc_buf = vec![WorkCompletion::new(0, WcStatus::Success, transport::verbs::WcOpcode::Send, 0); 64];
+        let wc_buf =
+            vec![
+                WorkCompletion::new(0, WcStatus::Success, transport::verbs::WcOpcode::Send, 0);
+                64
+            ];
         Ok(NvmeRdmaQueue {
             cfg,
             ctx,
@@ -405,23 +478,34 @@ impl NvmeRdmaQueue {
     /// not below `depth` (a caller bug).
     pub fn buffer_mut(&mut self, cid: u16) -> &mut [u8] {
         let off = usize::from(cid) * self.stride;
-        assert!(usize::from(cid) < self.slots.len(), "cid {cid} out of range");
+        assert!(
+            usize::from(cid) < self.slots.len(),
+            "cid {cid} out of range"
+        );
         // SAFETY: in range of the MR; the provider touches this memory only inside
         // `poll`/`progress`, which need `&mut self` too.
-        unsafe { std::slice::from_raw_parts_mut(self.data_mr.as_ptr().add(off), self.cfg.max_io_bytes) }
+        unsafe {
+            std::slice::from_raw_parts_mut(self.data_mr.as_ptr().add(off), self.cfg.max_io_bytes)
+        }
     }
 
     /// Slot `cid`'s data buffer, read-only. Panics if `cid` is out of range.
     pub fn buffer(&self, cid: u16) -> &[u8] {
         let off = usize::from(cid) * self.stride;
-        assert!(usize::from(cid) < self.slots.len(), "cid {cid} out of range");
+        assert!(
+            usize::from(cid) < self.slots.len(),
+            "cid {cid} out of range"
+        );
         // SAFETY: as in `buffer_mut`.
         unsafe { std::slice::from_raw_parts(self.data_mr.as_ptr().add(off), self.cfg.max_io_bytes) }
     }
 
     fn check_submit(&self) -> Result<(), QueueError> {
         if let Some(reason) = &self.dead {
-            return Err(QueueError::Dead { qid: self.cfg.qid, reason: reason.clone() });
+            return Err(QueueError::Dead {
+                qid: self.cfg.qid,
+                reason: reason.clone(),
+            });
         }
         let in_sq = (self.sq_tail + self.sq_size - self.sq_head) % self.sq_size;
         if in_sq + 1 >= self.sq_size {
@@ -432,7 +516,11 @@ impl NvmeRdmaQueue {
 
     /// Whether a command can be submitted now (a free slot and SQ room).
     pub fn can_submit(&self) -> bool {
-        self.check_submit().is_ok() && self.slots.iter().any(|s| matches!(s.state, SlotState::Free))
+        self.check_submit().is_ok()
+            && self
+                .slots
+                .iter()
+                .any(|s| matches!(s.state, SlotState::Free))
     }
 
     /// Submits `sqe` (its CID and SGL are filled in here) with `data` in a free slot's
@@ -441,7 +529,9 @@ impl NvmeRdmaQueue {
     pub fn submit(&mut self, sqe: Sqe, data: DataDir) -> Result<u16, QueueError> {
         self.check_submit()?;
         let cid = loop {
-            let Some(c) = self.free.pop_front() else { return Err(QueueError::Full) };
+            let Some(c) = self.free.pop_front() else {
+                return Err(QueueError::Full);
+            };
             self.slots[usize::from(c)].in_free_list = false;
             if matches!(self.slots[usize::from(c)].state, SlotState::Free) {
                 break c;
@@ -458,13 +548,23 @@ impl NvmeRdmaQueue {
 
     /// Like [`submit`](Self::submit), calling `fill` with the chosen slot's data buffer
     /// first (to copy a write's data in).
-    pub fn submit_with(&mut self, sqe: Sqe, data: DataDir, fill: impl FnOnce(&mut [u8])) -> Result<u16, QueueError> {
+    pub fn submit_with(
+        &mut self,
+        sqe: Sqe,
+        data: DataDir,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> Result<u16, QueueError> {
         self.check_submit()?;
         if data.len() > self.cfg.max_io_bytes {
-            return Err(QueueError::TooLarge { len: data.len(), max: self.cfg.max_io_bytes });
+            return Err(QueueError::TooLarge {
+                len: data.len(),
+                max: self.cfg.max_io_bytes,
+            });
         }
         let cid = loop {
-            let Some(c) = self.free.front().copied() else { return Err(QueueError::Full) };
+            let Some(c) = self.free.front().copied() else {
+                return Err(QueueError::Full);
+            };
             if matches!(self.slots[usize::from(c)].state, SlotState::Free) {
                 break c;
             }
@@ -480,7 +580,10 @@ impl NvmeRdmaQueue {
     pub fn submit_cid(&mut self, cid: u16, sqe: Sqe, data: DataDir) -> Result<(), QueueError> {
         self.check_submit()?;
         match self.slots.get(usize::from(cid)) {
-            Some(Slot { state: SlotState::Free, .. }) => {}
+            Some(Slot {
+                state: SlotState::Free,
+                ..
+            }) => {}
             _ => return Err(QueueError::BadCid(cid)),
         }
         self.post_command(cid, sqe, data)
@@ -497,13 +600,26 @@ impl NvmeRdmaQueue {
     fn post_command(&mut self, cid: u16, sqe: Sqe, data: DataDir) -> Result<(), QueueError> {
         let len = data.len();
         if len > self.cfg.max_io_bytes {
-            return Err(QueueError::TooLarge { len, max: self.cfg.max_io_bytes });
+            return Err(QueueError::TooLarge {
+                len,
+                max: self.cfg.max_io_bytes,
+            });
         }
         let idx = usize::from(cid);
         let buf_addr = self.buffer_addr(cid);
         let next_rkey = inc_rkey(self.slots[idx].mw_key);
-        let cap = build_capsule(sqe, cid, data, self.cfg.in_capsule_bytes, buf_addr, next_rkey)
-            .map_err(|_| QueueError::TooLarge { len, max: self.cfg.max_io_bytes })?;
+        let cap = build_capsule(
+            sqe,
+            cid,
+            data,
+            self.cfg.in_capsule_bytes,
+            buf_addr,
+            next_rkey,
+        )
+        .map_err(|_| QueueError::TooLarge {
+            len,
+            max: self.cfg.max_io_bytes,
+        })?;
         if let Some(b) = cap.bind {
             let wr = SendWr {
                 wr_id: WR_BIND | u64::from(cid),
@@ -522,18 +638,33 @@ impl NvmeRdmaQueue {
             self.slots[idx].mw_key = b.rkey;
         }
         self.sqe_mr.write(idx * SQE_LEN, &cap.sqe.to_array());
-        let sqe_sge = Sge { addr: self.sqe_mr.addr() + (idx * SQE_LEN) as u64, length: SQE_LEN as u32, lkey: self.sqe_mr.lkey() };
+        let sqe_sge = Sge {
+            addr: self.sqe_mr.addr() + (idx * SQE_LEN) as u64,
+            length: SQE_LEN as u32,
+            lkey: self.sqe_mr.lkey(),
+        };
         let sg_list = if cap.in_capsule_len > 0 {
-            let data_sge = Sge { addr: buf_addr, length: cap.in_capsule_len as u32, lkey: self.data_mr.lkey() };
+            let data_sge = Sge {
+                addr: buf_addr,
+                length: cap.in_capsule_len as u32,
+                lkey: self.data_mr.lkey(),
+            };
             SgList::from_slice(&[sqe_sge, data_sge]).unwrap_or_else(|| SgList::one(sqe_sge))
         } else {
             SgList::one(sqe_sge)
         };
-        let wr = SendWr { wr_id: WR_SEND | u64::from(cid), op: SendOp::Send, sg_list, flags: SendFlags::SIGNALED };
+        let wr = SendWr {
+            wr_id: WR_SEND | u64::from(cid),
+            op: SendOp::Send,
+            sg_list,
+            flags: SendFlags::SIGNALED,
+        };
         if let Err(e) = self.ctx.post_send(self.qp, &wr) {
             if cap.bind.is_some() {
                 // A window is bound with no command to use it: the QP cannot be trusted.
-                self.dead = Some(format!("capsule SEND could not be posted after a bind: {e}"));
+                self.dead = Some(format!(
+                    "capsule SEND could not be posted after a bind: {e}"
+                ));
             }
             return Err(e.into());
         }
@@ -584,7 +715,13 @@ impl NvmeRdmaQueue {
     /// The earliest RC timer of the poll group, as a duration from now.
     pub fn next_timer(&self) -> Option<Duration> {
         let now = self.ctx.now();
-        self.ctx.next_timeout().map(|t| if t <= now { Duration::ZERO } else { t.since(now) })
+        self.ctx.next_timeout().map(|t| {
+            if t <= now {
+                Duration::ZERO
+            } else {
+                t.since(now)
+            }
+        })
     }
 
     fn handle_wc(&mut self, wc: &WorkCompletion, out: &mut Vec<QueueCompletion>) {
@@ -592,20 +729,35 @@ impl NvmeRdmaQueue {
             return;
         }
         if wc.status != WcStatus::Success {
-            let err = HostError::Transport { qid: self.cfg.qid, status: wc.status, what: wr_what(wc.wr_id) };
+            let err = HostError::Transport {
+                qid: self.cfg.qid,
+                status: wc.status,
+                what: wr_what(wc.wr_id),
+            };
             self.fail_all(err, out);
             return;
         }
         let index = (wc.wr_id & 0xFFFF_FFFF) as usize;
         match wc.wr_id & WR_KIND {
             WR_SEND => {
-                if let Some(Slot { state: SlotState::InFlight { send_done, .. }, .. }) = self.slots.get_mut(index) {
+                if let Some(Slot {
+                    state: SlotState::InFlight { send_done, .. },
+                    ..
+                }) = self.slots.get_mut(index)
+                {
                     *send_done = true;
                 }
                 self.try_complete(index as u16, out);
             }
             WR_INV => {
-                if let Some(Slot { state: SlotState::InFlight { inv_pending, key, .. }, .. }) = self.slots.get_mut(index) {
+                if let Some(Slot {
+                    state:
+                        SlotState::InFlight {
+                            inv_pending, key, ..
+                        },
+                    ..
+                }) = self.slots.get_mut(index)
+                {
                     *inv_pending = false;
                     *key = None;
                 }
@@ -616,7 +768,12 @@ impl NvmeRdmaQueue {
         }
     }
 
-    fn handle_response(&mut self, index: usize, wc: &WorkCompletion, out: &mut Vec<QueueCompletion>) {
+    fn handle_response(
+        &mut self,
+        index: usize,
+        wc: &WorkCompletion,
+        out: &mut Vec<QueueCompletion>,
+    ) {
         let mut raw = [0u8; 16];
         if index < self.slots.len() {
             self.rsp_mr.read(index * RSP_LEN, &mut raw);
@@ -630,21 +787,44 @@ impl NvmeRdmaQueue {
             }),
         };
         if let Err(e) = self.ctx.post_recv(self.qp, &repost) {
-            self.fail_all(HostError::Protocol(format!("queue {}: re-posting a receive failed: {e}", self.cfg.qid)), out);
+            self.fail_all(
+                HostError::Protocol(format!(
+                    "queue {}: re-posting a receive failed: {e}",
+                    self.cfg.qid
+                )),
+                out,
+            );
             return;
         }
         if wc.byte_len < 16 || index >= self.slots.len() {
-            let msg = format!("queue {}: response capsule of {} bytes (expected 16)", self.cfg.qid, wc.byte_len);
+            let msg = format!(
+                "queue {}: response capsule of {} bytes (expected 16)",
+                self.cfg.qid, wc.byte_len
+            );
             self.fail_all(HostError::Protocol(msg), out);
             return;
         }
         let cqe = Cqe::from_array(raw);
         let cid = cqe.cid();
         let qid = self.cfg.qid;
-        let Some(Slot { state: SlotState::InFlight { cqe: slot_cqe @ None, key, inv_pending, sq_pos, .. }, .. }) =
-            self.slots.get_mut(usize::from(cid))
+        let Some(Slot {
+            state:
+                SlotState::InFlight {
+                    cqe: slot_cqe @ None,
+                    key,
+                    inv_pending,
+                    sq_pos,
+                    ..
+                },
+            ..
+        }) = self.slots.get_mut(usize::from(cid))
         else {
-            self.fail_all(HostError::Protocol(format!("queue {qid}: CQE for command {cid}, which is not outstanding")), out);
+            self.fail_all(
+                HostError::Protocol(format!(
+                    "queue {qid}: CQE for command {cid}, which is not outstanding"
+                )),
+                out,
+            );
             return;
         };
         *slot_cqe = Some(cqe);
@@ -657,7 +837,9 @@ impl NvmeRdmaQueue {
                 post_inv = Some(k);
             }
             (k, Some(r)) => {
-                let msg = format!("queue {qid}: target invalidated rkey {r:#x}, command {cid} granted {k:x?}");
+                let msg = format!(
+                    "queue {qid}: target invalidated rkey {r:#x}, command {cid} granted {k:x?}"
+                );
                 self.fail_all(HostError::Protocol(msg), out);
                 return;
             }
@@ -672,7 +854,12 @@ impl NvmeRdmaQueue {
                 flags: SendFlags::SIGNALED,
             };
             if let Err(e) = self.ctx.post_send(self.qp, &wr) {
-                self.fail_all(HostError::Protocol(format!("queue {qid}: local invalidate could not be posted: {e}")), out);
+                self.fail_all(
+                    HostError::Protocol(format!(
+                        "queue {qid}: local invalidate could not be posted: {e}"
+                    )),
+                    out,
+                );
                 return;
             }
         }
@@ -688,13 +875,28 @@ impl NvmeRdmaQueue {
         let dist = |p: u16| (p % size + size - self.sq_head) % size;
         let by_completion = dist((sq_pos + 1) % size);
         let by_sqhd = if sqhd < size { dist(sqhd) } else { 0 };
-        let adv = [by_completion, by_sqhd].into_iter().filter(|&d| d <= in_use).max().unwrap_or(0);
+        let adv = [by_completion, by_sqhd]
+            .into_iter()
+            .filter(|&d| d <= in_use)
+            .max()
+            .unwrap_or(0);
         self.sq_head = (self.sq_head + adv) % size;
     }
 
     fn try_complete(&mut self, cid: u16, out: &mut Vec<QueueCompletion>) {
-        let Some(slot) = self.slots.get_mut(usize::from(cid)) else { return };
-        let SlotState::InFlight { send_done: true, cqe: Some(cqe), inv_pending: false, key, opcode, fctype, .. } = slot.state else {
+        let Some(slot) = self.slots.get_mut(usize::from(cid)) else {
+            return;
+        };
+        let SlotState::InFlight {
+            send_done: true,
+            cqe: Some(cqe),
+            inv_pending: false,
+            key,
+            opcode,
+            fctype,
+            ..
+        } = slot.state
+        else {
             return;
         };
         debug_assert!(key.is_none());
@@ -705,7 +907,11 @@ impl NvmeRdmaQueue {
         let result = if status.is_success() {
             Ok(cqe)
         } else {
-            Err(HostError::Nvme { command: command_name(self.cfg.qid, opcode, fctype), status, dw0: cqe.dw0() })
+            Err(HostError::Nvme {
+                command: command_name(self.cfg.qid, opcode, fctype),
+                status,
+                dw0: cqe.dw0(),
+            })
         };
         out.push(QueueCompletion { cid, result });
     }
@@ -719,7 +925,10 @@ impl NvmeRdmaQueue {
             if matches!(self.slots[cid].state, SlotState::InFlight { .. }) {
                 // The QP is in the Error state: the target can no longer use the keys.
                 self.slots[cid].state = SlotState::Free;
-                out.push(QueueCompletion { cid: cid as u16, result: Err(err.clone()) });
+                out.push(QueueCompletion {
+                    cid: cid as u16,
+                    result: Err(err.clone()),
+                });
             }
         }
         self.outstanding = 0;
@@ -775,11 +984,17 @@ impl Drop for NvmeRdmaQueue {
 /// opcodes on I/O queues.
 pub fn command_name(qid: u16, opcode: u8, fctype: Option<u8>) -> &'static str {
     if let Some(t) = fctype {
-        return nvme::FabricsCommandType::from_value(t).map(|t| t.name()).unwrap_or("Fabrics command");
+        return nvme::FabricsCommandType::from_value(t)
+            .map(|t| t.name())
+            .unwrap_or("Fabrics command");
     }
     if qid == 0 {
-        nvme::AdminOpcode::from_value(opcode).map(|o| o.name()).unwrap_or("admin command")
+        nvme::AdminOpcode::from_value(opcode)
+            .map(|o| o.name())
+            .unwrap_or("admin command")
     } else {
-        nvme::NvmOpcode::from_value(opcode).map(|o| o.name()).unwrap_or("I/O command")
+        nvme::NvmOpcode::from_value(opcode)
+            .map(|o| o.name())
+            .unwrap_or("I/O command")
     }
 }

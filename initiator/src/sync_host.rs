@@ -25,7 +25,10 @@ pub struct SyncHost {
 
 impl std::fmt::Debug for SyncHost {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SyncHost").field("controller", &self.controller).field("io_queues", &self.io_queues.len()).finish()
+        f.debug_struct("SyncHost")
+            .field("controller", &self.controller)
+            .field("io_queues", &self.io_queues.len())
+            .finish()
     }
 }
 
@@ -42,17 +45,26 @@ impl SyncHost {
         let ip = opts.resolve_local_ip()?;
         let mut dcfg = DeviceConfig::new(ip);
         dcfg.rx_queues = 1 + u32::from(opts.io_queues);
-        let dev = SoftDevice::open(dcfg).map_err(|e| HostError::Device(format!("opening the RDMA device on {ip}: {e}")))?;
+        let dev = SoftDevice::open(dcfg)
+            .map_err(|e| HostError::Device(format!("opening the RDMA device on {ip}: {e}")))?;
         let cm = CmAgent::start(&dev).map_err(|e| HostError::Device(format!("CM agent: {e}")))?;
-        let ctx0 = dev.open_context(0).map_err(|e| HostError::Device(e.to_string()))?;
+        let ctx0 = dev
+            .open_context(0)
+            .map_err(|e| HostError::Device(e.to_string()))?;
         let mut controller = Controller::connect(ctx0, &cm, ControllerOptions::from(opts))?;
-        let granted = controller.set_number_of_queues(opts.io_queues)?.min(opts.io_queues);
+        let granted = controller
+            .set_number_of_queues(opts.io_queues)?
+            .min(opts.io_queues);
         let mqes = controller.max_queue_entries().min(u32::from(u16::MAX)) as u16;
         let depth = opts.queue_depth.min(mqes).max(2);
-        let max_io = controller.max_transfer_bytes().map_or(opts.max_io_bytes, |m| m.min(opts.max_io_bytes));
+        let max_io = controller
+            .max_transfer_bytes()
+            .map_or(opts.max_io_bytes, |m| m.min(opts.max_io_bytes));
         let mut io_queues = Vec::with_capacity(usize::from(granted));
         for qid in 1..=granted {
-            let ctx = dev.open_context(u32::from(qid)).map_err(|e| HostError::Device(e.to_string()))?;
+            let ctx = dev
+                .open_context(u32::from(qid))
+                .map_err(|e| HostError::Device(e.to_string()))?;
             match controller.connect_io_queue(ctx, qid, depth, max_io) {
                 Ok(q) => io_queues.push(q),
                 Err(e) => {
@@ -61,7 +73,11 @@ impl SyncHost {
                 }
             }
         }
-        Ok(SyncHost { dev, controller, io_queues })
+        Ok(SyncHost {
+            dev,
+            controller,
+            io_queues,
+        })
     }
 
     /// The soft RDMA device (its key table, counters).
@@ -111,7 +127,9 @@ impl AdminKeeper {
         let thread = std::thread::Builder::new()
             .name("nvmf-admin".into())
             .spawn(move || {
-                let interval = controller.keep_alive_interval().unwrap_or(Duration::from_secs(3600));
+                let interval = controller
+                    .keep_alive_interval()
+                    .unwrap_or(Duration::from_secs(3600));
                 loop {
                     match stopped.recv_timeout(interval) {
                         Err(RecvTimeoutError::Timeout) => {
@@ -128,14 +146,19 @@ impl AdminKeeper {
                 }
             })
             .ok();
-        AdminKeeper { stop: Some(stop), thread }
+        AdminKeeper {
+            stop: Some(stop),
+            thread,
+        }
     }
 
     /// Stops the thread and shuts the controller down after disconnecting
     /// `io_queues`. Returns a Keep Alive failure seen earlier, or the shutdown's error.
     pub fn shutdown(mut self, io_queues: Vec<NvmeRdmaQueue>) -> Result<(), HostError> {
         drop(self.stop.take());
-        let Some(t) = self.thread.take() else { return Err(HostError::Disconnected) };
+        let Some(t) = self.thread.take() else {
+            return Err(HostError::Disconnected);
+        };
         let (controller, ka_err) = t.join().map_err(|_| HostError::Disconnected)?;
         let r = controller.shutdown(io_queues);
         match ka_err {

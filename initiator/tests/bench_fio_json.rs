@@ -8,7 +8,7 @@ use std::process::Command;
 
 use clap::Parser;
 use nvmf_initiator::bench::report::render_json;
-use nvmf_initiator::bench::{run, BenchArgs, Job, MemEngine};
+use nvmf_initiator::bench::{run, shared_disk, BenchArgs, Job, MemEngine};
 
 fn summarize_py() -> PathBuf {
     let path =
@@ -39,16 +39,14 @@ fn summarize_py_reads_our_fio_json() {
         "--verify=crc32c",
         "--output-format=json",
     ]);
+    let disk = shared_disk(namespace_bytes as usize);
     let jobs: Vec<Job> = args
         .job_specs(namespace_bytes)
         .expect("valid job specs")
         .into_iter()
         .map(|spec| {
-            let engine = MemEngine::new(
-                namespace_bytes as usize,
-                spec.iodepth as usize,
-                spec.bs as usize,
-            );
+            let engine =
+                MemEngine::with_disk(disk.clone(), spec.iodepth as usize, spec.bs as usize);
             Job::new(spec, Box::new(engine))
         })
         .collect();

@@ -3,7 +3,8 @@
 //! NVMe/RDMA private data and serves Read/Write from a memory array, moving data the
 //! way nvmet-rdma does (in-capsule, RDMA READ for keyed writes, RDMA WRITE for reads,
 //! SEND with Invalidate for keyed commands). Namespace ID 2 answers reads with a plain
-//! SEND, so the host must invalidate the key itself.
+//! SEND, so the host must invalidate the key itself; a command for namespace ID 4 makes
+//! the responder destroy its QP and vanish.
 //!
 //! Each test uses its own pair of 127.0.0.x addresses, since both sides receive on 4791.
 use std::net::{IpAddr, SocketAddr};
@@ -18,7 +19,8 @@ use nvmf_initiator::{DataDir, HostError, QueueError};
 use transport::cm::{AcceptParams, CmEvent};
 use transport::soft::{CmAgent, DeviceConfig, QpInitAttr, SoftDevice};
 use transport::verbs::{
-    AccessFlags, AhAttr, QpAttr, QpCap, QpState, RecvWr, SendFlags, SendOp, SendWr, SgList, Sge, WcStatus, WorkCompletion,
+    AccessFlags, AhAttr, QpAttr, QpCap, QpState, RecvWr, SendFlags, SendOp, SendWr, SgList, Sge,
+    WcStatus, WorkCompletion,
 };
 
 const DEPTH: u16 = 8;
@@ -58,11 +60,22 @@ fn start_target(ip: IpAddr) -> FakeTarget {
             if stop2.load(Ordering::Acquire) {
                 return;
             }
-            if let Ok(ev @ CmEvent::ConnectRequest { .. }) = events.recv_timeout(Duration::from_millis(5)) {
+            if let Ok(ev @ CmEvent::ConnectRequest { .. }) =
+                events.recv_timeout(Duration::from_millis(5))
+            {
                 break ev;
             }
         };
-        let CmEvent::ConnectRequest { id, remote_ip, remote_qpn, remote_psn, responder_resources, flow_label, private_data, .. } = req
+        let CmEvent::ConnectRequest {
+            id,
+            remote_ip,
+            remote_qpn,
+            remote_psn,
+            responder_resources,
+            flow_label,
+            private_data,
+            ..
+        } = req
         else {
             unreachable!()
         };
@@ -70,17 +83,51 @@ fn start_target(ip: IpAddr) -> FakeTarget {
         let hsqsize = u16::from_le_bytes([private_data[6], private_data[7]]);
         assert_eq!((hrqsize, hsqsize), (DEPTH, DEPTH - 1));
         let pd = dev.alloc_pd();
-        let rmr = dev.reg_mr(pd, RECV_LEN * usize::from(DEPTH), AccessFlags::LOCAL_WRITE).unwrap();
+        let rmr = dev
+            .reg_mr(pd, RECV_LEN * usize::from(DEPTH), AccessFlags::LOCAL_WRITE)
+            .unwrap();
         let dmr = dev.reg_mr(pd, MAX_IO, AccessFlags::LOCAL_WRITE).unwrap();
         let cmr = dev.reg_mr(pd, 16, AccessFlags::empty()).unwrap();
         let cq = ctx.create_cq(256);
-        let cap = QpCap { max_send_wr: 64, max_recv_wr: 64, max_send_sge: 2, max_recv_sge: 1, max_inline_data: 0 };
-        let qp = ctx.create_qp(&QpInitAttr { pd, send_cq: cq, recv_cq: cq, srq: None, cap }).unwrap();
-        ctx.modify_qp(qp, &QpAttr { qp_state: Some(QpState::Init), qp_access_flags: Some(AccessFlags::LOCAL_WRITE), ..Default::default() })
+        let cap = QpCap {
+            max_send_wr: 64,
+            max_recv_wr: 64,
+            max_send_sge: 2,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        };
+        let qp = ctx
+            .create_qp(&QpInitAttr {
+                pd,
+                send_cq: cq,
+                recv_cq: cq,
+                srq: None,
+                cap,
+            })
             .unwrap();
+        ctx.modify_qp(
+            qp,
+            &QpAttr {
+                qp_state: Some(QpState::Init),
+                qp_access_flags: Some(AccessFlags::LOCAL_WRITE),
+                ..Default::default()
+            },
+        )
+        .unwrap();
         for i in 0..usize::from(DEPTH) {
-            let sge = Sge { addr: rmr.addr() + (i * RECV_LEN) as u64, length: RECV_LEN as u32, lkey: rmr.lkey() };
-            ctx.post_recv(qp, &RecvWr { wr_id: i as u64, sg_list: SgList::one(sge) }).unwrap();
+            let sge = Sge {
+                addr: rmr.addr() + (i * RECV_LEN) as u64,
+                length: RECV_LEN as u32,
+                lkey: rmr.lkey(),
+            };
+            ctx.post_recv(
+                qp,
+                &RecvWr {
+                    wr_id: i as u64,
+                    sg_list: SgList::one(sge),
+                },
+            )
+            .unwrap();
         }
         let psn = 0x1234;
         ctx.modify_qp(
@@ -92,7 +139,12 @@ fn start_target(ip: IpAddr) -> FakeTarget {
                 rq_psn: Some(remote_psn),
                 max_dest_rd_atomic: Some(0),
                 min_rnr_timer: Some(12),
-                ah_attr: Some(AhAttr { dest: remote_ip, flow_label, hop_limit: 64, traffic_class: 0 }),
+                ah_attr: Some(AhAttr {
+                    dest: remote_ip,
+                    flow_label,
+                    hop_limit: 64,
+                    traffic_class: 0,
+                }),
                 ..Default::default()
             },
         )
@@ -128,14 +180,26 @@ fn start_target(ip: IpAddr) -> FakeTarget {
         let mut store = vec![0u8; STORE];
         let mut sqhd: u16 = 0;
         let mut wcs = vec![wc0(); 16];
-        let wait_send = |ctx: &mut transport::soft::Context, wr_id: u64, wcs: &mut Vec<WorkCompletion>, pending: &mut Vec<WorkCompletion>| loop {
+        let wait_send = |ctx: &mut transport::soft::Context,
+                         wr_id: u64,
+                         wcs: &mut Vec<WorkCompletion>,
+                         pending: &mut Vec<WorkCompletion>| loop {
             let n = ctx.poll_cq(cq, wcs);
+            let mut found = false;
             for wc in &wcs[..n] {
                 if wc.wr_id == wr_id && wc.opcode != transport::verbs::WcOpcode::Recv {
-                    assert_eq!(wc.status, WcStatus::Success, "target work request {wr_id:#x}");
-                    return;
+                    assert_eq!(
+                        wc.status,
+                        WcStatus::Success,
+                        "target work request {wr_id:#x}"
+                    );
+                    found = true;
+                } else {
+                    pending.push(*wc);
                 }
-                pending.push(*wc);
+            }
+            if found {
+                return;
             }
         };
         let mut pending: Vec<WorkCompletion> = Vec::new();
@@ -155,6 +219,11 @@ fn start_target(ip: IpAddr) -> FakeTarget {
                 rmr.read(slot * RECV_LEN, &mut raw);
                 let sqe = Sqe::from_array(raw);
                 sqhd = (sqhd + 1) % DEPTH;
+                if sqe.nsid() == 4 {
+                    // Vanish: no answer, no more ACKs.
+                    let _ = ctx.destroy_qp(qp);
+                    return;
+                }
                 let sgl = sqe.sgl();
                 let off = (sqe.slba() * 512) as usize;
                 let len = sgl.len() as usize;
@@ -169,8 +238,15 @@ fn start_target(ip: IpAddr) -> FakeTarget {
                     0x01 => {
                         let wr = SendWr {
                             wr_id: 0x100,
-                            op: SendOp::RdmaRead { remote_addr: sgl.address(), rkey: sgl.key() },
-                            sg_list: SgList::one(Sge { addr: dmr.addr(), length: len as u32, lkey: dmr.lkey() }),
+                            op: SendOp::RdmaRead {
+                                remote_addr: sgl.address(),
+                                rkey: sgl.key(),
+                            },
+                            sg_list: SgList::one(Sge {
+                                addr: dmr.addr(),
+                                length: len as u32,
+                                lkey: dmr.lkey(),
+                            }),
                             flags: SendFlags::SIGNALED,
                         };
                         ctx.post_send(qp, &wr).unwrap();
@@ -183,8 +259,15 @@ fn start_target(ip: IpAddr) -> FakeTarget {
                         dmr.write(0, &store[off..off + len]);
                         let wr = SendWr {
                             wr_id: 0x200,
-                            op: SendOp::RdmaWrite { remote_addr: sgl.address(), rkey: sgl.key() },
-                            sg_list: SgList::one(Sge { addr: dmr.addr(), length: len as u32, lkey: dmr.lkey() }),
+                            op: SendOp::RdmaWrite {
+                                remote_addr: sgl.address(),
+                                rkey: sgl.key(),
+                            },
+                            sg_list: SgList::one(Sge {
+                                addr: dmr.addr(),
+                                length: len as u32,
+                                lkey: dmr.lkey(),
+                            }),
                             flags: SendFlags::empty(),
                         };
                         ctx.post_send(qp, &wr).unwrap();
@@ -195,15 +278,36 @@ fn start_target(ip: IpAddr) -> FakeTarget {
                     _ => status = Status::generic(nvme::GenericStatus::InvalidOpcode).with_dnr(),
                 }
                 // Re-post the capsule buffer, then answer.
-                let sge = Sge { addr: rmr.addr() + (slot * RECV_LEN) as u64, length: RECV_LEN as u32, lkey: rmr.lkey() };
-                ctx.post_recv(qp, &RecvWr { wr_id: slot as u64, sg_list: SgList::one(sge) }).unwrap();
+                let sge = Sge {
+                    addr: rmr.addr() + (slot * RECV_LEN) as u64,
+                    length: RECV_LEN as u32,
+                    lkey: rmr.lkey(),
+                };
+                ctx.post_recv(
+                    qp,
+                    &RecvWr {
+                        wr_id: slot as u64,
+                        sg_list: SgList::one(sge),
+                    },
+                )
+                .unwrap();
                 let cqe = Cqe::new(sqe.cid(), 1, sqhd, status, 0);
                 cmr.write(0, &cqe.to_array());
-                let op = if invalidate { SendOp::SendWithInv { invalidate_rkey: sgl.key() } } else { SendOp::Send };
+                let op = if invalidate {
+                    SendOp::SendWithInv {
+                        invalidate_rkey: sgl.key(),
+                    }
+                } else {
+                    SendOp::Send
+                };
                 let wr = SendWr {
                     wr_id: 0x300,
                     op,
-                    sg_list: SgList::one(Sge { addr: cmr.addr(), length: 16, lkey: cmr.lkey() }),
+                    sg_list: SgList::one(Sge {
+                        addr: cmr.addr(),
+                        length: 16,
+                        lkey: cmr.lkey(),
+                    }),
                     flags: SendFlags::SIGNALED,
                 };
                 ctx.post_send(qp, &wr).unwrap();
@@ -211,7 +315,10 @@ fn start_target(ip: IpAddr) -> FakeTarget {
             }
         }
     });
-    FakeTarget { stop, thread: Some(thread) }
+    FakeTarget {
+        stop,
+        thread: Some(thread),
+    }
 }
 
 fn connect_host(host_ip: IpAddr, target_ip: IpAddr) -> NvmeRdmaQueue {
@@ -236,7 +343,9 @@ fn wait_for(q: &mut NvmeRdmaQueue, cid: u16) -> Result<Cqe, HostError> {
 }
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
 }
 
 #[test]
@@ -250,10 +359,19 @@ fn write_read_back_through_every_data_path() {
         let data = pattern(len, i as u8 + 1);
         let nlb = (len / 512 - 1) as u16;
         let cid = q
-            .submit_with(Sqe::write(0, 1, slba, nlb, false), DataDir::HostToController { len }, |b| b[..len].copy_from_slice(&data))
+            .submit_with(
+                Sqe::write(0, 1, slba, nlb, false),
+                DataDir::HostToController { len },
+                |b| b[..len].copy_from_slice(&data),
+            )
             .unwrap();
         wait_for(&mut q, cid).unwrap();
-        let cid = q.submit(Sqe::read(0, 1, slba, nlb, false), DataDir::ControllerToHost { len }).unwrap();
+        let cid = q
+            .submit(
+                Sqe::read(0, 1, slba, nlb, false),
+                DataDir::ControllerToHost { len },
+            )
+            .unwrap();
         let addr = q.buffer_addr(cid);
         let key = q.window_key(cid).unwrap();
         let cqe = wait_for(&mut q, cid).unwrap();
@@ -261,7 +379,17 @@ fn write_read_back_through_every_data_path() {
         assert_eq!(&q.buffer(cid)[..len], &data[..], "read back {len} bytes");
         // The key the target used is dead once the command completed.
         let dev = q.context().device().clone();
-        assert!(dev.keys().check_remote(q.pd().0, q.qp_num(), key, addr, len as u64, AccessFlags::REMOTE_WRITE).is_err());
+        assert!(dev
+            .keys()
+            .check_remote(
+                q.pd().0,
+                q.qp_num(),
+                key,
+                addr,
+                len as u64,
+                AccessFlags::REMOTE_WRITE
+            )
+            .is_err());
     }
 }
 
@@ -270,14 +398,46 @@ fn plain_send_response_gets_local_invalidate() {
     let _t = start_target("127.0.0.23".parse().unwrap());
     let mut q = connect_host("127.0.0.24".parse().unwrap(), "127.0.0.23".parse().unwrap());
     // NSID 2: the fake target answers with a plain SEND.
-    let cid = q.submit(Sqe::read(0, 2, 0, 7, false), DataDir::ControllerToHost { len: 4096 }).unwrap();
+    let cid = q
+        .submit(
+            Sqe::read(0, 2, 0, 7, false),
+            DataDir::ControllerToHost { len: 4096 },
+        )
+        .unwrap();
     let (addr, key) = (q.buffer_addr(cid), q.window_key(cid).unwrap());
     let dev = q.context().device().clone();
-    assert!(dev.keys().check_remote(q.pd().0, q.qp_num(), key, addr, 4096, AccessFlags::REMOTE_WRITE).is_ok());
+    assert!(dev
+        .keys()
+        .check_remote(
+            q.pd().0,
+            q.qp_num(),
+            key,
+            addr,
+            4096,
+            AccessFlags::REMOTE_WRITE
+        )
+        .is_ok());
     wait_for(&mut q, cid).unwrap();
-    assert!(dev.keys().check_remote(q.pd().0, q.qp_num(), key, addr, 4096, AccessFlags::REMOTE_WRITE).is_err());
+    assert!(dev
+        .keys()
+        .check_remote(
+            q.pd().0,
+            q.qp_num(),
+            key,
+            addr,
+            4096,
+            AccessFlags::REMOTE_WRITE
+        )
+        .is_err());
     // The window binds again with the next key.
-    let cid2 = q.submit_cid(cid, Sqe::read(0, 1, 0, 7, false), DataDir::ControllerToHost { len: 4096 }).map(|_| cid).unwrap();
+    let cid2 = q
+        .submit_cid(
+            cid,
+            Sqe::read(0, 1, 0, 7, false),
+            DataDir::ControllerToHost { len: 4096 },
+        )
+        .map(|_| cid)
+        .unwrap();
     assert_ne!(q.window_key(cid2), Some(key));
     wait_for(&mut q, cid2).unwrap();
 }
@@ -288,10 +448,19 @@ fn sq_flow_control_and_errors() {
     let mut q = connect_host("127.0.0.26".parse().unwrap(), "127.0.0.25".parse().unwrap());
     let mut cids = Vec::new();
     for i in 0..q.max_outstanding() {
-        cids.push(q.submit(Sqe::read(0, 1, i as u64, 0, false), DataDir::ControllerToHost { len: 512 }).unwrap());
+        cids.push(
+            q.submit(
+                Sqe::read(0, 1, i as u64, 0, false),
+                DataDir::ControllerToHost { len: 512 },
+            )
+            .unwrap(),
+        );
     }
     // SQ full (size 8 keeps one entry empty) until completions return SQHD.
-    assert!(matches!(q.submit(Sqe::flush(0, 1), DataDir::None), Err(QueueError::Full)));
+    assert!(matches!(
+        q.submit(Sqe::flush(0, 1), DataDir::None),
+        Err(QueueError::Full)
+    ));
     for cid in cids {
         wait_for(&mut q, cid).unwrap();
     }
@@ -299,15 +468,63 @@ fn sq_flow_control_and_errors() {
     // An NVMe error status comes back typed.
     let cid = q.submit(Sqe::flush(0, 1), DataDir::None).unwrap();
     match wait_for(&mut q, cid) {
-        Err(HostError::Nvme { status, command, .. }) => {
-            assert_eq!(status.as_generic(), Some(nvme::GenericStatus::InvalidOpcode));
+        Err(HostError::Nvme {
+            status, command, ..
+        }) => {
+            assert_eq!(
+                status.as_generic(),
+                Some(nvme::GenericStatus::InvalidOpcode)
+            );
             assert!(status.dnr);
             assert_eq!(command, "Flush");
         }
         other => panic!("expected an NVMe error, got {other:?}"),
     }
     assert!(matches!(
-        q.submit(Sqe::read(0, 1, 0, 0, false), DataDir::ControllerToHost { len: MAX_IO + 1 }),
+        q.submit(
+            Sqe::read(0, 1, 0, 0, false),
+            DataDir::ControllerToHost { len: MAX_IO + 1 }
+        ),
         Err(QueueError::TooLarge { .. })
+    ));
+}
+
+#[test]
+fn dead_peer_fails_commands_with_transport_error() {
+    let _t = start_target("127.0.0.27".parse().unwrap());
+    let mut q = connect_host("127.0.0.28".parse().unwrap(), "127.0.0.27".parse().unwrap());
+    // The target takes this one (ACKs it) and vanishes: no response.
+    let lost = q
+        .submit(
+            Sqe::read(0, 4, 0, 0, false),
+            DataDir::ControllerToHost { len: 512 },
+        )
+        .unwrap();
+    let mut out = Vec::new();
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_millis(50) {
+        q.poll(&mut out);
+    }
+    assert!(out.is_empty());
+    // The next capsule is never acknowledged: retries run out (IBTA §9.7.6.1.3).
+    let next = q.submit(Sqe::flush(0, 1), DataDir::None).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while out.len() < 2 && Instant::now() < deadline {
+        q.poll(&mut out);
+    }
+    assert_eq!(out.len(), 2, "both commands fail");
+    for c in &out {
+        assert!([lost, next].contains(&c.cid));
+        match &c.result {
+            Err(HostError::Transport { qid: 1, status, .. }) => {
+                assert_eq!(*status, WcStatus::RetryExcErr)
+            }
+            other => panic!("expected a transport error, got {other:?}"),
+        }
+    }
+    assert!(q.is_dead());
+    assert!(matches!(
+        q.submit(Sqe::flush(0, 1), DataDir::None),
+        Err(QueueError::Dead { qid: 1, .. })
     ));
 }

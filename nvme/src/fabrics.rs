@@ -12,9 +12,10 @@ use thiserror::Error;
 use zerocopy::byteorder::little_endian::{U16, U32, U64};
 use zerocopy::{FromBytes, FromZeros, Immutable, IntoBytes, KnownLayout, Unaligned};
 
+pub use crate::properties::{Cap, Cc, Csts, Property, PropertySize, Vs};
+
 use crate::cqe::Cqe;
 use crate::opcodes::{FabricsCommandType, FABRICS_OPCODE};
-use crate::properties::{Property, PropertySize};
 use crate::sgl::SglDescriptor;
 use crate::sqe::{Sqe, PSDT_SGL_MPTR_CONTIG};
 use crate::status::{CommandSpecificStatus, Status};

@@ -247,7 +247,11 @@ fn identify(reg: &Registry, ctrl: &Controller, sqe: &Sqe, out: &mut [u8]) -> Adm
             if min >= 0xFFFF_FFFE {
                 return AdminOutcome::status(generic(GenericStatus::InvalidNamespaceOrFormat));
             }
-            let ids = subsys.namespaces.iter().map(|n| n.nsid).filter(|&id| id > min);
+            let ids = subsys
+                .namespaces
+                .iter()
+                .map(|n| n.nsid)
+                .filter(|&id| id > min);
             let list = NamespaceList::from_ids(ids);
             AdminOutcome::data(copy_out(out, list.as_bytes(), want))
         }
@@ -430,16 +434,16 @@ fn get_features(ctrl: &Controller, sqe: &Sqe, out: &mut [u8]) -> AdminOutcome {
     let known = match fid {
         Some(FeatureId::KeepAliveTimer | FeatureId::AsyncEventConfiguration) => true,
         Some(
-            FeatureId::NumberOfQueues
-            | FeatureId::VolatileWriteCache
-            | FeatureId::HostIdentifier,
+            FeatureId::NumberOfQueues | FeatureId::VolatileWriteCache | FeatureId::HostIdentifier,
         ) => io,
         _ => false,
     };
     if !known {
         return AdminOutcome::status(invalid_field());
     }
-    if FeatureSelect::from_value(sqe.features_select()) == Some(FeatureSelect::SupportedCapabilities) {
+    if FeatureSelect::from_value(sqe.features_select())
+        == Some(FeatureSelect::SupportedCapabilities)
+    {
         // Changeable (bit 2), neither saveable nor namespace specific.
         return AdminOutcome::ok(1 << 2);
     }
@@ -548,7 +552,9 @@ fn get_log_page(reg: &Registry, ctrl: &Controller, sqe: &Sqe, out: &mut [u8]) ->
         (_, Some(LogPageId::SmartHealth)) => smart_log().as_bytes().to_vec(),
         (_, Some(LogPageId::FirmwareSlot)) => firmware_slot_log(),
         (_, Some(LogPageId::ChangedNamespaceList)) => {
-            NamespaceList::from_ids(ctrl.take_changed_ns()).as_bytes().to_vec()
+            NamespaceList::from_ids(ctrl.take_changed_ns())
+                .as_bytes()
+                .to_vec()
         }
         (_, Some(LogPageId::CommandsSupportedEffects)) => command_effects().as_bytes().to_vec(),
         _ => return AdminOutcome::status(invalid_log_page()),
@@ -597,10 +603,15 @@ mod tests {
     fn discovery_controller(reg: &Registry) -> Arc<Controller> {
         let sqe = Sqe::connect(0, 0, 31, 0);
         let data = connect_data(0xFFFF, NVMF_DISCOVERY_NQN, HOST);
-        let ConnectOutcome::Accepted { ctrl, .. } = connect(reg, &sqe, &data, Instant::now()) else {
+        let ConnectOutcome::Accepted { ctrl, .. } = connect(reg, &sqe, &data, Instant::now())
+        else {
             panic!("refused");
         };
-        property_set(Some(&ctrl), &Sqe::property_set(1, Property::Cc, 0x0046_0061)).unwrap();
+        property_set(
+            Some(&ctrl),
+            &Sqe::property_set(1, Property::Cc, 0x0046_0061),
+        )
+        .unwrap();
         ctrl
     }
 
@@ -627,7 +638,10 @@ mod tests {
             DataDirection::None
         );
         assert_eq!(data_direction(&Sqe::keep_alive(1)), DataDirection::None);
-        assert_eq!(data_direction(&Sqe::async_event_request(1)), DataDirection::None);
+        assert_eq!(
+            data_direction(&Sqe::async_event_request(1)),
+            DataDirection::None
+        );
         assert_eq!(
             data_direction(&Sqe::set_features(1, FeatureId::NumberOfQueues, 0)),
             DataDirection::None
@@ -658,7 +672,10 @@ mod tests {
         assert_eq!(id.fr(), Ok(FIRMWARE_REVISION));
         assert_eq!(id.ver.get(), 0x0001_0300);
         assert_eq!((id.sqes, id.cqes, id.kas.get()), (0x66, 0x44, 10));
-        assert_eq!((id.cntrltype, id.msdbd, id.icdoff.get(), id.fcatt), (1, 1, 0, 0));
+        assert_eq!(
+            (id.cntrltype, id.msdbd, id.icdoff.get(), id.fcatt),
+            (1, 1, 0, 0)
+        );
         assert_eq!((id.acl, id.aerl, id.rab), (3, 3, 6));
         assert_eq!(id.nn.get(), 3);
         assert_eq!(id.maxcmd.get(), 128);
@@ -689,7 +706,10 @@ mod tests {
         assert_eq!((id.nlbaf, id.flbas), (0, 0));
         assert_eq!(id.lbaf[0].lbads, 9);
         assert_eq!(id.dlfeat, 0x09);
-        assert_eq!(id.nguid, reg.subsystem(REF_NQN).unwrap().namespace(1).unwrap().nguid);
+        assert_eq!(
+            id.nguid,
+            reg.subsystem(REF_NQN).unwrap().namespace(1).unwrap().nguid
+        );
         assert_eq!(&out[0..8], &2_097_152u64.to_le_bytes());
         assert_eq!(out[130], 9, "LBAF0 LBADS at byte 130");
 
@@ -720,7 +740,12 @@ mod tests {
         let sqe = Sqe::identify(1, IdentifyCns::ActiveNamespaceList, 0xFFFF_FFFE, 0);
         assert_eq!(done(run(&reg, &ctrl, &sqe, &mut out)).0, 0x8016);
 
-        let ns = reg.subsystem(REF_NQN).unwrap().namespace(1).unwrap().clone();
+        let ns = reg
+            .subsystem(REF_NQN)
+            .unwrap()
+            .namespace(1)
+            .unwrap()
+            .clone();
         let sqe = Sqe::identify(1, IdentifyCns::NamespaceIdDescriptorList, 1, 0);
         assert_eq!(done(run(&reg, &ctrl, &sqe, &mut out)), (0, 0, 4096));
         assert_eq!(&out[0..4], &[3, 16, 0, 0], "UUID header");
@@ -770,14 +795,21 @@ mod tests {
         assert_eq!(&out[4 * 6..4 * 6 + 4], &[1, 0, 0, 0], "Identify supported");
         let mut out = vec![0u8; 4096];
         run(&reg, &ctrl, &sqe, &mut out);
-        assert_eq!(&out[1024 + 4..1024 + 8], &[3, 0, 0, 0], "Write: CSUPP | LBCC");
+        assert_eq!(
+            &out[1024 + 4..1024 + 8],
+            &[3, 0, 0, 0],
+            "Write: CSUPP | LBCC"
+        );
         assert_eq!(&out[1024 + 8..1024 + 12], &[1, 0, 0, 0], "Read: CSUPP");
         // Firmware slot: AFI 1, FRS1.
         let mut out = vec![0u8; 512];
         let sqe = Sqe::get_log_page(1, LogPageId::FirmwareSlot, 127, 0);
         assert_eq!(done(run(&reg, &ctrl, &sqe, &mut out)), (0, 0, 512));
         assert_eq!(out[0], 1);
-        assert_eq!(&out[8..8 + FIRMWARE_REVISION.len()], FIRMWARE_REVISION.as_bytes());
+        assert_eq!(
+            &out[8..8 + FIRMWARE_REVISION.len()],
+            FIRMWARE_REVISION.as_bytes()
+        );
         // Error log: zeros; Changed Namespace List after a change.
         let sqe = Sqe::get_log_page(1, LogPageId::ErrorInformation, 15, 0);
         assert_eq!(done(run(&reg, &ctrl, &sqe, &mut out)), (0, 0, 64));
@@ -836,7 +868,10 @@ mod tests {
         let sqe = Sqe::set_features(1, FeatureId::AsyncEventConfiguration, 1 << 8);
         assert_eq!(done(run(&reg, &ctrl, &sqe, &mut out)).0, 0x8004);
         // Keep Alive works (KATO defaulted to 120 s).
-        assert_eq!(done(run(&reg, &ctrl, &Sqe::keep_alive(1), &mut out)), (0, 0, 0));
+        assert_eq!(
+            done(run(&reg, &ctrl, &Sqe::keep_alive(1), &mut out)),
+            (0, 0, 0)
+        );
     }
 
     #[test]
@@ -899,35 +934,153 @@ mod tests {
         let mut out = [0u8; 0];
         let t0 = Instant::now();
         let later = t0 + std::time::Duration::from_secs(4);
-        assert_eq!(done(handle(&reg, &ctrl, &Sqe::keep_alive(1), &mut out, later)), (0, 0, 0));
+        assert_eq!(
+            done(handle(&reg, &ctrl, &Sqe::keep_alive(1), &mut out, later)),
+            (0, 0, 0)
+        );
         assert!(!ctrl.kato_expired(later + std::time::Duration::from_millis(4999)));
         assert!(ctrl.kato_expired(later + std::time::Duration::from_secs(5)));
 
         // AERL + 1 = 4 held, the fifth refused with SCT 1, SC 05h, DNR.
         for cid in 10..14 {
-            assert_eq!(run(&reg, &ctrl, &Sqe::async_event_request(cid), &mut out), AdminOutcome::Hold);
+            assert_eq!(
+                run(&reg, &ctrl, &Sqe::async_event_request(cid), &mut out),
+                AdminOutcome::Hold
+            );
         }
-        assert_eq!(done(run(&reg, &ctrl, &Sqe::async_event_request(14), &mut out)).0, 0x820A);
+        assert_eq!(
+            done(run(&reg, &ctrl, &Sqe::async_event_request(14), &mut out)).0,
+            0x820A
+        );
         ctrl.set_aen_config(AEC_NS_ATTR);
         ctrl.notify_namespace_changed(1);
         let aer = ctrl.take_aer().unwrap();
         assert_eq!((aer.cid, aer.dw0), (10, 0x0004_0002));
 
-        assert_eq!(done(run(&reg, &ctrl, &Sqe::new(AdminOpcode::Abort.value(), 1), &mut out)), (0, 1, 0));
+        assert_eq!(
+            done(run(
+                &reg,
+                &ctrl,
+                &Sqe::new(AdminOpcode::Abort.value(), 1),
+                &mut out
+            )),
+            (0, 1, 0)
+        );
         // Invalid opcodes: unknown, PCIe queue management, Fabrics on this path.
         for op in [0x03u8, 0x01, 0x80, 0xC0] {
             assert_eq!(done(run(&reg, &ctrl, &Sqe::new(op, 1), &mut out)).0, 0x8002);
         }
         assert_eq!(
-            done(run(&reg, &ctrl, &Sqe::property_get(1, Property::Cap), &mut out)).0,
+            done(run(
+                &reg,
+                &ctrl,
+                &Sqe::property_get(1, Property::Cap),
+                &mut out
+            ))
+            .0,
             0x8002
         );
         // Keep Alive with KATO 0: Keep Alive Timeout Invalid, no DNR.
         ctrl.set_kato_ms(0, t0);
-        assert_eq!(done(run(&reg, &ctrl, &Sqe::keep_alive(1), &mut out)).0, 0x0034);
+        assert_eq!(
+            done(run(&reg, &ctrl, &Sqe::keep_alive(1), &mut out)).0,
+            0x0034
+        );
         // Disabled controller: Command Sequence Error, DNR.
-        property_set(Some(&ctrl), &Sqe::property_set(1, Property::Cc, 0x0046_0060)).unwrap();
-        assert_eq!(done(run(&reg, &ctrl, &Sqe::keep_alive(1), &mut out)).0, 0x8018);
+        property_set(
+            Some(&ctrl),
+            &Sqe::property_set(1, Property::Cc, 0x0046_0060),
+        )
+        .unwrap();
+        assert_eq!(
+            done(run(&reg, &ctrl, &Sqe::keep_alive(1), &mut out)).0,
+            0x8018
+        );
+    }
+
+    /// The admin commands a Linux 6.1 host sent to nvmet after connecting
+    /// (linux-nvme-rdma-rxe.pcap frames 126-313: opcode, NSID, CDW10, CDW11), each of
+    /// which must succeed here with the data length the host asked for. (The ANA log
+    /// read of frame 144 is left out: Linux asks for it only when CMIC bit 3 is set.)
+    #[test]
+    fn linux_host_admin_sequence() {
+        let (_d, reg, ctrl) = setup();
+        let cmds: [(u8, u32, u32, u32, usize); 13] = [
+            (0x06, 0, 0x1, 0, 4096),               // Identify Controller
+            (0x02, 0, 0x03ff_0005, 0, 4096),       // Commands Supported and Effects
+            (0x02, u32::MAX, 0x007f_0002, 0, 512), // SMART / Health
+            (0x09, 0, 0x7, 0, 0),                  // Number of Queues: 1
+            (0x09, 0, 0xb, 0x100, 0),              // AEC: namespace attribute notices
+            (0x06, 0, 0x6, 0, 4096),               // CNS 06h, CSI NVM
+            (0x06, 0, 0x2, 0, 4096),               // Active namespace list
+            (0x06, 1, 0x3, 0, 4096),               // NS descriptors
+            (0x06, 1, 0x0, 0, 4096),               // Identify Namespace
+            (0x06, 1, 0x0, 0, 4096),
+            (0x06, 1, 0x3, 0, 4096),
+            (0x06, 0, 0x1, 0, 4096),
+            (0x06, 1, 0x0, 0, 4096),
+        ];
+        for (i, &(opc, nsid, cdw10, cdw11, len)) in cmds.iter().enumerate() {
+            let mut sqe = Sqe::new(opc, i as u16).with_nsid(nsid);
+            sqe.set_cdw10(cdw10);
+            sqe.set_cdw11(cdw11);
+            let dir = data_direction(&sqe);
+            let n = match dir {
+                DataDirection::ControllerToHost(n) => n,
+                _ => 0,
+            };
+            assert_eq!(n, len, "command {i}");
+            let mut out = vec![0u8; n];
+            let (status, _, data_len) = done(run(&reg, &ctrl, &sqe, &mut out));
+            assert_eq!((status, data_len), (0, len), "command {i}");
+        }
+        assert_eq!(ctrl.io_queues(), 1);
+        assert_eq!(
+            run(&reg, &ctrl, &Sqe::async_event_request(0x1f), &mut []),
+            AdminOutcome::Hold
+        );
+    }
+
+    /// `nvme discover` as in linux-nvme-rdma-rxe.pcap frames 7-83, from Connect to the
+    /// shutdown, with the values nvmet answered.
+    #[test]
+    fn linux_discover_sequence() {
+        use crate::fabrics::property_get;
+        use nvme::{PropertyGetCommand, PropertySize};
+        let reg = registry_with(vec![]);
+        let data = connect_data(0xFFFF, NVMF_DISCOVERY_NQN, HOST);
+        let out = connect(&reg, &Sqe::connect(0, 0, 0x1f, 0), &data, Instant::now());
+        let ConnectOutcome::Accepted { ctrl, dw0 } = out else {
+            panic!("refused")
+        };
+        assert_eq!(dw0, u32::from(ctrl.cntlid));
+        let get = |ofst: u32, size| {
+            let sqe = PropertyGetCommand::new(1, ofst, size).to_sqe();
+            property_get(Some(&ctrl), &sqe)
+        };
+        let set = |v: u64| property_set(Some(&ctrl), &Sqe::property_set(1, Property::Cc, v));
+        assert_eq!(get(0, PropertySize::EightBytes), Ok(0x0000_0820_0f00_007f));
+        set(0x0046_0060).unwrap();
+        assert_eq!(get(0x14, PropertySize::FourBytes), Ok(0x0046_0060));
+        set(0x0046_0061).unwrap();
+        assert_eq!(get(0x1c, PropertySize::FourBytes), Ok(1));
+        assert_eq!(get(0x08, PropertySize::FourBytes), Ok(0x0001_0300));
+        let mut buf = vec![0u8; 4096];
+        let id = Sqe::identify(0x16, IdentifyCns::Controller, 0, 0);
+        assert_eq!(done(run(&reg, &ctrl, &id, &mut buf)), (0, 0, 4096));
+        let aec = Sqe::set_features(0x17, FeatureId::AsyncEventConfiguration, 0x8000_0000);
+        assert_eq!(done(run(&reg, &ctrl, &aec, &mut [])).0, 0);
+        let aer = Sqe::async_event_request(0x1f);
+        assert_eq!(run(&reg, &ctrl, &aer, &mut []), AdminOutcome::Hold);
+        for (cdw10, len) in [(0x00ff_8070u32, 1024usize), (0x02ff_0070, 3072)] {
+            let mut sqe = Sqe::new(AdminOpcode::GetLogPage.value(), 0x19);
+            sqe.set_cdw10(cdw10);
+            assert_eq!(data_direction(&sqe), DataDirection::ControllerToHost(len));
+            let mut buf = vec![0u8; len];
+            assert_eq!(done(run(&reg, &ctrl, &sqe, &mut buf)), (0, 0, len));
+        }
+        set(0x0046_4061).unwrap();
+        assert_eq!(get(0x1c, PropertySize::FourBytes), Ok(8));
     }
 
     #[test]

@@ -15,8 +15,8 @@ use nvme::features::{
     AEN_NOTICE_NS_ATTR_CHANGED,
 };
 use nvme::properties::{Cc, Csts, ShutdownStatus};
-use nvme::LogPageId;
 use nvme::status::{CommandSpecificStatus, GenericStatus, Status};
+use nvme::LogPageId;
 use parking_lot::Mutex;
 
 use crate::subsystem::{Limits, Subsystem};
@@ -443,7 +443,14 @@ mod tests {
         assert!(c.csts().cfs());
         assert!(!c.csts().rdy());
         let c = ctrl(0, t0);
-        c.update_cc(Cc(0).with_iosqes(6).with_iocqes(4).with_css(1).with_en(true), t0);
+        c.update_cc(
+            Cc(0)
+                .with_iosqes(6)
+                .with_iocqes(4)
+                .with_css(1)
+                .with_en(true),
+            t0,
+        );
         assert!(c.csts().cfs());
         // Disabling clears CC and RDY.
         let c = ctrl(0, t0);
@@ -478,7 +485,15 @@ mod tests {
     fn discovery_controller_gets_default_kato() {
         let reg = registry_with(vec![]);
         let t0 = Instant::now();
-        let c = Controller::new(2, reg.discovery.clone(), HOST.into(), [0; 16], 0, &reg.limits, t0);
+        let c = Controller::new(
+            2,
+            reg.discovery.clone(),
+            HOST.into(),
+            [0; 16],
+            0,
+            &reg.limits,
+            t0,
+        );
         assert_eq!(c.kind, ControllerKind::Discovery);
         assert_eq!(c.kato_ms(), DISCOVERY_KATO_MS);
     }
@@ -505,7 +520,13 @@ mod tests {
         c.set_aen_config(AEC_NS_ATTR);
         c.notify_namespace_changed(5);
         c.notify_namespace_changed(5);
-        assert_eq!(c.take_aer(), Some(AerCompletion { cid: 0, dw0: AEN_NS_ATTR_CHANGED }));
+        assert_eq!(
+            c.take_aer(),
+            Some(AerCompletion {
+                cid: 0,
+                dw0: AEN_NS_ATTR_CHANGED
+            })
+        );
         assert_eq!(c.take_aer(), None);
         assert_eq!(c.take_changed_ns(), vec![5]);
         assert!(c.take_changed_ns().is_empty());

@@ -6,7 +6,9 @@
 
 use std::net::IpAddr;
 
-use nvme::log::{discovery_log_page as build_page, AddressFamily, DiscoveryLogEntry, SubsystemType};
+use nvme::log::{
+    discovery_log_page as build_page, AddressFamily, DiscoveryLogEntry, SubsystemType,
+};
 use nvme::NVME_AQ_DEPTH;
 
 use crate::subsystem::{Registry, PORT_ID};
@@ -43,7 +45,11 @@ fn entry(reg: &Registry, subtype: SubsystemType, nqn: &str) -> Option<DiscoveryL
 /// Page offset and length.
 pub fn discovery_log_page(reg: &Registry, hostnqn: &str) -> Vec<u8> {
     let mut entries = Vec::with_capacity(reg.subsystems.len() + 1);
-    entries.extend(entry(reg, SubsystemType::CurrentDiscovery, &reg.discovery.nqn));
+    entries.extend(entry(
+        reg,
+        SubsystemType::CurrentDiscovery,
+        &reg.discovery.nqn,
+    ));
     for s in reg.subsystems.iter().filter(|s| s.host_allowed(hostnqn)) {
         entries.extend(entry(reg, SubsystemType::Nvm, &s.nqn));
     }
@@ -69,7 +75,10 @@ mod tests {
         assert_eq!(&page[16..18], &[0, 0], "RECFMT");
         let e1 = &page[1024..2048];
         // linux-nvme-rdma-rxe.pcap frames 73-75: 01 01 03 04 0100 ffff 2000.
-        assert_eq!(&e1[..10], &[0x01, 0x01, 0x03, 0x04, 0x01, 0x00, 0xff, 0xff, 0x20, 0x00]);
+        assert_eq!(
+            &e1[..10],
+            &[0x01, 0x01, 0x03, 0x04, 0x01, 0x00, 0xff, 0xff, 0x20, 0x00]
+        );
         assert_eq!(&e1[32..64], &{
             let mut f = [0u8; 32];
             f[..4].copy_from_slice(b"4420");

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use nvme::fabrics::{
-    connect_success_dw0, ConnectCommand, ConnectData, ConnectInvalidParameter,
-    PropertyGetCommand, PropertySetCommand, CNTLID_DYNAMIC,
+    connect_success_dw0, ConnectCommand, ConnectData, ConnectInvalidParameter, PropertyGetCommand,
+    PropertySetCommand, CNTLID_DYNAMIC,
 };
 use nvme::properties::{Cap, Property, Vs};
 use nvme::status::{CommandSpecificStatus, GenericStatus, Status};
@@ -126,7 +126,12 @@ pub fn connect(reg: &Registry, sqe: &Sqe, data: &[u8], now: Instant) -> ConnectO
     }
 }
 
-fn connect_admin(reg: &Registry, cmd: &ConnectCommand, d: &ConnectData, now: Instant) -> ConnectOutcome {
+fn connect_admin(
+    reg: &Registry,
+    cmd: &ConnectCommand,
+    d: &ConnectData,
+    now: Instant,
+) -> ConnectOutcome {
     if d.cntlid() != CNTLID_DYNAMIC {
         return ConnectOutcome::invalid(ConnectInvalidParameter::CNTLID);
     }
@@ -273,7 +278,12 @@ pub(crate) mod tests {
     /// Admin Connect as Linux sends it (SQSIZE 31, KATO 5000) -> the controller.
     pub fn admin_connect(reg: &Registry, subnqn: &str, hostnqn: &str) -> ConnectOutcome {
         let sqe = Sqe::connect(0, 0, 31, 5000);
-        connect(reg, &sqe, &connect_data(0xFFFF, subnqn, hostnqn), Instant::now())
+        connect(
+            reg,
+            &sqe,
+            &connect_data(0xFFFF, subnqn, hostnqn),
+            Instant::now(),
+        )
     }
 
     /// Connects and enables a controller (CC 00460061).
@@ -312,7 +322,11 @@ pub(crate) mod tests {
         let data = connect_data(1, REF_NQN, HOST);
         assert_eq!(refused(connect(&reg, &io, &data, Instant::now())).0, 0x8018);
 
-        property_set(Some(&ctrl), &Sqe::property_set(1, Property::Cc, 0x0046_0061)).unwrap();
+        property_set(
+            Some(&ctrl),
+            &Sqe::property_set(1, Property::Cc, 0x0046_0061),
+        )
+        .unwrap();
         match connect(&reg, &io, &data, Instant::now()) {
             ConnectOutcome::Accepted { ctrl: c, dw0 } => {
                 assert_eq!(dw0, 1);
@@ -321,7 +335,10 @@ pub(crate) mod tests {
             ConnectOutcome::Refused { status, .. } => panic!("{status}"),
         }
         // The same QID twice: Command Sequence Error, DNR.
-        assert_eq!(refused(connect(&reg, &io, &data, Instant::now())), (0x8018, 0));
+        assert_eq!(
+            refused(connect(&reg, &io, &data, Instant::now())),
+            (0x8018, 0)
+        );
         // A second admin Connect gets the next CNTLID.
         let ConnectOutcome::Accepted { dw0, .. } = admin_connect(&reg, REF_NQN, HOST) else {
             panic!("refused");
@@ -332,7 +349,11 @@ pub(crate) mod tests {
     #[test]
     fn unknown_subsystem_matches_capture() {
         let reg = registry_with(vec![]);
-        let (field, dw0) = refused(admin_connect(&reg, "nqn.2026-11.io.example:nosuchsubsys", HOST));
+        let (field, dw0) = refused(admin_connect(
+            &reg,
+            "nqn.2026-11.io.example:nosuchsubsys",
+            HOST,
+        ));
         // linux-nvme-rdma-errors.pcap (a): status field 0x8304, DW0 0x00010100.
         assert_eq!(field, 0x8304);
         assert_eq!(dw0, 0x0001_0100);
@@ -361,8 +382,15 @@ pub(crate) mod tests {
     fn discovery_nqn_connects_to_a_discovery_controller() {
         let reg = registry_with(vec![]);
         let sqe = Sqe::connect(0, 0, 31, 0);
-        let out = connect(&reg, &sqe, &connect_data(0xFFFF, NVMF_DISCOVERY_NQN, HOST), Instant::now());
-        let ConnectOutcome::Accepted { ctrl, .. } = out else { panic!("refused") };
+        let out = connect(
+            &reg,
+            &sqe,
+            &connect_data(0xFFFF, NVMF_DISCOVERY_NQN, HOST),
+            Instant::now(),
+        );
+        let ConnectOutcome::Accepted { ctrl, .. } = out else {
+            panic!("refused")
+        };
         assert_eq!(ctrl.kind, crate::controller::ControllerKind::Discovery);
         assert!(ctrl.subsys.is_discovery());
     }
@@ -380,10 +408,20 @@ pub(crate) mod tests {
         let out = connect(&reg, &io, &connect_data(77, REF_NQN, HOST), Instant::now());
         assert_eq!(refused(out), (0x8304, 0x0001_0010));
         // Right CNTLID, other subsystem.
-        let out = connect(&reg, &io, &connect_data(ctrl.cntlid, RESTRICTED_NQN, HOST), Instant::now());
+        let out = connect(
+            &reg,
+            &io,
+            &connect_data(ctrl.cntlid, RESTRICTED_NQN, HOST),
+            Instant::now(),
+        );
         assert_eq!(refused(out), (0x8304, 0x0001_0010));
         // Right CNTLID, another host NQN: nvmet answers IPO 16 too.
-        let out = connect(&reg, &io, &connect_data(ctrl.cntlid, REF_NQN, ALLOWED_HOST), Instant::now());
+        let out = connect(
+            &reg,
+            &io,
+            &connect_data(ctrl.cntlid, REF_NQN, ALLOWED_HOST),
+            Instant::now(),
+        );
         assert_eq!(refused(out), (0x8304, 0x0001_0010));
     }
 
@@ -420,7 +458,10 @@ pub(crate) mod tests {
             (0x801E, 0)
         );
         // Not a Connect.
-        assert_eq!(refused(connect(&reg, &Sqe::keep_alive(1), &data, now)).0, 0x8004);
+        assert_eq!(
+            refused(connect(&reg, &Sqe::keep_alive(1), &data, now)).0,
+            0x8004
+        );
     }
 
     #[test]
@@ -434,19 +475,34 @@ pub(crate) mod tests {
         assert_eq!(get(Property::Cap), Ok(0x0000_0820_0f00_007f));
         assert_eq!(get(Property::Vs), Ok(0x0001_0300));
         assert_eq!(get(Property::Csts), Ok(0));
-        property_set(Some(&ctrl), &Sqe::property_set(1, Property::Cc, 0x0046_0060)).unwrap();
+        property_set(
+            Some(&ctrl),
+            &Sqe::property_set(1, Property::Cc, 0x0046_0060),
+        )
+        .unwrap();
         assert_eq!(get(Property::Cc), Ok(0x0046_0060));
         assert_eq!(get(Property::Csts), Ok(0));
-        property_set(Some(&ctrl), &Sqe::property_set(1, Property::Cc, 0x0046_0061)).unwrap();
+        property_set(
+            Some(&ctrl),
+            &Sqe::property_set(1, Property::Cc, 0x0046_0061),
+        )
+        .unwrap();
         assert_eq!(get(Property::Csts), Ok(1));
         assert!(ctrl.is_enabled());
-        property_set(Some(&ctrl), &Sqe::property_set(1, Property::Cc, 0x0046_4061)).unwrap();
+        property_set(
+            Some(&ctrl),
+            &Sqe::property_set(1, Property::Cc, 0x0046_4061),
+        )
+        .unwrap();
         assert_eq!(Csts(get(Property::Csts).unwrap() as u32), Csts(8));
         assert_eq!(get(Property::Cc), Ok(0));
 
         // Wrong sizes and offsets: Invalid Field, DNR (0x8004).
         let bad = PropertyGetCommand::new(1, 0, PropertySize::FourBytes).to_sqe();
-        assert_eq!(property_get(Some(&ctrl), &bad).unwrap_err().to_field(), 0x8004);
+        assert_eq!(
+            property_get(Some(&ctrl), &bad).unwrap_err().to_field(),
+            0x8004
+        );
         let bad = PropertyGetCommand::new(1, 0x14, PropertySize::EightBytes).to_sqe();
         assert!(property_get(Some(&ctrl), &bad).is_err());
         let bad = PropertyGetCommand::new(1, 0x20, PropertySize::FourBytes).to_sqe();
@@ -456,7 +512,9 @@ pub(crate) mod tests {
         assert!(property_set(Some(&ctrl), &Sqe::property_set(1, Property::Csts, 1)).is_err());
         // No controller on the queue yet: Command Sequence Error, DNR.
         assert_eq!(
-            property_get(None, &Sqe::property_get(1, Property::Cap)).unwrap_err().to_field(),
+            property_get(None, &Sqe::property_get(1, Property::Cap))
+                .unwrap_err()
+                .to_field(),
             0x8018
         );
         let _ = Cc(0);

@@ -64,7 +64,9 @@ impl NamespaceEntry {
 
 /// FNV-1a, 64-bit, over `bytes`, from `seed`.
 fn fnv1a64(seed: u64, bytes: &[u8]) -> u64 {
-    bytes.iter().fold(seed, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01B3))
+    bytes.iter().fold(seed, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01B3)
+    })
 }
 
 /// NGUID and UUID for namespace `nsid` of `subnqn`: two independent 128-bit hashes.
@@ -294,15 +296,15 @@ impl Registry {
     ) -> Result<Arc<Controller>, Status> {
         let mut t = self.controllers.lock();
         let span = u32::from(CNTLID_MAX - CNTLID_MIN) + 1;
-        let start = t.next;
-        for i in 0..span {
-            let id = CNTLID_MIN + ((u32::from(start - CNTLID_MIN) + i) % span) as u16;
-            if !t.by_id.contains_key(&id) {
-                let ctrl = Arc::new(make(id));
-                t.by_id.insert(id, ctrl.clone());
-                t.next = if id == CNTLID_MAX { CNTLID_MIN } else { id + 1 };
-                return Ok(ctrl);
-            }
+        let start = u32::from(t.next - CNTLID_MIN);
+        let free = (0..span)
+            .map(|i| CNTLID_MIN + ((start + i) % span) as u16)
+            .find(|id| !t.by_id.contains_key(id));
+        if let Some(id) = free {
+            let ctrl = Arc::new(make(id));
+            t.by_id.insert(id, ctrl.clone());
+            t.next = if id == CNTLID_MAX { CNTLID_MIN } else { id + 1 };
+            return Ok(ctrl);
         }
         Err(Status::command_specific(CommandSpecificStatus::ConnectControllerBusy).with_dnr())
     }
@@ -322,13 +324,18 @@ pub(crate) mod tests {
     pub const ALLOWED_HOST: &str =
         "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-000000000001";
     /// The Linux host NQN of the error capture.
-    pub const HOST: &str =
-        "nqn.2014-08.org.nvmexpress:uuid:cf25660b-4036-4a6d-88a2-80c857dbb57a";
+    pub const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:cf25660b-4036-4a6d-88a2-80c857dbb57a";
 
     /// The error capture's target: `ref` (any host, namespaces as given) and
     /// `restricted` (one host), on 192.168.77.10:4420.
     pub fn registry_with(namespaces: Vec<NamespaceEntry>) -> Arc<Registry> {
-        let r = Subsystem::new(REF_NQN.into(), "a1b2c3d4e5f6".to_string(), true, vec![], namespaces);
+        let r = Subsystem::new(
+            REF_NQN.into(),
+            "a1b2c3d4e5f6".to_string(),
+            true,
+            vec![],
+            namespaces,
+        );
         let s = Subsystem::new(
             RESTRICTED_NQN.into(),
             "ffff".to_string(),
@@ -347,7 +354,12 @@ pub(crate) mod tests {
     }
 
     /// A sparse file namespace of `size` bytes with `block` byte blocks in `dir`.
-    pub fn file_ns(dir: &tempfile::TempDir, name: &str, size: u64, block: u32) -> Arc<FileNamespace> {
+    pub fn file_ns(
+        dir: &tempfile::TempDir,
+        name: &str,
+        size: u64,
+        block: u32,
+    ) -> Arc<FileNamespace> {
         Arc::new(FileNamespace::open(&dir.path().join(name), Some(size), block).unwrap())
     }
 
@@ -376,12 +388,18 @@ pub(crate) mod tests {
         assert_eq!(a.uuid[6] >> 4, 8, "UUID version 8");
         assert_eq!(a.uuid[8] >> 6, 0b10, "RFC 9562 variant");
         let s = Subsystem::new(REF_NQN.into(), "sn".to_string(), true, vec![], vec![a, b]);
-        assert_eq!(s.namespaces.iter().map(|n| n.nsid).collect::<Vec<_>>(), vec![1, 3]);
+        assert_eq!(
+            s.namespaces.iter().map(|n| n.nsid).collect::<Vec<_>>(),
+            vec![1, 3]
+        );
         assert_eq!(s.max_nsid(), 3);
         assert_eq!(s.namespace(3).unwrap().file_index, 0);
         let derived = Subsystem::new(REF_NQN.into(), None, true, vec![], vec![]);
         assert_eq!(derived.serial.len(), 16);
-        assert_eq!(derived.serial, Subsystem::new(REF_NQN.into(), None, true, vec![], vec![]).serial);
+        assert_eq!(
+            derived.serial,
+            Subsystem::new(REF_NQN.into(), None, true, vec![], vec![]).serial
+        );
         assert!(s.namespace(2).is_none());
     }
 

@@ -1,7 +1,11 @@
 //! [`MemEngine`]: an [`IoEngine`] over a `Vec<u8>` "disk", for tests and dry runs.
 //!
-//! Submitted I/Os complete on the next [`IoEngine::poll`]. Faults can be injected:
-//! corrupted read data (to exercise verification) and failed I/Os at an offset.
+//! Submitted I/Os complete on the next [`IoEngine::poll`]. Several engines can share
+//! one [`SharedDisk`], as several I/O queues share one namespace. Faults can be
+//! injected: corrupted read data (to exercise verification), failed I/Os at an
+//! offset, and busy refusals.
+
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::engine::{EngineError, IoCompletion, IoEngine};
 use super::workload::{IoOp, IoRequest};
@@ -15,11 +19,19 @@ pub enum ReadCorruption {
     FlipLastByte,
 }
 
+/// A namespace in memory, shareable between engines (one per job).
+pub type SharedDisk = Arc<Mutex<Vec<u8>>>;
+
+/// A zeroed [`SharedDisk`] of `bytes` bytes.
+pub fn shared_disk(bytes: usize) -> SharedDisk {
+    Arc::new(Mutex::new(vec![0; bytes]))
+}
+
 /// In-memory engine: a byte vector as the namespace, `depth` buffer slots of
 /// `slot_len` bytes each.
 #[derive(Debug, Clone)]
 pub struct MemEngine {
-    disk: Vec<u8>,
+    disk: SharedDisk,
     slots: Vec<Vec<u8>>,
     pending: Vec<(u32, IoRequest)>,
     in_flight: Vec<bool>,
@@ -33,8 +45,14 @@ impl MemEngine {
     /// An engine over a zeroed disk of `disk_bytes` bytes, taking `depth` outstanding
     /// I/Os of up to `slot_len` bytes.
     pub fn new(disk_bytes: usize, depth: usize, slot_len: usize) -> Self {
+        Self::with_disk(shared_disk(disk_bytes), depth, slot_len)
+    }
+
+    /// An engine over `disk` (shared with other engines), taking `depth` outstanding
+    /// I/Os of up to `slot_len` bytes.
+    pub fn with_disk(disk: SharedDisk, depth: usize, slot_len: usize) -> Self {
         Self {
-            disk: vec![0; disk_bytes],
+            disk,
             slots: vec![vec![0; slot_len]; depth],
             pending: Vec::with_capacity(depth),
             in_flight: vec![false; depth],
@@ -60,14 +78,15 @@ impl MemEngine {
         self.busy_every = Some(n.max(1));
     }
 
-    /// The disk contents.
-    pub fn disk(&self) -> &[u8] {
-        &self.disk
+    /// The disk contents, locked (writable, to prepare or damage data). A lock
+    /// poisoned by a panicking holder is taken over: the bytes stay usable.
+    pub fn disk(&self) -> MutexGuard<'_, Vec<u8>> {
+        self.disk.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The disk contents, writable (to prepare or damage data).
-    pub fn disk_mut(&mut self) -> &mut [u8] {
-        &mut self.disk
+    /// The shared disk, to build more engines over it.
+    pub fn shared(&self) -> SharedDisk {
+        Arc::clone(&self.disk)
     }
 
     fn execute(&mut self, tag: u32, req: &IoRequest) -> Result<(), String> {
@@ -78,24 +97,25 @@ impl MemEngine {
             ));
         }
         let len = req.len as usize;
+        let mut disk = self.disk.lock().unwrap_or_else(|e| e.into_inner());
         let start = usize::try_from(req.offset).map_err(|_| "LBA Out of Range".to_string())?;
         let range = start
             .checked_add(len)
-            .filter(|&end| end <= self.disk.len())
+            .filter(|&end| end <= disk.len())
             .map(|end| start..end)
             .ok_or_else(|| {
                 format!(
                     "LBA Out of Range: offset {} + {} past {} bytes",
                     req.offset,
                     len,
-                    self.disk.len()
+                    disk.len()
                 )
             })?;
         let slot = &mut self.slots[tag as usize];
         match req.op {
-            IoOp::Write => self.disk[range].copy_from_slice(&slot[..len]),
+            IoOp::Write => disk[range].copy_from_slice(&slot[..len]),
             IoOp::Read => {
-                slot[..len].copy_from_slice(&self.disk[range]);
+                slot[..len].copy_from_slice(&disk[range]);
                 if self.corruption == ReadCorruption::FlipLastByte && len > 0 {
                     slot[len - 1] ^= 0xFF;
                 }
@@ -187,6 +207,20 @@ mod tests {
             }]
         );
         assert!(e.disk()[4096..].iter().all(|&b| b == 0xAB));
+        // A second engine over the same disk sees the write.
+        let mut other = MemEngine::with_disk(e.shared(), 1, 4096);
+        other
+            .submit(
+                0,
+                &IoRequest {
+                    op: IoOp::Read,
+                    offset: 4096,
+                    len: 4096,
+                },
+            )
+            .unwrap();
+        assert_eq!(drain(&mut other).len(), 1);
+        assert!(other.buffer(0).iter().all(|&b| b == 0xAB));
         let r = IoRequest {
             op: IoOp::Read,
             offset: 4096,

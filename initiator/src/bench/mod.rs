@@ -9,17 +9,18 @@
 //!
 //! ```
 //! use clap::Parser;
-//! use nvmf_initiator::bench::{run, BenchArgs, Job, MemEngine};
+//! use nvmf_initiator::bench::{run, shared_disk, BenchArgs, Job, MemEngine};
 //!
 //! let args = BenchArgs::parse_from(["nvmf-bench", "--rw=randrw", "--bs=4k", "--size=256k",
-//!                                   "--iodepth=4", "--verify=crc32c", "--io_size=2m"]);
+//!                                   "--iodepth=4", "--numjobs=2", "--verify=crc32c", "--io_size=2m"]);
 //! let namespace_bytes = 1 << 20;
+//! let disk = shared_disk(namespace_bytes as usize); // one namespace, one engine per job
 //! let jobs = args
 //!     .job_specs(namespace_bytes)
 //!     .unwrap()
 //!     .into_iter()
 //!     .map(|spec| {
-//!         let engine = MemEngine::new(namespace_bytes as usize, spec.iodepth as usize, spec.bs as usize);
+//!         let engine = MemEngine::with_disk(disk.clone(), spec.iodepth as usize, spec.bs as usize);
 //!         Job::new(spec, Box::new(engine))
 //!     })
 //!     .collect();
@@ -42,7 +43,7 @@ pub mod verify;
 pub mod workload;
 
 pub use engine::{EngineError, IoCompletion, IoEngine};
-pub use mem_engine::{MemEngine, ReadCorruption};
+pub use mem_engine::{shared_disk, MemEngine, ReadCorruption, SharedDisk};
 pub use options::{BenchArgs, JobSpec, OptionsError, OutputFormat, RunOptions, RwMode, VerifyMode};
 pub use result::{BenchResult, GroupResult, JobError, JobResult, VerifySummary};
 pub use runner::{run, run_in_place, Job};

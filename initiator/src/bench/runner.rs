@@ -275,6 +275,8 @@ impl JobState {
                 return;
             };
             let Some(tag) = self.free_tags.pop() else {
+                // Unreachable while `outstanding < depth`; keep the request anyway.
+                self.retry = Some(req);
                 return;
             };
             let len = req.len as usize;

@@ -36,10 +36,11 @@ const PSEUDO_MAX: usize = IPV4_MAX_HDR_LEN + UDP_HDR_LEN + BTH_LEN;
 /// The IP and UDP header fields the ICRC covers, for packets this host sends or
 /// receives with the header layout Linux rxe uses.
 ///
-/// IPv4 (both addresses IPv4): version 4, IHL 5, no options, DF set, fragment offset 0,
+/// IPv4 (both addresses IPv4 or IPv4-mapped IPv6 `::ffff:a.b.c.d`, as a dual-stack
+/// socket reports IPv4 peers): version 4, IHL 5, no options, DF set, fragment offset 0,
 /// total length = 20 + 8 + UDP payload length (ICRC included), protocol 17.
-/// IPv6 (otherwise; an IPv4 address is then taken as IPv4-mapped `::ffff:a.b.c.d`):
-/// payload length = 8 + UDP payload length, next header 17, no extension headers.
+/// IPv6 (otherwise; an IPv4 address is then taken as IPv4-mapped): payload length =
+/// 8 + UDP payload length, next header 17, no extension headers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct IcrcIpInfo {
     pub src: IpAddr,
@@ -57,7 +58,7 @@ impl IcrcIpInfo {
     /// (ICRC included) into `buf`; returns their length (28 or 48).
     fn write_masked(&self, udp_payload_len: usize, buf: &mut [u8; GATHER_MAX]) -> usize {
         let udp_len = UDP_HDR_LEN + udp_payload_len;
-        let ip_len = match (self.src, self.dst) {
+        let ip_len = match (canonical(self.src), canonical(self.dst)) {
             (IpAddr::V4(src), IpAddr::V4(dst)) => {
                 let total = (IPV4_HDR_LEN + udp_len) as u16;
                 buf[0] = 0x45;
@@ -88,6 +89,14 @@ impl IcrcIpInfo {
         udp[4..6].copy_from_slice(&(udp_len as u16).to_be_bytes());
         udp[6..8].copy_from_slice(&[0xFF, 0xFF]); // checksum
         ip_len + UDP_HDR_LEN
+    }
+}
+
+/// IPv4-mapped IPv6 addresses as IPv4 (they never appear in IPv6 headers on the wire).
+fn canonical(a: IpAddr) -> IpAddr {
+    match a {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(a, IpAddr::V4),
+        IpAddr::V4(_) => a,
     }
 }
 
@@ -339,5 +348,20 @@ mod tests {
             assert_eq!(icrc_from_ip_packet(&p), Some((crc, crc)), "{info:?}");
         }
         assert_eq!(icrc_from_ip_packet(&[0x45, 0, 0]), None);
+    }
+
+    #[test]
+    fn ipv4_mapped_addresses_mean_ipv4() {
+        let body = [0x11u8; 16];
+        let mut mapped = v4();
+        for a in [&mut mapped.src, &mut mapped.dst] {
+            if let IpAddr::V4(v) = *a {
+                *a = IpAddr::V6(v.to_ipv6_mapped());
+            }
+        }
+        assert_eq!(icrc(&mapped, &body), icrc(&v4(), &body));
+        let mut half = v4();
+        half.src = mapped.src;
+        assert_eq!(icrc(&half, &body), icrc(&v4(), &body));
     }
 }

@@ -302,6 +302,38 @@ mod tests {
         f
     }
 
+    /// Frame and UDP/4791 counts of the reference captures (shared/captures/README.md).
+    #[test]
+    fn reference_capture_counts() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/captures/");
+        for (name, frames, roce) in [
+            ("linux-nvme-rdma-rxe.pcap", 493, 490),
+            ("linux-nvme-rdma-rxe-ipv6.pcap", 514, 490),
+            ("linux-perftest-rxe.pcap", 802, 690),
+            ("linux-nvme-rdma-errors.pcap", 275, 271),
+            ("linux-rping-rxe.pcap", 44, 41),
+            ("e-roce-probe.pcap", 6, 3),
+        ] {
+            let path = format!("{dir}{name}");
+            let bytes = std::fs::read(&path).unwrap_or_else(|e| {
+                panic!("cannot read capture {path}: {e}; shared/ must sit beside the repository")
+            });
+            let pcap = Pcap::new(&bytes).expect("valid pcap");
+            assert!(!pcap.nanos);
+            assert_eq!(pcap.frames().count(), frames, "{name}");
+            assert_eq!(pcap.roce().count(), roce, "{name}");
+            for (f, udp) in pcap.roce() {
+                assert_eq!(f.data.len() as u32, f.orig_len, "{name}: full snaplen");
+                assert_eq!(
+                    udp.ip_packet.len() + 14,
+                    f.data.len(),
+                    "{name} #{}",
+                    f.number
+                );
+            }
+        }
+    }
+
     #[test]
     fn rejects_bad_files() {
         assert_eq!(Pcap::new(&[0; 10]).err(), Some(PcapError::TooShort));
