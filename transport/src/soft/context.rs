@@ -12,8 +12,8 @@ use std::time::Duration;
 use socket2::{SockAddr, Socket};
 
 use super::device::{Pd, SoftDevice};
-use super::socket::{bind_tx_socket, send_gather, RxBatch};
-use crate::rc::{CompletionQueueKind, QpCounters, RcConfig, RcEnv, RcQp, RecvQueue};
+use super::socket::{bind_tx_socket, send_many, RxBatch};
+use crate::rc::{CompletionQueueKind, QpCounters, RcConfig, RcEnv, RcQp, RecvQueue, TxPacket};
 use crate::time::{Clock, Timestamp};
 use crate::verbs::{QpAttr, QpCap, QpState, RecvWr, SendWr, VerbsError, WorkCompletion};
 use crate::wire::{self, IcrcIpInfo, ROCE_V2_UDP_DPORT};
@@ -77,6 +77,9 @@ pub struct Context {
     cqs: Vec<CqState>,
     srqs: Vec<RecvQueue>,
     rc_config: RcConfig,
+    tx: TxQueue,
+    dirty: Vec<u32>,
+    next_timer: Option<Timestamp>,
 }
 
 impl std::fmt::Debug for Context {
@@ -97,6 +100,9 @@ impl Context {
             cqs: Vec::new(),
             srqs: Vec::new(),
             rc_config: RcConfig::default(),
+            tx: TxQueue::default(),
+            dirty: Vec::new(),
+            next_timer: None,
         }
     }
 
@@ -238,6 +244,12 @@ impl Context {
     /// received.
     pub fn progress(&mut self) -> usize {
         let mut received = 0;
+        let mut dirty = std::mem::take(&mut self.dirty);
+        for &qpn in &dirty {
+            self.flush_qp(qpn);
+        }
+        dirty.clear();
+        self.dirty = dirty;
         loop {
             let n = match self.rx.recv(self.rx_sock.as_raw_fd()) {
                 Ok(n) => n,
@@ -256,19 +268,20 @@ impl Context {
             }
         }
         let now = self.clock.now();
-        let qpns: Vec<u32> = self.qps.keys().copied().collect();
-        for qpn in qpns {
-            let due = self.qps.get(&qpn).and_then(|s| s.core.poll_timeout()).is_some_and(|t| t <= now);
-            if due {
-                let Self { qps, srqs, dev, .. } = self;
-                if let Some(slot) = qps.get_mut(&qpn) {
+        if self.next_timer.is_some_and(|t| t <= now) {
+            let Self { qps, srqs, dev, dirty, .. } = self;
+            for (qpn, slot) in qps.iter_mut() {
+                if slot.core.poll_timeout().is_some_and(|t| t <= now) {
                     let srq = slot.srq.and_then(|i| srqs.get_mut(i as usize));
                     let mut env = RcEnv { keys: dev.keys(), srq };
                     slot.core.handle_timeout(now, &mut env);
+                    if !dirty.contains(qpn) {
+                        dirty.push(*qpn);
+                    }
                 }
             }
-            self.flush_qp(qpn);
         }
+        self.next_timer = self.qps.values().filter_map(|s| s.core.poll_timeout()).min();
         received
     }
 
@@ -282,7 +295,7 @@ impl Context {
 
     /// The earliest timer of any QP.
     pub fn next_timeout(&self) -> Option<Timestamp> {
-        self.qps.values().filter_map(|s| s.core.poll_timeout()).min()
+        self.next_timer
     }
 
     fn handle_datagram(&mut self, now: Timestamp, i: usize) {
@@ -323,58 +336,55 @@ impl Context {
         let srq = slot.srq.and_then(|i| srqs.get_mut(i as usize));
         let mut env = RcEnv { keys: dev.keys(), srq };
         slot.core.handle_packet(now, &pkt, &mut env);
-        self.flush_qp(qpn);
+        // Completions now, packets (ACKs, READ responses) on the next round or with the
+        // application's next post on this QP, so an ACK shares a sendmmsg with the
+        // response the application is about to post.
+        Self::collect_completions(slot, &mut self.cqs);
+        if !self.dirty.contains(&qpn) {
+            self.dirty.push(qpn);
+        }
     }
 
-    /// Transmits what the QP has to send and collects its completions.
+    /// Transmits what the QP has to send (in batches of up to [`TX_BATCH`] packets
+    /// per `sendmmsg`) and collects its completions.
     fn flush_qp(&mut self, qpn: u32) {
-        let Self { qps, srqs, dev, cqs, clock, .. } = self;
+        let Self { qps, srqs, dev, cqs, clock, tx, next_timer, .. } = self;
         let Some(slot) = qps.get_mut(&qpn) else { return };
         let now = clock.now();
         let counters = dev.counters();
-        let mut hdr_buf = [0u8; 64];
         loop {
-            let srq = slot.srq.and_then(|i| srqs.get_mut(i as usize));
-            let mut env = RcEnv { keys: dev.keys(), srq };
-            let Some(mut pkt) = slot.core.poll_transmit(now, &mut env) else { break };
-            let Some(tx) = &slot.tx else {
-                counters.tx_dropped_pkts.fetch_add(1, Ordering::Relaxed);
+            tx.clear();
+            while tx.len() < TX_BATCH {
+                let srq = slot.srq.and_then(|i| srqs.get_mut(i as usize));
+                let mut env = RcEnv { keys: dev.keys(), srq };
+                let Some(mut pkt) = slot.core.poll_transmit(now, &mut env) else { break };
+                let pad = wire::pad_for(pkt.payload.len());
+                pkt.hdr.bth.pad_count = pad;
+                tx.push(pkt);
+            }
+            if tx.is_empty() {
+                break;
+            }
+            let Some(path) = &slot.tx else {
+                counters.tx_dropped_pkts.fetch_add(tx.len() as u64, Ordering::Relaxed);
                 continue;
             };
-            let payload_len = pkt.payload.len();
-            let pad = wire::pad_for(payload_len);
-            pkt.hdr.bth.pad_count = pad;
-            let hlen = pkt.hdr.write(&mut hdr_buf);
-            let zeros = [0u8; 3];
-            let mut parts: [&[u8]; 8] = [&[]; 8];
-            let mut np = 0;
-            parts[np] = &hdr_buf[..hlen];
-            np += 1;
-            for seg in pkt.payload.segments() {
-                if np < 6 {
-                    parts[np] = seg;
-                    np += 1;
-                }
-            }
-            parts[np] = &zeros[..pad as usize];
-            np += 1;
-            let icrc = wire::icrc_segments(&tx.icrc, &parts[..np]).to_le_bytes();
-            parts[np] = &icrc;
-            np += 1;
-            match send_gather(&tx.sock, &tx.dest, &parts[..np]) {
-                Ok(true) => {
-                    counters.sent_pkts.fetch_add(1, Ordering::Relaxed);
-                    counters.tx_payload_bytes_zero_copy.fetch_add(payload_len as u64, Ordering::Relaxed);
-                }
-                Ok(false) => {
-                    counters.tx_dropped_pkts.fetch_add(1, Ordering::Relaxed);
-                }
-                Err(e) => {
-                    counters.tx_dropped_pkts.fetch_add(1, Ordering::Relaxed);
-                    tracing::debug!("send from QP {qpn:#x}: {e}");
-                }
+            let (sent, bytes) = send_batch(path, tx.packets());
+            counters.sent_pkts.fetch_add(sent as u64, Ordering::Relaxed);
+            counters.tx_payload_bytes_zero_copy.fetch_add(bytes, Ordering::Relaxed);
+            if sent < tx.len() {
+                counters.tx_dropped_pkts.fetch_add((tx.len() - sent) as u64, Ordering::Relaxed);
             }
         }
+        Self::collect_completions(slot, cqs);
+        if let Some(t) = slot.core.poll_timeout() {
+            if next_timer.is_none_or(|n| t < n) {
+                *next_timer = Some(t);
+            }
+        }
+    }
+
+    fn collect_completions(slot: &mut QpSlot, cqs: &mut [CqState]) {
         while let Some(c) = slot.core.poll_completion() {
             let cq = match c.queue {
                 CompletionQueueKind::Send => slot.send_cq,
@@ -387,6 +397,87 @@ impl Context {
                     cq.entries.push_back(c.wc);
                 }
             }
+        }
+    }
+}
+
+/// Packets sent per `sendmmsg` call.
+pub const TX_BATCH: usize = 16;
+
+/// Packets gathered for one `sendmmsg`.
+#[derive(Default)]
+struct TxQueue {
+    pkts: Vec<TxPacket>,
+}
+
+impl TxQueue {
+    fn clear(&mut self) {
+        self.pkts.clear();
+    }
+    fn push(&mut self, p: TxPacket) {
+        self.pkts.push(p);
+    }
+    fn len(&self) -> usize {
+        self.pkts.len()
+    }
+    fn is_empty(&self) -> bool {
+        self.pkts.is_empty()
+    }
+    fn packets(&self) -> &[TxPacket] {
+        &self.pkts
+    }
+}
+
+/// Serializes `pkts` (headers into a stack buffer, payload gathered from registered
+/// memory, pad, ICRC) and sends them with one `sendmmsg`. Returns the packets the
+/// kernel took and their payload bytes.
+fn send_batch(path: &TxPath, pkts: &[TxPacket]) -> (usize, u64) {
+    const PARTS: usize = 3 + crate::rc::payload::MAX_PAYLOAD_SEGMENTS;
+    let n = pkts.len().min(TX_BATCH);
+    let mut hdrs = [[0u8; 64]; TX_BATCH];
+    let mut icrcs = [[0u8; 4]; TX_BATCH];
+    let zeros = [0u8; 3];
+    let mut parts: [[&[u8]; PARTS]; TX_BATCH] = [[&[]; PARTS]; TX_BATCH];
+    let mut nparts = [0usize; TX_BATCH];
+    let mut bytes = 0u64;
+    let mut hlens = [0usize; TX_BATCH];
+    for (i, pkt) in pkts[..n].iter().enumerate() {
+        hlens[i] = pkt.hdr.write(&mut hdrs[i]);
+    }
+    for (i, pkt) in pkts[..n].iter().enumerate() {
+        let hdr: &[u8] = &hdrs[i][..hlens[i]];
+        let mut k = 0;
+        parts[i][k] = hdr;
+        k += 1;
+        for seg in pkt.payload.segments() {
+            if k < PARTS - 2 {
+                parts[i][k] = seg;
+                k += 1;
+            }
+        }
+        parts[i][k] = &zeros[..pkt.hdr.bth.pad_count as usize];
+        k += 1;
+        icrcs[i] = wire::icrc_segments(&path.icrc, &parts[i][..k]).to_le_bytes();
+        nparts[i] = k;
+        bytes += pkt.payload.len() as u64;
+    }
+    let mut msgs: [&[&[u8]]; TX_BATCH] = [&[]; TX_BATCH];
+    let mut full: [[&[u8]; PARTS]; TX_BATCH] = [[&[]; PARTS]; TX_BATCH];
+    for i in 0..n {
+        full[i] = parts[i];
+        full[i][nparts[i]] = &icrcs[i];
+    }
+    for i in 0..n {
+        msgs[i] = &full[i][..nparts[i] + 1];
+    }
+    match send_many(&path.sock, &path.dest, &msgs[..n]) {
+        Ok(sent) => {
+            let b = if sent == n { bytes } else { pkts[..sent].iter().map(|p| p.payload.len() as u64).sum() };
+            (sent, b)
+        }
+        Err(e) => {
+            tracing::debug!("sendmmsg: {e}");
+            (0, 0)
         }
     }
 }

@@ -305,3 +305,42 @@ pub fn send_gather(sock: &Socket, dest: &SockAddr, parts: &[&[u8]]) -> io::Resul
         _ => Err(e),
     }
 }
+
+/// Most iovecs of one datagram in [`send_many`].
+const MAX_PARTS: usize = 8;
+/// Most datagrams of one [`send_many`] call.
+const MAX_MSGS: usize = 32;
+
+/// Sends up to 32 datagrams to `dest` with one `sendmmsg`, each gathered from its
+/// parts (at most 8), non-blocking. Returns how many the kernel took; the rest (a
+/// full socket buffer) are dropped and left to RC retransmission.
+pub fn send_many(sock: &Socket, dest: &SockAddr, msgs: &[&[&[u8]]]) -> io::Result<usize> {
+    let n = msgs.len().min(MAX_MSGS);
+    if n == 0 {
+        return Ok(0);
+    }
+    let mut iovs = [[libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; MAX_PARTS]; MAX_MSGS];
+    // SAFETY: mmsghdr zeroed is valid.
+    let mut hdrs: [libc::mmsghdr; MAX_MSGS] = unsafe { zeroed() };
+    for (i, parts) in msgs[..n].iter().enumerate() {
+        let k = parts.len().min(MAX_PARTS);
+        for (iov, p) in iovs[i].iter_mut().zip(parts.iter()) {
+            *iov = libc::iovec { iov_base: p.as_ptr() as *mut libc::c_void, iov_len: p.len() };
+        }
+        let h = &mut hdrs[i].msg_hdr;
+        h.msg_name = dest.as_ptr() as *mut libc::c_void;
+        h.msg_namelen = dest.len();
+        h.msg_iov = iovs[i].as_mut_ptr();
+        h.msg_iovlen = k;
+    }
+    // SAFETY: every header points at iovecs and buffers alive for the call.
+    let r = unsafe { libc::sendmmsg(sock.as_raw_fd(), hdrs.as_mut_ptr(), n as u32, libc::MSG_DONTWAIT) };
+    if r >= 0 {
+        return Ok(r as usize);
+    }
+    let e = io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::EAGAIN) | Some(libc::ENOBUFS) => Ok(0),
+        _ => Err(e),
+    }
+}
