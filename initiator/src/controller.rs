@@ -33,6 +33,7 @@ use crate::queue::{NvmeRdmaQueue, QueueCompletion, QueueConfig};
 
 /// Data buffer bytes per admin command slot (Identify and Connect data fit).
 pub const ADMIN_MAX_IO_BYTES: usize = 4096;
+/// CNTLID of an admin Connect in the dynamic controller model (FFFFh).
 pub use nvme::fabrics::CNTLID_DYNAMIC;
 /// How long a normal shutdown may take before the host gives up waiting.
 pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);

@@ -94,6 +94,13 @@ pub enum HostError {
         /// What the failed work request was doing.
         what: &'static str,
     },
+    /// The target disconnected the queue (RDMA CM DREQ, e.g. after its Keep Alive
+    /// timer expired): outstanding commands fail and the queue is dead.
+    #[error("the target disconnected queue {qid}")]
+    TargetDisconnected {
+        /// The queue ID.
+        qid: u16,
+    },
     /// The target violated the protocol (e.g. a CQE for an unknown command).
     #[error("protocol error: {0}")]
     Protocol(String),

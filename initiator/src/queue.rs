@@ -514,6 +514,13 @@ impl NvmeRdmaQueue {
         Ok(())
     }
 
+    /// Notices a DREQ from the target (cheap when no CM event is pending).
+    fn check_cm_events(&mut self) {
+        if !self.disconnected && !self.cm_events.is_empty() {
+            self.peer_disconnected();
+        }
+    }
+
     /// Whether a command can be submitted now (a free slot and SQ room).
     pub fn can_submit(&self) -> bool {
         self.check_submit().is_ok()
@@ -527,6 +534,7 @@ impl NvmeRdmaQueue {
     /// buffer; returns the command identifier. Errors: [`QueueError::Full`],
     /// [`QueueError::TooLarge`], [`QueueError::Dead`], [`QueueError::Verbs`].
     pub fn submit(&mut self, sqe: Sqe, data: DataDir) -> Result<u16, QueueError> {
+        self.check_cm_events();
         self.check_submit()?;
         let cid = loop {
             let Some(c) = self.free.pop_front() else {
@@ -578,6 +586,7 @@ impl NvmeRdmaQueue {
     /// Like [`submit`](Self::submit) in the slot the caller chose (e.g. a bench tag):
     /// [`QueueError::BadCid`] if `cid` is out of range or in use.
     pub fn submit_cid(&mut self, cid: u16, sqe: Sqe, data: DataDir) -> Result<(), QueueError> {
+        self.check_cm_events();
         self.check_submit()?;
         match self.slots.get(usize::from(cid)) {
             Some(Slot {
@@ -632,7 +641,8 @@ impl NvmeRdmaQueue {
                     access: b.access,
                 },
                 sg_list: SgList::new(),
-                flags: SendFlags::SIGNALED,
+                // Unsignaled, as Linux posts its REG_MR: only a failure completes.
+                flags: SendFlags::empty(),
             };
             self.ctx.post_send(self.qp, &wr)?;
             self.slots[idx].mw_key = b.rkey;
@@ -697,6 +707,10 @@ impl NvmeRdmaQueue {
             if n < self.wc_buf.len() {
                 break;
             }
+        }
+        if !self.disconnected && !self.cm_events.is_empty() && self.peer_disconnected() {
+            let qid = self.cfg.qid;
+            self.fail_all(HostError::TargetDisconnected { qid }, out);
         }
         out.len() - before
     }
@@ -960,10 +974,13 @@ impl NvmeRdmaQueue {
     /// Whether the target disconnected the queue (a DREQ arrived). Non-blocking.
     pub fn peer_disconnected(&mut self) -> bool {
         while let Ok(ev) = self.cm_events.try_recv() {
-            if matches!(ev, CmEvent::Disconnected { .. }) {
+            if matches!(
+                ev,
+                CmEvent::Disconnected { .. } | CmEvent::Unreachable { .. }
+            ) {
                 self.disconnected = true;
                 if self.dead.is_none() {
-                    self.dead = Some("the target disconnected".into());
+                    self.dead = Some("the target disconnected the queue".into());
                 }
             }
         }

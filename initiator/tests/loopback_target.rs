@@ -227,3 +227,44 @@ fn unknown_subsystem_is_refused() {
         other => panic!("expected a refused Connect, got {other:?}"),
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn async_host_many_concurrent_requests_over_small_queues() {
+    let dir = tempfile::tempdir().unwrap();
+    let _target = start_target("127.0.0.45", dir.path());
+    let mut opts = options("127.0.0.45", "127.0.0.46");
+    // 2 queues of 8 entries (7 commands each in flight): most requests wait in the
+    // poll thread until a slot frees up.
+    opts.io_queues = 2;
+    opts.queue_depth = 8;
+    opts.max_io_bytes = 16 << 10;
+    opts.kato_ms = 1000;
+    let host = Host::connect(opts).await.expect("host connects");
+    let ns = host.namespace(1).await.unwrap();
+    let mut tasks = Vec::new();
+    for i in 0..64u32 {
+        let ns = ns.clone();
+        tasks.push(tokio::spawn(async move {
+            // 8 KiB each; 40 KiB ones are split into 16 KiB commands.
+            let len = if i % 4 == 0 { 40 << 10 } else { 8 << 10 };
+            let slba = u64::from(i) * 128;
+            let data = pattern(len, 1000 + i);
+            ns.write(slba, &data, false).await?;
+            let mut back = vec![0u8; len];
+            ns.read(slba, &mut back).await?;
+            Ok::<bool, HostError>(back == data)
+        }));
+    }
+    for t in tasks {
+        assert!(t.await.unwrap().expect("I/O succeeds"), "data read back");
+    }
+    // Keep Alive (every KATO/2 = 500 ms) keeps the controller alive while idle for
+    // longer than KATO (the target enforces it, in whole seconds).
+    tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
+    let mut one = vec![0u8; 512];
+    ns.read(0, &mut one)
+        .await
+        .expect("still connected after idling past KATO");
+    host.disconnect().await.expect("clean shutdown");
+    assert!(matches!(ns.flush().await, Err(HostError::Disconnected)));
+}

@@ -4,7 +4,7 @@
 //! way nvmet-rdma does (in-capsule, RDMA READ for keyed writes, RDMA WRITE for reads,
 //! SEND with Invalidate for keyed commands). Namespace ID 2 answers reads with a plain
 //! SEND, so the host must invalidate the key itself; a command for namespace ID 4 makes
-//! the responder destroy its QP and vanish.
+//! the responder destroy its QP and vanish; namespace ID 5 makes it disconnect (DREQ).
 //!
 //! Each test uses its own pair of 127.0.0.x addresses, since both sides receive on 4791.
 use std::net::{IpAddr, SocketAddr};
@@ -219,6 +219,15 @@ fn start_target(ip: IpAddr) -> FakeTarget {
                 rmr.read(slot * RECV_LEN, &mut raw);
                 let sqe = Sqe::from_array(raw);
                 sqhd = (sqhd + 1) % DEPTH;
+                if sqe.nsid() == 5 {
+                    // Disconnect (DREQ) without answering.
+                    let _ = cm.disconnect(id);
+                    while !stop2.load(Ordering::Acquire) {
+                        ctx.progress();
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                    return;
+                }
                 if sqe.nsid() == 4 {
                     // Vanish: no answer, no more ACKs.
                     let _ = ctx.destroy_qp(qp);
@@ -526,5 +535,26 @@ fn dead_peer_fails_commands_with_transport_error() {
     assert!(matches!(
         q.submit(Sqe::flush(0, 1), DataDir::None),
         Err(QueueError::Dead { qid: 1, .. })
+    ));
+}
+
+#[test]
+fn target_disconnect_fails_outstanding_commands() {
+    let _t = start_target("127.0.0.29".parse().unwrap());
+    let mut q = connect_host("127.0.0.30".parse().unwrap(), "127.0.0.29".parse().unwrap());
+    let cid = q
+        .submit(
+            Sqe::read(0, 5, 0, 0, false),
+            DataDir::ControllerToHost { len: 512 },
+        )
+        .unwrap();
+    match wait_for(&mut q, cid) {
+        Err(HostError::TargetDisconnected { qid: 1 }) => {}
+        other => panic!("expected the target's disconnect, got {other:?}"),
+    }
+    assert!(q.is_dead() && q.peer_disconnected());
+    assert!(matches!(
+        q.submit(Sqe::flush(0, 1), DataDir::None),
+        Err(QueueError::Dead { .. })
     ));
 }

@@ -459,7 +459,12 @@ impl PollGroup {
         }
         if wc.status != WcStatus::Success {
             // The QP is in the error state; the CM disconnect will destroy it.
-            tracing::debug!("request {i}: work completion {}", wc.status);
+            tracing::debug!(
+                "request {i}: work completion {} on QP {:#x}; QP counters {:?}",
+                wc.status,
+                wc.qp_num,
+                self.ctx.qp_counters(Qp(wc.qp_num))
+            );
             if self.reqs[i].state != ReqState::Executing {
                 self.release(i);
             } else {

@@ -190,3 +190,52 @@ fn udp_port_in_use_is_reported() {
     let msg = err.to_string();
     assert!(msg.contains("4791") && msg.contains("127.0.0.6") && msg.contains("in use"), "{msg}");
 }
+
+#[test]
+fn large_reads_in_a_row() {
+    let mut a = side(7);
+    let mut b = side(8);
+    // side() hard-codes peers .2/.3; build the path by hand here.
+    let (qa, qb) = (a.qp.qpn(), b.qp.qpn());
+    for (x, peer, y) in [(&mut a, 8u8, qb), (&mut b, 7u8, qa)] {
+        let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE;
+        x.ctx.modify_qp(x.qp, &QpAttr { qp_state: Some(QpState::Init), qp_access_flags: Some(access), ..Default::default() }).unwrap();
+        x.ctx
+            .modify_qp(
+                x.qp,
+                &QpAttr {
+                    qp_state: Some(QpState::Rtr),
+                    path_mtu: Some(x.dev.path_mtu()),
+                    dest_qp_num: Some(y),
+                    rq_psn: Some(100),
+                    max_dest_rd_atomic: Some(8),
+                    ah_attr: Some(AhAttr { dest: IpAddr::V4(Ipv4Addr::new(127, 0, 0, peer)), flow_label: 0, hop_limit: 64, traffic_class: 0 }),
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+        x.ctx
+            .modify_qp(
+                x.qp,
+                &QpAttr { qp_state: Some(QpState::Rts), sq_psn: Some(100), timeout: Some(12), retry_cnt: Some(7), rnr_retry: Some(7), max_rd_atomic: Some(8), ..Default::default() },
+            )
+            .unwrap();
+    }
+    for round in 0..4u64 {
+        for i in 0..16u64 {
+            let read = SendWr {
+                wr_id: round * 100 + i,
+                op: SendOp::RdmaRead { remote_addr: b.mr.addr(), rkey: b.mr.rkey() },
+                sg_list: SgList::one(Sge { addr: a.mr.addr() + (1 << 20), length: 1 << 20, lkey: a.mr.lkey() }),
+                flags: SendFlags::SIGNALED,
+            };
+            a.ctx.post_send(a.qp, &read).unwrap();
+        }
+        let wc = wait_wcs(&mut a, &mut b, true, 16);
+        for (i, w) in wc.iter().enumerate() {
+            assert_eq!((w.wr_id, w.status), (round * 100 + i as u64, WcStatus::Success));
+        }
+        let c = a.ctx.qp_counters(a.qp).unwrap();
+        assert_eq!(c.local_ack_timeout_err, 0, "no retransmission timeouts on a lossless loopback: {c:?}");
+    }
+}

@@ -336,13 +336,9 @@ impl Context {
         let srq = slot.srq.and_then(|i| srqs.get_mut(i as usize));
         let mut env = RcEnv { keys: dev.keys(), srq };
         slot.core.handle_packet(now, &pkt, &mut env);
-        // Completions now, packets (ACKs, READ responses) on the next round or with the
-        // application's next post on this QP, so an ACK shares a sendmmsg with the
-        // response the application is about to post.
-        Self::collect_completions(slot, &mut self.cqs);
-        if !self.dirty.contains(&qpn) {
-            self.dirty.push(qpn);
-        }
+        // ACKs and READ responses go out now, as an RNIC sends them: a peer must not
+        // depend on this application polling again to see its requests acknowledged.
+        self.flush_qp(qpn);
     }
 
     /// Transmits what the QP has to send (in batches of up to [`TX_BATCH`] packets

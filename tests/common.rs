@@ -1,0 +1,85 @@
+//! Shared helpers of the workspace's integration tests: an in-process target on its
+//! own loopback address with a real file, and a host on another.
+#![allow(dead_code)]
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use nvme::Sqe;
+use nvmf_initiator::capsule::DataDir;
+use nvmf_initiator::queue::{NvmeRdmaQueue, QueueCompletion};
+use nvmf_initiator::{HostError, HostOptions, SyncHost};
+use nvmf_target::config::TargetConfig;
+use nvmf_target::TargetHandle;
+
+pub const NQN: &str = "nqn.2026-11.io.nvmf-rdma:test";
+
+pub fn ip(last: u8) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(127, 0, 0, last))
+}
+
+pub struct TestTarget {
+    pub target: TargetHandle,
+    pub path: PathBuf,
+    pub _dir: tempfile::TempDir,
+}
+
+/// A target on 127.0.0.`last` serving one namespace on a fresh sparse file of `size`
+/// bytes (512-byte blocks) in a temp directory on the regular file system.
+pub fn start_target(last: u8, size: u64) -> TestTarget {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()))
+        .with_test_writer()
+        .try_init();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("ns1.img");
+    let cfg = TargetConfig::default_for(ip(last), NQN, &path, size);
+    let target = nvmf_target::start(&cfg).expect("start target");
+    TestTarget { target, path, _dir: dir }
+}
+
+pub fn host_options(t: &TestTarget, local: u8, io_queues: u16, depth: u16) -> HostOptions {
+    let mut o = HostOptions::new(t.target.listen_addr(), NQN);
+    o.local_ip = Some(ip(local));
+    o.io_queues = io_queues;
+    o.queue_depth = depth;
+    o
+}
+
+pub fn connect(t: &TestTarget, local: u8, io_queues: u16, depth: u16) -> SyncHost {
+    SyncHost::connect(&host_options(t, local, io_queues, depth)).expect("host connects")
+}
+
+pub fn addr(t: &TestTarget) -> SocketAddr {
+    t.target.listen_addr()
+}
+
+/// A byte pattern that differs by offset and by `tag`.
+pub fn pattern(offset: u64, len: usize, tag: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| {
+            let x = offset.wrapping_add(i as u64);
+            (x ^ (x >> 8) ^ (x >> 16)).wrapping_mul(0x9D) as u8 ^ tag
+        })
+        .collect()
+}
+
+/// Runs one command to completion on `q` (bounded wait), returning the CQE result.
+pub fn run(q: &mut NvmeRdmaQueue, sqe: Sqe, data: DataDir, fill: &[u8]) -> (u16, Result<nvme::Cqe, HostError>) {
+    let cid = q.submit_with(sqe, data, |b| b[..fill.len()].copy_from_slice(fill)).expect("submit");
+    (cid, wait(q, cid))
+}
+
+pub fn wait(q: &mut NvmeRdmaQueue, cid: u16) -> Result<nvme::Cqe, HostError> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut out = Vec::new();
+    loop {
+        assert!(Instant::now() < deadline, "command {cid} did not complete");
+        out.clear();
+        q.poll(&mut out);
+        if let Some(c) = out.into_iter().find(|c: &QueueCompletion| c.cid == cid) {
+            return c.result;
+        }
+        out = Vec::new();
+    }
+}
