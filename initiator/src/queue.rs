@@ -118,6 +118,9 @@ enum SlotState {
         opcode: u8,
         fctype: Option<u8>,
     },
+    /// A runt SEND ([`NvmeRdmaQueue::send_runt`]): busy until its SEND completes; no
+    /// response is expected.
+    RawSend,
 }
 
 struct Slot {
@@ -598,6 +601,117 @@ impl NvmeRdmaQueue {
         self.post_command(cid, sqe, data)
     }
 
+    /// Submits `sqe` exactly as given (flags, PSDT, SGL and every other byte untouched
+    /// but the CID, set to the chosen slot), followed by `in_capsule` as in-capsule data,
+    /// as one SEND of `64 + in_capsule.len()` bytes (NVMe RDMA Transport 1.x §2.1: a
+    /// command capsule is the SQE plus optional data). For tests of how a controller
+    /// answers malformed capsules; the command completes through [`poll`](Self::poll)
+    /// like any other. No memory window is bound: a keyed SGL in `sqe` grants no key, so
+    /// it should use identifier 40h (no invalidate), since a SEND with Invalidate of a
+    /// key this queue did not grant fails the queue.
+    ///
+    /// Returns the command identifier. Errors: [`QueueError::Full`],
+    /// [`QueueError::TooLarge`] (`in_capsule` longer than `max_io_bytes`),
+    /// [`QueueError::Dead`], [`QueueError::Verbs`].
+    pub fn submit_raw(&mut self, mut sqe: Sqe, in_capsule: &[u8]) -> Result<u16, QueueError> {
+        self.check_cm_events();
+        self.check_submit()?;
+        if in_capsule.len() > self.cfg.max_io_bytes {
+            return Err(QueueError::TooLarge {
+                len: in_capsule.len(),
+                max: self.cfg.max_io_bytes,
+            });
+        }
+        let cid = self.take_free_slot()?;
+        let idx = usize::from(cid);
+        sqe.set_cid(cid);
+        self.buffer_mut(cid)[..in_capsule.len()].copy_from_slice(in_capsule);
+        self.sqe_mr.write(idx * SQE_LEN, &sqe.to_array());
+        if let Err(e) = self.post_raw_send(cid, SQE_LEN, in_capsule.len()) {
+            self.push_free(cid);
+            return Err(e);
+        }
+        self.slots[idx].state = SlotState::InFlight {
+            send_done: false,
+            cqe: None,
+            key: None,
+            inv_pending: false,
+            sq_pos: self.sq_tail,
+            opcode: sqe.opcode(),
+            fctype: sqe.fctype(),
+        };
+        self.sq_tail = (self.sq_tail + 1) % self.sq_size;
+        self.outstanding += 1;
+        Ok(cid)
+    }
+
+    /// Sends `bytes` (at most 64) alone as one SEND: a capsule shorter than an SQE,
+    /// which a controller cannot answer (it has no CID) and must drop. Takes no SQ
+    /// entry and produces no completion; a slot is busy until the SEND completes (seen
+    /// by a later [`poll`](Self::poll)). For tests. Errors: [`QueueError::Full`],
+    /// [`QueueError::TooLarge`] (over 64 bytes), [`QueueError::Dead`],
+    /// [`QueueError::Verbs`].
+    pub fn send_runt(&mut self, bytes: &[u8]) -> Result<(), QueueError> {
+        self.check_cm_events();
+        self.check_submit()?;
+        if bytes.len() > SQE_LEN {
+            return Err(QueueError::TooLarge {
+                len: bytes.len(),
+                max: SQE_LEN,
+            });
+        }
+        let cid = self.take_free_slot()?;
+        self.sqe_mr.write(usize::from(cid) * SQE_LEN, bytes);
+        if let Err(e) = self.post_raw_send(cid, bytes.len(), 0) {
+            self.push_free(cid);
+            return Err(e);
+        }
+        self.slots[usize::from(cid)].state = SlotState::RawSend;
+        Ok(())
+    }
+
+    /// Pops a free slot from the free list (not yet marked in flight).
+    fn take_free_slot(&mut self) -> Result<u16, QueueError> {
+        loop {
+            let Some(c) = self.free.pop_front() else {
+                return Err(QueueError::Full);
+            };
+            self.slots[usize::from(c)].in_free_list = false;
+            if matches!(self.slots[usize::from(c)].state, SlotState::Free) {
+                return Ok(c);
+            }
+        }
+    }
+
+    /// Posts the SEND of slot `cid`: `sqe_len` bytes of its SQE buffer, then
+    /// `data_len` bytes of its data buffer (none when 0).
+    fn post_raw_send(&mut self, cid: u16, sqe_len: usize, data_len: usize) -> Result<(), QueueError> {
+        let idx = usize::from(cid);
+        let sqe_sge = Sge {
+            addr: self.sqe_mr.addr() + (idx * SQE_LEN) as u64,
+            length: sqe_len as u32,
+            lkey: self.sqe_mr.lkey(),
+        };
+        let sg_list = if data_len > 0 {
+            let data_sge = Sge {
+                addr: self.buffer_addr(cid),
+                length: data_len as u32,
+                lkey: self.data_mr.lkey(),
+            };
+            SgList::from_slice(&[sqe_sge, data_sge]).unwrap_or_else(|| SgList::one(sqe_sge))
+        } else {
+            SgList::one(sqe_sge)
+        };
+        let wr = SendWr {
+            wr_id: WR_SEND | u64::from(cid),
+            op: SendOp::Send,
+            sg_list,
+            flags: SendFlags::SIGNALED,
+        };
+        self.ctx.post_send(self.qp, &wr)?;
+        Ok(())
+    }
+
     fn push_free(&mut self, cid: u16) {
         let s = &mut self.slots[usize::from(cid)];
         if !s.in_free_list {
@@ -754,6 +868,14 @@ impl NvmeRdmaQueue {
         let index = (wc.wr_id & 0xFFFF_FFFF) as usize;
         match wc.wr_id & WR_KIND {
             WR_SEND => {
+                if matches!(
+                    self.slots.get(index).map(|s| s.state),
+                    Some(SlotState::RawSend)
+                ) {
+                    self.slots[index].state = SlotState::Free;
+                    self.push_free(index as u16);
+                    return;
+                }
                 if let Some(Slot {
                     state: SlotState::InFlight { send_done, .. },
                     ..
@@ -936,6 +1058,10 @@ impl NvmeRdmaQueue {
             self.dead = Some(err.to_string());
         }
         for cid in 0..self.slots.len() {
+            if matches!(self.slots[cid].state, SlotState::RawSend) {
+                self.slots[cid].state = SlotState::Free;
+                self.push_free(cid as u16);
+            }
             if matches!(self.slots[cid].state, SlotState::InFlight { .. }) {
                 // The QP is in the Error state: the target can no longer use the keys.
                 self.slots[cid].state = SlotState::Free;

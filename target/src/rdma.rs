@@ -92,6 +92,9 @@ pub enum GroupCmd {
     NewQueue(NewQueue, Sender<Result<(u32, u32), String>>),
     /// The connection is gone: destroy its QP and release its requests.
     DestroyQueue { qpn: u32 },
+    /// The QPNs of every queue of controller `cntlid` in this group (for a Keep Alive
+    /// expiry, which tears the controller's queues down).
+    QueuesOf { cntlid: u16, reply: Sender<Vec<u32>> },
     /// Stop the poll loop.
     Shutdown,
 }
@@ -362,6 +365,15 @@ impl PollGroup {
                 let _ = reply.send(self.new_queue(&q).map_err(|e| e.to_string()));
             }
             GroupCmd::DestroyQueue { qpn } => self.destroy_queue(qpn),
+            GroupCmd::QueuesOf { cntlid, reply } => {
+                let qpns = self
+                    .queues
+                    .iter()
+                    .filter(|(_, q)| q.ctrl.as_ref().is_some_and(|c| c.cntlid == cntlid))
+                    .map(|(&qpn, _)| qpn)
+                    .collect();
+                let _ = reply.send(qpns);
+            }
             GroupCmd::Shutdown => {}
         }
     }
@@ -411,7 +423,10 @@ impl PollGroup {
         let _ = self.ctx.destroy_qp(q.qp);
         if let Some(ctrl) = &q.ctrl {
             if q.qid == 0 {
+                ctrl.drain_aers();
                 self.reg.remove_controller(ctrl.cntlid);
+            } else {
+                ctrl.release_queue(q.qid);
             }
         }
         for i in 0..self.reqs.len() {
@@ -764,8 +779,24 @@ impl PollGroup {
                     }
                     AdminOutcome::Hold => self.reqs[i].state = ReqState::Held,
                 }
+                self.complete_events(qpn, &ctrl);
             }
             Kind::Io(cmd) => self.execute_io(i, cmd),
+        }
+    }
+
+    /// Completes held Asynchronous Event Requests of `qpn` for which the controller
+    /// has an event (NVMe Base 2.x §5.2).
+    fn complete_events(&mut self, qpn: u32, ctrl: &Arc<Controller>) {
+        while let Some(aer) = ctrl.take_aer() {
+            let held = (0..self.reqs.len()).find(|&j| {
+                let r = &self.reqs[j];
+                r.state == ReqState::Held && r.qpn == qpn && r.sqe.cid() == aer.cid
+            });
+            if let Some(j) = held {
+                self.reqs[j].dw0 = aer.dw0;
+                self.complete(j, Status::SUCCESS);
+            }
         }
     }
 

@@ -235,8 +235,18 @@ impl Control {
             if ctrl.kato_expired(now) {
                 tracing::warn!("controller {} (host {}): Keep Alive timer expired", ctrl.cntlid, ctrl.hostnqn);
                 ctrl.set_fatal();
-                // Tear down every queue of the controller, as nvmet does.
-                let ids: Vec<u32> = self.conns.keys().copied().collect();
+                // Tear down every queue of that controller (and only those), as nvmet does.
+                let mut qpns = Vec::new();
+                for (g, tx) in self.groups.iter().enumerate() {
+                    let (rtx, rrx) = channel::bounded(1);
+                    if tx.send(GroupCmd::QueuesOf { cntlid: ctrl.cntlid, reply: rtx }).is_ok() {
+                        if let Ok(list) = rrx.recv_timeout(Duration::from_secs(1)) {
+                            qpns.extend(list.into_iter().map(|q| (g, q)));
+                        }
+                    }
+                }
+                let ids: Vec<u32> =
+                    self.conns.iter().filter(|(_, gq)| qpns.contains(gq)).map(|(&id, _)| id).collect();
                 for id in ids {
                     let _ = self.cm.disconnect(transport::cm::ConnId(id));
                     self.drop_conn(id);
@@ -281,7 +291,8 @@ impl Control {
                     return self.reject(id, reject::INVALID_RECFMT);
                 }
                 let sq_size = hsqsize as u32 + 1;
-                if sq_size > self.max_queue_size as u32 || sq_size < 2 {
+                let max = if qid == 0 { nvme::NVME_AQ_DEPTH as u32 } else { self.max_queue_size as u32 };
+                if sq_size > max || sq_size < 2 {
                     return self.reject(id, reject::INVALID_HSQSIZE);
                 }
                 if (hrqsize as u32) < sq_size {
