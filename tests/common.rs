@@ -28,14 +28,20 @@ pub struct TestTarget {
 /// bytes (512-byte blocks) in a temp directory on the regular file system.
 pub fn start_target(last: u8, size: u64) -> TestTarget {
     let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
         .with_test_writer()
         .try_init();
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("ns1.img");
     let cfg = TargetConfig::default_for(ip(last), NQN, &path, size);
     let target = nvmf_target::start(&cfg).expect("start target");
-    TestTarget { target, path, _dir: dir }
+    TestTarget {
+        target,
+        path,
+        _dir: dir,
+    }
 }
 
 pub fn host_options(t: &TestTarget, local: u8, io_queues: u16, depth: u16) -> HostOptions {
@@ -65,8 +71,15 @@ pub fn pattern(offset: u64, len: usize, tag: u8) -> Vec<u8> {
 }
 
 /// Runs one command to completion on `q` (bounded wait), returning the CQE result.
-pub fn run(q: &mut NvmeRdmaQueue, sqe: Sqe, data: DataDir, fill: &[u8]) -> (u16, Result<nvme::Cqe, HostError>) {
-    let cid = q.submit_with(sqe, data, |b| b[..fill.len()].copy_from_slice(fill)).expect("submit");
+pub fn run(
+    q: &mut NvmeRdmaQueue,
+    sqe: Sqe,
+    data: DataDir,
+    fill: &[u8],
+) -> (u16, Result<nvme::Cqe, HostError>) {
+    let cid = q
+        .submit_with(sqe, data, |b| b[..fill.len()].copy_from_slice(fill))
+        .expect("submit");
     (cid, wait(q, cid))
 }
 

@@ -16,7 +16,15 @@ const SIZES: [usize; 6] = [512, 4096, 8192, 65536, 131072, 1 << 20];
 
 /// Writes (or reads and checks) `count` blocks of `size` bytes at consecutive
 /// offsets from `base`, keeping `depth` commands in flight, spread over the queues.
-fn pass(host: &mut nvmf_initiator::SyncHost, base: u64, size: usize, count: usize, depth: usize, write: bool, tag: u8) {
+fn pass(
+    host: &mut nvmf_initiator::SyncHost,
+    base: u64,
+    size: usize,
+    count: usize,
+    depth: usize,
+    write: bool,
+    tag: u8,
+) {
     let queues = host.io_queues();
     let nq = queues.len();
     let blocks = (size / 512) as u16;
@@ -26,18 +34,29 @@ fn pass(host: &mut nvmf_initiator::SyncHost, base: u64, size: usize, count: usiz
     let mut out = Vec::new();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     while done < count {
-        assert!(std::time::Instant::now() < deadline, "I/O pass stalled: size {size} depth {depth}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "I/O pass stalled: size {size} depth {depth}"
+        );
         for (qi, q) in queues.iter_mut().enumerate() {
-            while next < count && inflight.iter().map(|f| f.len()).sum::<usize>() < depth && q.can_submit() {
+            while next < count
+                && inflight.iter().map(|f| f.len()).sum::<usize>() < depth
+                && q.can_submit()
+            {
                 let off = base + (next * size) as u64;
                 let slba = off / 512;
                 let cid = if write {
                     let data = pattern(off, size, tag);
-                    q.submit_with(Sqe::write(0, 1, slba, blocks - 1, false), DataDir::HostToController { len: size }, |b| {
-                        b[..size].copy_from_slice(&data)
-                    })
+                    q.submit_with(
+                        Sqe::write(0, 1, slba, blocks - 1, false),
+                        DataDir::HostToController { len: size },
+                        |b| b[..size].copy_from_slice(&data),
+                    )
                 } else {
-                    q.submit(Sqe::read(0, 1, slba, blocks - 1, false), DataDir::ControllerToHost { len: size })
+                    q.submit(
+                        Sqe::read(0, 1, slba, blocks - 1, false),
+                        DataDir::ControllerToHost { len: size },
+                    )
                 }
                 .expect("submit");
                 inflight[qi].push_back((cid, off));
@@ -54,12 +73,18 @@ fn pass(host: &mut nvmf_initiator::SyncHost, base: u64, size: usize, count: usiz
                     panic!("size {size} depth {depth}: command failed: {e}; host device counters {:?}, host QP {:?}", q.context().device().counters().snapshot(), q.context().qp_counters(transport::soft::Qp(q.qp_num())))
                 });
                 assert!(cqe.status().is_success());
-                let pos = inflight[qi].iter().position(|(c, _)| *c == cid).expect("known cid");
+                let pos = inflight[qi]
+                    .iter()
+                    .position(|(c, _)| *c == cid)
+                    .expect("known cid");
                 let (_, off) = inflight[qi].remove(pos).unwrap();
                 if !write {
                     let got = &q.buffer(cid)[..size];
                     let want = pattern(off, size, tag);
-                    assert!(got == &want[..], "data mismatch at offset {off} (size {size}, depth {depth})");
+                    assert!(
+                        got == &want[..],
+                        "data mismatch at offset {off} (size {size}, depth {depth})"
+                    );
                 }
                 done += 1;
             }
@@ -71,7 +96,12 @@ fn pass(host: &mut nvmf_initiator::SyncHost, base: u64, size: usize, count: usiz
 fn patterned_data_round_trips_at_qd1_and_qd32() {
     let t = start_target(50, 256 << 20);
     // Four I/O queues plus the admin queue: five QPs on the target's one poll group.
-    let mut host = connect(&t, 51, std::env::var("NQ").map(|v| v.parse().unwrap()).unwrap_or(4), 64);
+    let mut host = connect(
+        &t,
+        51,
+        std::env::var("NQ").map(|v| v.parse().unwrap()).unwrap_or(4),
+        64,
+    );
     let pg = t.target.poll_group_counters()[0].clone();
     let mut base = 0u64;
     let mut regions = Vec::new();
@@ -97,20 +127,36 @@ fn patterned_data_round_trips_at_qd1_and_qd32() {
     for &(b, size, count, depth) in &regions {
         for i in [0, count - 1] {
             let off = b + (i * size) as u64;
-            assert!(file[off as usize..off as usize + size] == pattern(off, size, depth as u8)[..], "file bytes at {off}");
+            assert!(
+                file[off as usize..off as usize + size] == pattern(off, size, depth as u8)[..],
+                "file bytes at {off}"
+            );
         }
     }
 
     // Both write paths ran: in-capsule (<= 4 KiB) and keyed SGL pulled by RDMA READ.
-    assert!(pg.in_capsule_writes.load(Ordering::Relaxed) >= 2 * 2 * 48, "in-capsule writes");
-    assert!(pg.rdma_read_writes.load(Ordering::Relaxed) >= 2 * (3 * 48 + 24), "RDMA READ writes");
+    assert!(
+        pg.in_capsule_writes.load(Ordering::Relaxed) >= 2 * 2 * 48,
+        "in-capsule writes"
+    );
+    assert!(
+        pg.rdma_read_writes.load(Ordering::Relaxed) >= 2 * (3 * 48 + 24),
+        "RDMA READ writes"
+    );
     // Many QPs drew receive buffers from the poll group's one SRQ.
     assert!(pg.srq_qps.load(Ordering::Relaxed) >= 5, "QPs on the SRQ");
     // Reads: file -> slab (io_uring) -> wire (RDMA WRITE gathered from the slab), no copy.
-    assert_eq!(pg.data_bytes_copied.load(Ordering::Relaxed), copied_before_reads, "bytes copied on the read path");
+    assert_eq!(
+        pg.data_bytes_copied.load(Ordering::Relaxed),
+        copied_before_reads,
+        "bytes copied on the read path"
+    );
     assert_eq!(dev_after.tx_payload_bytes_copied, 0);
     assert!(dev_after.tx_payload_bytes_zero_copy - dev.tx_payload_bytes_zero_copy >= read_bytes);
-    assert!(pg.rdma_write_reads.load(Ordering::Relaxed) >= regions.iter().map(|r| r.2 as u64).sum::<u64>());
+    assert!(
+        pg.rdma_write_reads.load(Ordering::Relaxed)
+            >= regions.iter().map(|r| r.2 as u64).sum::<u64>()
+    );
     host.disconnect().expect("disconnect");
 }
 
@@ -120,12 +166,22 @@ fn flush_write_zeroes_and_deallocate() {
     let mut host = connect(&t, 53, 1, 32);
     let q = &mut host.io_queues()[0];
     let data = pattern(0, 65536, 9);
-    let (_, r) = run(q, Sqe::write(0, 1, 0, 127, false), DataDir::HostToController { len: 65536 }, &data);
+    let (_, r) = run(
+        q,
+        Sqe::write(0, 1, 0, 127, false),
+        DataDir::HostToController { len: 65536 },
+        &data,
+    );
     r.expect("write");
     let (_, r) = run(q, Sqe::flush(0, 1), DataDir::None, &[]);
     r.expect("flush");
     // FUA write.
-    let (_, r) = run(q, Sqe::write(0, 1, 128, 7, true), DataDir::HostToController { len: 4096 }, &data[..4096]);
+    let (_, r) = run(
+        q,
+        Sqe::write(0, 1, 128, 7, true),
+        DataDir::HostToController { len: 4096 },
+        &data[..4096],
+    );
     r.expect("FUA write");
     // Write Zeroes of blocks 8..16, Deallocate of blocks 64..128 (punches a hole).
     let (_, r) = run(q, Sqe::write_zeroes(0, 1, 8, 7, false), DataDir::None, &[]);
@@ -133,15 +189,28 @@ fn flush_write_zeroes_and_deallocate() {
     let mut range = [0u8; 16];
     range[4..8].copy_from_slice(&64u32.to_le_bytes());
     range[8..16].copy_from_slice(&64u64.to_le_bytes());
-    let (_, r) = run(q, Sqe::dsm_deallocate(0, 1, 0), DataDir::HostToController { len: 16 }, &range);
+    let (_, r) = run(
+        q,
+        Sqe::dsm_deallocate(0, 1, 0),
+        DataDir::HostToController { len: 16 },
+        &range,
+    );
     r.expect("deallocate");
-    let (cid, r) = run(q, Sqe::read(0, 1, 0, 127, false), DataDir::ControllerToHost { len: 65536 }, &[]);
+    let (cid, r) = run(
+        q,
+        Sqe::read(0, 1, 0, 127, false),
+        DataDir::ControllerToHost { len: 65536 },
+        &[],
+    );
     r.expect("read back");
     let got = q.buffer(cid)[..65536].to_vec();
     let mut want = data.clone();
     want[8 * 512..16 * 512].fill(0);
     want[64 * 512..].fill(0);
-    assert!(got == want, "zeroed and deallocated ranges read as zeroes, the rest as written");
+    assert!(
+        got == want,
+        "zeroed and deallocated ranges read as zeroes, the rest as written"
+    );
     let file = std::fs::read(&t.path).unwrap();
     assert!(file[..65536] == want[..]);
     host.disconnect().expect("disconnect");

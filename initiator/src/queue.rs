@@ -685,7 +685,12 @@ impl NvmeRdmaQueue {
 
     /// Posts the SEND of slot `cid`: `sqe_len` bytes of its SQE buffer, then
     /// `data_len` bytes of its data buffer (none when 0).
-    fn post_raw_send(&mut self, cid: u16, sqe_len: usize, data_len: usize) -> Result<(), QueueError> {
+    fn post_raw_send(
+        &mut self,
+        cid: u16,
+        sqe_len: usize,
+        data_len: usize,
+    ) -> Result<(), QueueError> {
         let idx = usize::from(cid);
         let sqe_sge = Sge {
             addr: self.sqe_mr.addr() + (idx * SQE_LEN) as u64,

@@ -54,7 +54,9 @@ pub fn decode(sqe: &Sqe, nlb: u64, block_size: u32, mdts_bytes: u32) -> Result<I
     };
     let range = |count: u64| -> Result<(u64, u64), Status> {
         let slba = sqe.slba();
-        let end = slba.checked_add(count).ok_or(generic(GenericStatus::LbaOutOfRange).with_dnr())?;
+        let end = slba
+            .checked_add(count)
+            .ok_or(generic(GenericStatus::LbaOutOfRange).with_dnr())?;
         if end > nlb {
             return Err(generic(GenericStatus::LbaOutOfRange).with_dnr());
         }
@@ -70,7 +72,11 @@ pub fn decode(sqe: &Sqe, nlb: u64, block_size: u32, mdts_bytes: u32) -> Result<I
             Ok(if op == NvmOpcode::Read {
                 IoCommand::Read { offset, len }
             } else {
-                IoCommand::Write { offset, len, fua: sqe.fua() }
+                IoCommand::Write {
+                    offset,
+                    len,
+                    fua: sqe.fua(),
+                }
             })
         }
         NvmOpcode::Flush => Ok(IoCommand::Flush),
@@ -78,9 +84,10 @@ pub fn decode(sqe: &Sqe, nlb: u64, block_size: u32, mdts_bytes: u32) -> Result<I
             let (offset, len) = range(sqe.nlb() as u64)?;
             Ok(IoCommand::WriteZeroes { offset, len })
         }
-        NvmOpcode::DatasetManagement => {
-            Ok(IoCommand::DatasetManagement { ranges: sqe.dsm_nr_0based() as u32 + 1, deallocate: sqe.dsm_deallocate_attr() })
-        }
+        NvmOpcode::DatasetManagement => Ok(IoCommand::DatasetManagement {
+            ranges: sqe.dsm_nr_0based() as u32 + 1,
+            deallocate: sqe.dsm_deallocate_attr(),
+        }),
     }
 }
 
@@ -118,9 +125,18 @@ mod tests {
     #[test]
     fn read_past_end_is_lba_out_of_range() {
         let sqe = Sqe::read(1, 1, 100, 7, false);
-        assert_eq!(decode(&sqe, 104, 512, 1 << 20), Err(generic(GenericStatus::LbaOutOfRange).with_dnr()));
+        assert_eq!(
+            decode(&sqe, 104, 512, 1 << 20),
+            Err(generic(GenericStatus::LbaOutOfRange).with_dnr())
+        );
         let sqe = Sqe::read(1, 1, 96, 7, false);
-        assert_eq!(decode(&sqe, 104, 512, 1 << 20), Ok(IoCommand::Read { offset: 96 * 512, len: 4096 }));
+        assert_eq!(
+            decode(&sqe, 104, 512, 1 << 20),
+            Ok(IoCommand::Read {
+                offset: 96 * 512,
+                len: 4096
+            })
+        );
     }
 
     #[test]
@@ -132,14 +148,20 @@ mod tests {
     #[test]
     fn transfer_over_mdts_is_invalid_field() {
         let sqe = Sqe::read(1, 1, 0, 0xFFFF, false); // 65536 blocks x 512 = 32 MiB
-        assert_eq!(decode(&sqe, 1 << 30, 512, 1 << 20), Err(generic(GenericStatus::InvalidField).with_dnr()));
+        assert_eq!(
+            decode(&sqe, 1 << 30, 512, 1 << 20),
+            Err(generic(GenericStatus::InvalidField).with_dnr())
+        );
     }
 
     #[test]
     fn unknown_opcode() {
         let mut sqe = Sqe::flush(1, 1);
         sqe.set_opcode(0x7E);
-        assert_eq!(decode(&sqe, 10, 512, 4096), Err(generic(GenericStatus::InvalidOpcode).with_dnr()));
+        assert_eq!(
+            decode(&sqe, 10, 512, 4096),
+            Err(generic(GenericStatus::InvalidOpcode).with_dnr())
+        );
     }
 
     #[test]
@@ -149,7 +171,10 @@ mod tests {
         d[8..16].copy_from_slice(&16u64.to_le_bytes());
         d[20..24].copy_from_slice(&8u32.to_le_bytes());
         d[24..32].copy_from_slice(&100u64.to_le_bytes());
-        assert_eq!(parse_dsm_ranges(&d, 2, 200).unwrap()[1], DsmRange { nlb: 8, slba: 100 });
+        assert_eq!(
+            parse_dsm_ranges(&d, 2, 200).unwrap()[1],
+            DsmRange { nlb: 8, slba: 100 }
+        );
         assert!(parse_dsm_ranges(&d, 2, 104).is_err());
         assert!(parse_dsm_ranges(&d[..16], 2, 200).is_err());
     }

@@ -24,8 +24,8 @@ use nvme::status::{GenericStatus, Status};
 use nvme::{Cqe, Sgl, Sqe};
 use transport::soft::{Context, Cq, Mr, Pd, Qp, QpInitAttr, SoftDevice, Srq};
 use transport::verbs::{
-    AccessFlags, AhAttr, Mtu, QpAttr, QpCap, QpState, RecvWr, SendFlags, SendOp, SendWr, SgList, Sge, WcOpcode,
-    WcStatus, WorkCompletion,
+    AccessFlags, AhAttr, Mtu, QpAttr, QpCap, QpState, RecvWr, SendFlags, SendOp, SendWr, SgList,
+    Sge, WcOpcode, WcStatus, WorkCompletion,
 };
 
 use crate::admin::{self, AdminOutcome, DataDirection};
@@ -94,7 +94,10 @@ pub enum GroupCmd {
     DestroyQueue { qpn: u32 },
     /// The QPNs of every queue of controller `cntlid` in this group (for a Keep Alive
     /// expiry, which tears the controller's queues down).
-    QueuesOf { cntlid: u16, reply: Sender<Vec<u32>> },
+    QueuesOf {
+        cntlid: u16,
+        reply: Sender<Vec<u32>>,
+    },
     /// Stop the poll loop.
     Shutdown,
 }
@@ -141,7 +144,9 @@ enum Data {
     None,
     Chunk(Chunk),
     /// In-capsule data at this offset of the receive region.
-    InCapsule { offset: usize },
+    InCapsule {
+        offset: usize,
+    },
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -259,11 +264,23 @@ impl PollGroup {
         let resp_mr = dev.reg_mr(pd, n * RESP_SLOT, AccessFlags::LOCAL_WRITE)?;
         let data_mr = dev.reg_mr(pd, cfg.data_slab_bytes, AccessFlags::LOCAL_WRITE)?;
         // SAFETY: the slab lives in data_mr, owned by this poll group for its lifetime.
-        let pool = unsafe { BufferPool::new(data_mr.as_ptr(), data_mr.len(), 4096, cfg.max_io_bytes as usize) }
-            .map_err(|e| std::io::Error::other(format!("data slab: {e}")))?;
+        let pool = unsafe {
+            BufferPool::new(
+                data_mr.as_ptr(),
+                data_mr.len(),
+                4096,
+                cfg.max_io_bytes as usize,
+            )
+        }
+        .map_err(|e| std::io::Error::other(format!("data slab: {e}")))?;
         let mut ring = Ring::new(cfg.ring_entries)?;
         // SAFETY: both regions outlive the ring (fields of the same struct, ring dropped first).
-        unsafe { ring.register_buffers(&[(data_mr.as_ptr(), data_mr.len()), (recv_mr.as_ptr(), recv_mr.len())])? };
+        unsafe {
+            ring.register_buffers(&[
+                (data_mr.as_ptr(), data_mr.len()),
+                (recv_mr.as_ptr(), recv_mr.len()),
+            ])?
+        };
         if !files.is_empty() {
             ring.register_files(files)?;
         }
@@ -303,7 +320,13 @@ impl PollGroup {
             length: self.recv_stride as u32,
             lkey: self.recv_mr.lkey(),
         };
-        self.ctx.post_srq_recv(self.srq, &RecvWr { wr_id: i as u64, sg_list: SgList::one(sge) })
+        self.ctx.post_srq_recv(
+            self.srq,
+            &RecvWr {
+                wr_id: i as u64,
+                sg_list: SgList::one(sge),
+            },
+        )
     }
 
     /// Runs the poll loop until [`GroupCmd::Shutdown`] (or the command channel closes).
@@ -313,7 +336,8 @@ impl PollGroup {
             let mut work = 0usize;
             loop {
                 match self.cmds.try_recv() {
-                    Ok(GroupCmd::Shutdown) | Err(crossbeam::channel::TryRecvError::Disconnected) => return,
+                    Ok(GroupCmd::Shutdown)
+                    | Err(crossbeam::channel::TryRecvError::Disconnected) => return,
                     Ok(cmd) => {
                         self.handle_cmd(cmd);
                         work += 1;
@@ -380,13 +404,29 @@ impl PollGroup {
 
     fn new_queue(&mut self, q: &NewQueue) -> Result<(u32, u32), transport::verbs::VerbsError> {
         let sq = q.sq_size as u32;
-        let cap = QpCap { max_send_wr: 3 * sq + 16, max_recv_wr: 0, max_send_sge: 2, max_recv_sge: 1, max_inline_data: 0 };
-        let qp = self.ctx.create_qp(&QpInitAttr { pd: self.pd, send_cq: self.cq, recv_cq: self.cq, srq: Some(self.srq), cap })?;
+        let cap = QpCap {
+            max_send_wr: 3 * sq + 16,
+            max_recv_wr: 0,
+            max_send_sge: 2,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        };
+        let qp = self.ctx.create_qp(&QpInitAttr {
+            pd: self.pd,
+            send_cq: self.cq,
+            recv_cq: self.cq,
+            srq: Some(self.srq),
+            cap,
+        })?;
         let psn = rand::random::<u32>() & 0x00FF_FFFF;
         let mtu = q.path_mtu.min(self.ctx.device().path_mtu());
         self.ctx.modify_qp(
             qp,
-            &QpAttr { qp_state: Some(QpState::Init), qp_access_flags: Some(AccessFlags::LOCAL_WRITE), ..Default::default() },
+            &QpAttr {
+                qp_state: Some(QpState::Init),
+                qp_access_flags: Some(AccessFlags::LOCAL_WRITE),
+                ..Default::default()
+            },
         )?;
         self.ctx.modify_qp(
             qp,
@@ -397,7 +437,12 @@ impl PollGroup {
                 rq_psn: Some(q.remote_psn),
                 max_dest_rd_atomic: Some(0),
                 min_rnr_timer: Some(1),
-                ah_attr: Some(AhAttr { dest: q.remote, flow_label: q.flow_label, hop_limit: 64, traffic_class: 0 }),
+                ah_attr: Some(AhAttr {
+                    dest: q.remote,
+                    flow_label: q.flow_label,
+                    hop_limit: 64,
+                    traffic_class: 0,
+                }),
                 ..Default::default()
             },
         )?;
@@ -413,13 +458,24 @@ impl PollGroup {
                 ..Default::default()
             },
         )?;
-        self.queues.insert(qp.qpn(), Queue { qp, qid: q.qid, sq_size: q.sq_size.max(1), sqhd: 0, ctrl: None });
+        self.queues.insert(
+            qp.qpn(),
+            Queue {
+                qp,
+                qid: q.qid,
+                sq_size: q.sq_size.max(1),
+                sqhd: 0,
+                ctrl: None,
+            },
+        );
         self.counters.srq_qps.fetch_add(1, Ordering::Relaxed);
         Ok((qp.qpn(), psn))
     }
 
     fn destroy_queue(&mut self, qpn: u32) {
-        let Some(q) = self.queues.remove(&qpn) else { return };
+        let Some(q) = self.queues.remove(&qpn) else {
+            return;
+        };
         let _ = self.ctx.destroy_qp(q.qp);
         if let Some(ctrl) = &q.ctrl {
             if q.qid == 0 {
@@ -440,7 +496,8 @@ impl PollGroup {
                 self.release(i);
             }
         }
-        self.need_buffer.retain(|&i| self.reqs[i].state != ReqState::Free);
+        self.need_buffer
+            .retain(|&i| self.reqs[i].state != ReqState::Free);
         self.ready.retain(|&i| self.reqs[i].state != ReqState::Free);
     }
 
@@ -545,7 +602,13 @@ impl PollGroup {
     }
 
     /// What the command is and which data it moves; errors are NVMe statuses.
-    fn classify(&self, sqe: &Sqe, qid: u16, has_ctrl: bool, qpn: u32) -> Result<(Kind, DataDirection), Status> {
+    fn classify(
+        &self,
+        sqe: &Sqe,
+        qid: u16,
+        has_ctrl: bool,
+        qpn: u32,
+    ) -> Result<(Kind, DataDirection), Status> {
         if sqe.psdt() != nvme::sqe::PSDT_SGL_MPTR_CONTIG {
             return Err(Status::generic(GenericStatus::InvalidField).with_dnr());
         }
@@ -564,7 +627,10 @@ impl PollGroup {
             return Ok((Kind::Admin, admin::data_direction(sqe)));
         }
         let q = &self.queues[&qpn];
-        let ctrl = q.ctrl.as_ref().ok_or(Status::generic(GenericStatus::CommandSequenceError))?;
+        let ctrl = q
+            .ctrl
+            .as_ref()
+            .ok_or(Status::generic(GenericStatus::CommandSequenceError))?;
         let ns = ctrl
             .subsys
             .namespace(sqe.nsid())
@@ -579,14 +645,29 @@ impl PollGroup {
     }
 
     /// Checks the SGL against the data the command moves and sets up its buffer.
-    fn setup_data(&mut self, i: usize, dir: DataDirection, capsule_len: usize) -> Result<(), Status> {
+    fn setup_data(
+        &mut self,
+        i: usize,
+        dir: DataDirection,
+        capsule_len: usize,
+    ) -> Result<(), Status> {
         let sqe = self.reqs[i].sqe;
         let (need, h2c) = match dir {
             DataDirection::None => {
                 // Linux sends a zero-length keyed SGL; the key (if any) is invalidated on reply.
-                if let Ok(Sgl::KeyedDataBlock { addr, key, invalidate, len }) = sqe.sgl().decode() {
+                if let Ok(Sgl::KeyedDataBlock {
+                    addr,
+                    key,
+                    invalidate,
+                    len,
+                }) = sqe.sgl().decode()
+                {
                     if invalidate && key != 0 {
-                        self.reqs[i].keyed = Some(Keyed { addr, key, invalidate });
+                        self.reqs[i].keyed = Some(Keyed {
+                            addr,
+                            key,
+                            invalidate,
+                        });
                     }
                     let _ = len;
                 }
@@ -595,10 +676,22 @@ impl PollGroup {
             DataDirection::HostToController(n) => (n, true),
             DataDirection::ControllerToHost(n) => (n, false),
         };
-        let sgl = sqe.sgl().decode().map_err(|_| Status::generic(GenericStatus::SglDescriptorTypeInvalid).with_dnr())?;
+        let sgl = sqe
+            .sgl()
+            .decode()
+            .map_err(|_| Status::generic(GenericStatus::SglDescriptorTypeInvalid).with_dnr())?;
         match sgl {
-            Sgl::KeyedDataBlock { addr, len, key, invalidate } => {
-                self.reqs[i].keyed = Some(Keyed { addr, key, invalidate });
+            Sgl::KeyedDataBlock {
+                addr,
+                len,
+                key,
+                invalidate,
+            } => {
+                self.reqs[i].keyed = Some(Keyed {
+                    addr,
+                    key,
+                    invalidate,
+                });
                 if (len as usize) < need && h2c {
                     return Err(Status::generic(GenericStatus::DataSglLengthInvalid).with_dnr());
                 }
@@ -632,14 +725,20 @@ impl PollGroup {
                 if end.is_none_or(|e| e as usize > avail) || (len as usize) < need {
                     return Err(Status::generic(GenericStatus::DataSglLengthInvalid).with_dnr());
                 }
-                self.reqs[i].data = Data::InCapsule { offset: i * self.recv_stride + SQE_LEN + offset as usize };
+                self.reqs[i].data = Data::InCapsule {
+                    offset: i * self.recv_stride + SQE_LEN + offset as usize,
+                };
                 self.reqs[i].data_len = need as u32;
                 if matches!(self.reqs[i].kind, Kind::Io(IoCommand::Write { .. })) {
-                    self.counters.in_capsule_writes.fetch_add(1, Ordering::Relaxed);
+                    self.counters
+                        .in_capsule_writes
+                        .fetch_add(1, Ordering::Relaxed);
                 }
                 Ok(())
             }
-            Sgl::DataBlockAddress { .. } => Err(Status::generic(GenericStatus::SglDescriptorTypeInvalid).with_dnr()),
+            Sgl::DataBlockAddress { .. } => {
+                Err(Status::generic(GenericStatus::SglDescriptorTypeInvalid).with_dnr())
+            }
         }
     }
 
@@ -676,12 +775,17 @@ impl PollGroup {
         let r = self.reqs[i];
         let Some(k) = r.keyed else { return };
         if matches!(r.kind, Kind::Io(IoCommand::Write { .. })) {
-            self.counters.rdma_read_writes.fetch_add(1, Ordering::Relaxed);
+            self.counters
+                .rdma_read_writes
+                .fetch_add(1, Ordering::Relaxed);
         }
         let qp = Qp(r.qpn);
         let wr = SendWr {
             wr_id: ((i as u64) << 8) | WR_KIND_READ,
-            op: SendOp::RdmaRead { remote_addr: k.addr, rkey: k.key },
+            op: SendOp::RdmaRead {
+                remote_addr: k.addr,
+                rkey: k.key,
+            },
             sg_list: SgList::one(Sge {
                 addr: self.data_mr.addr() + chunk.offset as u64,
                 length: r.data_len,
@@ -704,7 +808,11 @@ impl PollGroup {
             Data::None => None,
             Data::Chunk(c) => Some((self.pool.ptr(&c), r.data_len as usize, 0)),
             // SAFETY: offset is inside the receive region (checked in setup_data).
-            Data::InCapsule { offset } => Some((unsafe { self.recv_mr.as_ptr().add(offset) }, r.data_len as usize, 1)),
+            Data::InCapsule { offset } => Some((
+                unsafe { self.recv_mr.as_ptr().add(offset) },
+                r.data_len as usize,
+                1,
+            )),
         }
     }
 
@@ -720,12 +828,20 @@ impl PollGroup {
                     None => Vec::new(),
                 };
                 // The admin path may copy; the I/O path never does (see the counter's doc).
-                self.counters.data_bytes_copied.fetch_add(data.len() as u64, Ordering::Relaxed);
+                self.counters
+                    .data_bytes_copied
+                    .fetch_add(data.len() as u64, Ordering::Relaxed);
                 let qid = self.queues.get(&qpn).map(|q| q.qid).unwrap_or(u16::MAX);
                 let connect_qid = u16::from_le_bytes([r.sqe.to_array()[42], r.sqe.to_array()[43]]);
                 if connect_qid != qid {
                     self.reqs[i].dw0 = 42;
-                    self.complete(i, Status::command_specific(nvme::status::CommandSpecificStatus::ConnectInvalidParameters).with_dnr());
+                    self.complete(
+                        i,
+                        Status::command_specific(
+                            nvme::status::CommandSpecificStatus::ConnectInvalidParameters,
+                        )
+                        .with_dnr(),
+                    );
                     return;
                 }
                 match fabrics::connect(&self.reg, &r.sqe, &data, now) {
@@ -755,7 +871,9 @@ impl PollGroup {
             }
             Kind::PropertySet => {
                 let ctrl = self.queues.get(&qpn).and_then(|q| q.ctrl.clone());
-                let st = fabrics::property_set(ctrl.as_deref(), &r.sqe).err().unwrap_or(Status::SUCCESS);
+                let st = fabrics::property_set(ctrl.as_deref(), &r.sqe)
+                    .err()
+                    .unwrap_or(Status::SUCCESS);
                 self.complete(i, st);
             }
             Kind::Admin => {
@@ -770,10 +888,15 @@ impl PollGroup {
                 // SAFETY: the request's own buffer (or empty).
                 let out = unsafe { std::slice::from_raw_parts_mut(ptr, len) };
                 match admin::handle(&self.reg, &ctrl, &r.sqe, out, now) {
-                    AdminOutcome::Done { status, dw0, data_len } => {
+                    AdminOutcome::Done {
+                        status,
+                        dw0,
+                        data_len,
+                    } => {
                         self.reqs[i].dw0 = dw0;
                         if self.reqs[i].c2h_len > 0 {
-                            self.reqs[i].c2h_len = data_len.min(self.reqs[i].c2h_len as usize) as u32;
+                            self.reqs[i].c2h_len =
+                                data_len.min(self.reqs[i].c2h_len as usize) as u32;
                         }
                         self.complete(i, status);
                     }
@@ -809,7 +932,10 @@ impl PollGroup {
 
     fn execute_io(&mut self, i: usize, cmd: IoCommand) {
         let Some(fi) = self.file_index(i) else {
-            self.complete(i, Status::generic(GenericStatus::InvalidNamespaceOrFormat).with_dnr());
+            self.complete(
+                i,
+                Status::generic(GenericStatus::InvalidNamespaceOrFormat).with_dnr(),
+            );
             return;
         };
         let ud = i as u64;
@@ -819,7 +945,9 @@ impl PollGroup {
                     self.complete(i, Status::SUCCESS);
                     return;
                 };
-                self.counters.rdma_write_reads.fetch_add(1, Ordering::Relaxed);
+                self.counters
+                    .rdma_write_reads
+                    .fetch_add(1, Ordering::Relaxed);
                 self.reqs[i].io_pending = 1;
                 self.ring.read_fixed(fi, bi, p, len, offset, ud)
             }
@@ -837,7 +965,13 @@ impl PollGroup {
             }
             IoCommand::WriteZeroes { offset, len } => {
                 self.reqs[i].io_pending = 1;
-                self.ring.fallocate(fi, libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE, offset, len, ud)
+                self.ring.fallocate(
+                    fi,
+                    libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE,
+                    offset,
+                    len,
+                    ud,
+                )
             }
             IoCommand::DatasetManagement { ranges, deallocate } => {
                 if !deallocate {
@@ -845,7 +979,10 @@ impl PollGroup {
                     return;
                 }
                 let Some((p, n, _)) = self.data_ptr(i) else {
-                    self.complete(i, Status::generic(GenericStatus::DataSglLengthInvalid).with_dnr());
+                    self.complete(
+                        i,
+                        Status::generic(GenericStatus::DataSglLengthInvalid).with_dnr(),
+                    );
                     return;
                 };
                 // SAFETY: the request's own data buffer.
@@ -853,7 +990,10 @@ impl PollGroup {
                 let (nlb, bs) = {
                     let r = &self.reqs[i];
                     let q = &self.queues[&r.qpn];
-                    let ns = q.ctrl.as_ref().and_then(|c| c.subsys.namespace(r.sqe.nsid()));
+                    let ns = q
+                        .ctrl
+                        .as_ref()
+                        .and_then(|c| c.subsys.namespace(r.sqe.nsid()));
                     match ns {
                         Some(ns) => (ns.ns.nlb(), ns.ns.block_size() as u64),
                         None => (0, 512),
@@ -875,7 +1015,9 @@ impl PollGroup {
                 let mut res = Ok(());
                 for rg in list {
                     let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
-                    res = self.ring.fallocate(fi, mode, rg.slba * bs, rg.nlb as u64 * bs, ud);
+                    res = self
+                        .ring
+                        .fallocate(fi, mode, rg.slba * bs, rg.nlb as u64 * bs, ud);
                     if res.is_err() {
                         break;
                     }
@@ -900,7 +1042,10 @@ impl PollGroup {
         let r = &mut self.reqs[i];
         if res < 0 && r.status.is_success() {
             r.status = Status::generic(GenericStatus::InternalError);
-            tracing::warn!("io_uring op failed: {}", std::io::Error::from_raw_os_error(-res));
+            tracing::warn!(
+                "io_uring op failed: {}",
+                std::io::Error::from_raw_os_error(-res)
+            );
         }
         if let Kind::Io(IoCommand::Read { len, .. } | IoCommand::Write { len, .. }) = r.kind {
             if res >= 0 && (res as u32) < len && r.status.is_success() {
@@ -929,33 +1074,47 @@ impl PollGroup {
             return;
         };
         if !status.is_success() {
-            self.counters.error_completions.fetch_add(1, Ordering::Relaxed);
+            self.counters
+                .error_completions
+                .fetch_add(1, Ordering::Relaxed);
         }
         let mut cqe = Cqe::new(r.sqe.cid(), q.qid, q.sqhd, status, r.dw0);
         cqe.set_dw1(r.dw1);
         self.resp_mr.write(i * RESP_SLOT, &cqe.to_array());
         let qp = q.qp;
         self.reqs[i].state = ReqState::Completing;
+        let mut wrs = [SendWr {
+            wr_id: 0,
+            op: SendOp::Send,
+            sg_list: SgList::new(),
+            flags: SendFlags::empty(),
+        }; 2];
+        let mut n = 0;
         if status.is_success() && r.c2h_len > 0 {
             if let (Some(k), Some((p, _, _))) = (r.keyed, self.data_ptr(i)) {
-                let addr = p as u64;
-                let wr = SendWr {
+                wrs[n] = SendWr {
                     wr_id: ((i as u64) << 8) | WR_KIND_WRITE,
-                    op: SendOp::RdmaWrite { remote_addr: k.addr, rkey: k.key },
-                    sg_list: SgList::one(Sge { addr, length: r.c2h_len, lkey: self.data_mr.lkey() }),
+                    op: SendOp::RdmaWrite {
+                        remote_addr: k.addr,
+                        rkey: k.key,
+                    },
+                    sg_list: SgList::one(Sge {
+                        addr: p as u64,
+                        length: r.c2h_len,
+                        lkey: self.data_mr.lkey(),
+                    }),
                     flags: SendFlags::empty(),
                 };
-                if self.ctx.post_send(qp, &wr).is_err() {
-                    self.release(i);
-                    return;
-                }
+                n += 1;
             }
         }
         let op = match r.keyed {
-            Some(k) if k.invalidate => SendOp::SendWithInv { invalidate_rkey: k.key },
+            Some(k) if k.invalidate => SendOp::SendWithInv {
+                invalidate_rkey: k.key,
+            },
             _ => SendOp::Send,
         };
-        let wr = SendWr {
+        wrs[n] = SendWr {
             wr_id: ((i as u64) << 8) | WR_KIND_RESP,
             op,
             sg_list: SgList::one(Sge {
@@ -965,7 +1124,9 @@ impl PollGroup {
             }),
             flags: SendFlags::SIGNALED,
         };
-        if self.ctx.post_send(qp, &wr).is_err() {
+        n += 1;
+        // RDMA WRITE then SEND on one QP: RC delivers the data before the response.
+        if self.ctx.post_send_list(qp, &wrs[..n]).is_err() {
             self.release(i);
         }
     }

@@ -32,13 +32,20 @@ pub const CM_REJ_CONSUMER_DEFINED: u16 = 28;
 #[derive(Debug, thiserror::Error)]
 pub enum TargetError {
     #[error("namespace {nsid} of {nqn}: {source}")]
-    Namespace { nqn: String, nsid: u32, source: crate::namespace::NamespaceError },
+    Namespace {
+        nqn: String,
+        nsid: u32,
+        source: crate::namespace::NamespaceError,
+    },
     #[error("{0}")]
     Socket(#[from] transport::soft::socket::SocketError),
     #[error("connection manager: {0}")]
     Cm(#[from] transport::soft::CmAgentError),
     #[error("poll group {index}: {source}")]
-    PollGroup { index: u32, source: crate::rdma::PollGroupError },
+    PollGroup {
+        index: u32,
+        source: crate::rdma::PollGroupError,
+    },
     #[error("configuration: {0}")]
     Config(String),
 }
@@ -57,7 +64,9 @@ pub struct TargetHandle {
 
 impl std::fmt::Debug for TargetHandle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TargetHandle").field("listen", &self.listen).finish()
+        f.debug_struct("TargetHandle")
+            .field("listen", &self.listen)
+            .finish()
     }
 }
 
@@ -108,7 +117,10 @@ impl Drop for TargetHandle {
 
 /// Starts a target as `cfg` describes: the first listen address, all subsystems.
 pub fn start(cfg: &TargetConfig) -> Result<TargetHandle, TargetError> {
-    let listen = cfg.listen.first().ok_or_else(|| TargetError::Config("no listen address".into()))?;
+    let listen = cfg
+        .listen
+        .first()
+        .ok_or_else(|| TargetError::Config("no listen address".into()))?;
     let ip: IpAddr = listen.addr;
     let port = listen.trsvcid;
     let mut files = Vec::new();
@@ -117,11 +129,21 @@ pub fn start(cfg: &TargetConfig) -> Result<TargetHandle, TargetError> {
         let mut namespaces = Vec::new();
         for n in &s.namespaces {
             let size = n.size_bytes().map_err(TargetError::Config)?;
-            let ns = FileNamespace::open(&n.path, size, n.block_size)
-                .map_err(|e| TargetError::Namespace { nqn: s.nqn.clone(), nsid: n.nsid, source: e })?;
+            let ns = FileNamespace::open(&n.path, size, n.block_size).map_err(|e| {
+                TargetError::Namespace {
+                    nqn: s.nqn.clone(),
+                    nsid: n.nsid,
+                    source: e,
+                }
+            })?;
             let file_index = files.len() as u32;
             files.push(ns.fd());
-            namespaces.push(NamespaceEntry::new(n.nsid, Arc::new(ns), file_index, &s.nqn));
+            namespaces.push(NamespaceEntry::new(
+                n.nsid,
+                Arc::new(ns),
+                file_index,
+                &s.nqn,
+            ));
         }
         subsystems.push(Arc::new(Subsystem::new(
             s.nqn.clone(),
@@ -139,8 +161,19 @@ pub fn start(cfg: &TargetConfig) -> Result<TargetHandle, TargetError> {
         in_capsule_bytes: cfg.inline_data_size,
         max_cmd: cfg.max_queue_size,
     };
-    let reg = Registry::new(subsystems, PortInfo { traddr: ip, trsvcid: port }, limits);
-    let dev = SoftDevice::open(DeviceConfig { ip, rx_queues: poll_groups, netdev_mtu: None })?;
+    let reg = Registry::new(
+        subsystems,
+        PortInfo {
+            traddr: ip,
+            trsvcid: port,
+        },
+        limits,
+    );
+    let dev = SoftDevice::open(DeviceConfig {
+        ip,
+        rx_queues: poll_groups,
+        netdev_mtu: None,
+    })?;
     let cm = CmAgent::start(&dev)?;
     let events = cm.listen(port)?;
     let gcfg = PollGroupConfig {
@@ -157,15 +190,17 @@ pub fn start(cfg: &TargetConfig) -> Result<TargetHandle, TargetError> {
         let (dev2, reg2, files2, c2) = (dev.clone(), reg.clone(), files.clone(), c.clone());
         let h = std::thread::Builder::new()
             .name(format!("nvmf-pg{index}"))
-            .spawn(move || match PollGroup::new(&dev2, index, gcfg, reg2, &files2, rx, c2) {
-                Ok(g) => {
-                    let _ = ready_tx.send(Ok(()));
-                    g.run();
-                }
-                Err(e) => {
-                    let _ = ready_tx.send(Err(e));
-                }
-            })
+            .spawn(
+                move || match PollGroup::new(&dev2, index, gcfg, reg2, &files2, rx, c2) {
+                    Ok(g) => {
+                        let _ = ready_tx.send(Ok(()));
+                        g.run();
+                    }
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e));
+                    }
+                },
+            )
             .map_err(|e| TargetError::Config(format!("spawning poll group: {e}")))?;
         match ready_rx.recv() {
             Ok(Ok(())) => {}
@@ -233,20 +268,34 @@ impl Control {
         let now = Instant::now();
         for ctrl in self.reg.controllers() {
             if ctrl.kato_expired(now) {
-                tracing::warn!("controller {} (host {}): Keep Alive timer expired", ctrl.cntlid, ctrl.hostnqn);
+                tracing::warn!(
+                    "controller {} (host {}): Keep Alive timer expired",
+                    ctrl.cntlid,
+                    ctrl.hostnqn
+                );
                 ctrl.set_fatal();
                 // Tear down every queue of that controller (and only those), as nvmet does.
                 let mut qpns = Vec::new();
                 for (g, tx) in self.groups.iter().enumerate() {
                     let (rtx, rrx) = channel::bounded(1);
-                    if tx.send(GroupCmd::QueuesOf { cntlid: ctrl.cntlid, reply: rtx }).is_ok() {
+                    if tx
+                        .send(GroupCmd::QueuesOf {
+                            cntlid: ctrl.cntlid,
+                            reply: rtx,
+                        })
+                        .is_ok()
+                    {
                         if let Ok(list) = rrx.recv_timeout(Duration::from_secs(1)) {
                             qpns.extend(list.into_iter().map(|q| (g, q)));
                         }
                     }
                 }
-                let ids: Vec<u32> =
-                    self.conns.iter().filter(|(_, gq)| qpns.contains(gq)).map(|(&id, _)| id).collect();
+                let ids: Vec<u32> = self
+                    .conns
+                    .iter()
+                    .filter(|(_, gq)| qpns.contains(gq))
+                    .map(|(&id, _)| id)
+                    .collect();
                 for id in ids {
                     let _ = self.cm.disconnect(transport::cm::ConnId(id));
                     self.drop_conn(id);
@@ -291,14 +340,22 @@ impl Control {
                     return self.reject(id, reject::INVALID_RECFMT);
                 }
                 let sq_size = hsqsize as u32 + 1;
-                let max = if qid == 0 { nvme::NVME_AQ_DEPTH as u32 } else { self.max_queue_size as u32 };
+                let max = if qid == 0 {
+                    nvme::NVME_AQ_DEPTH as u32
+                } else {
+                    self.max_queue_size as u32
+                };
                 if sq_size > max || sq_size < 2 {
                     return self.reject(id, reject::INVALID_HSQSIZE);
                 }
                 if (hrqsize as u32) < sq_size {
                     return self.reject(id, reject::INVALID_HRQSIZE);
                 }
-                let g = if qid == 0 { 0 } else { self.next_group % self.groups.len() };
+                let g = if qid == 0 {
+                    0
+                } else {
+                    self.next_group % self.groups.len()
+                };
                 self.next_group += 1;
                 let (rtx, rrx) = channel::bounded(1);
                 let nq = NewQueue {
@@ -337,9 +394,9 @@ impl Control {
                 }
             }
             CmEvent::Established { .. } | CmEvent::ConnectReply { .. } => {}
-            CmEvent::Disconnected { id } | CmEvent::Unreachable { id } | CmEvent::Rejected { id, .. } => {
-                self.drop_conn(id.0)
-            }
+            CmEvent::Disconnected { id }
+            | CmEvent::Unreachable { id }
+            | CmEvent::Rejected { id, .. } => self.drop_conn(id.0),
         }
     }
 }

@@ -3,9 +3,15 @@
 use std::process::Command;
 
 fn run(args: &[&str]) -> (i32, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_nvmf-target")).args(args).output().expect("run nvmf-target");
+    let out = Command::new(env!("CARGO_BIN_EXE_nvmf-target"))
+        .args(args)
+        .output()
+        .expect("run nvmf-target");
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(!stderr.contains("panicked"), "nvmf-target panicked: {stderr}");
+    assert!(
+        !stderr.contains("panicked"),
+        "nvmf-target panicked: {stderr}"
+    );
     (out.status.code().unwrap_or(-1), stderr)
 }
 
@@ -34,9 +40,19 @@ fn udp_port_in_use_is_named() {
     let _holder = std::net::UdpSocket::bind("127.0.0.22:4791").unwrap();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("ns.img");
-    let (code, err) = run(&["--addr", "127.0.0.22", "--file", path.to_str().unwrap(), "--size", "16M"]);
+    let (code, err) = run(&[
+        "--addr",
+        "127.0.0.22",
+        "--file",
+        path.to_str().unwrap(),
+        "--size",
+        "16M",
+    ]);
     assert_ne!(code, 0);
-    assert!(err.contains("4791") && err.contains("127.0.0.22") && err.contains("in use"), "{err}");
+    assert!(
+        err.contains("4791") && err.contains("127.0.0.22") && err.contains("in use"),
+        "{err}"
+    );
 }
 
 #[test]

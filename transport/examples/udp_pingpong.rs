@@ -7,7 +7,10 @@ use std::net::UdpSocket;
 use std::time::Instant;
 
 fn main() {
-    let iters: usize = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(100_000);
+    let iters: usize = std::env::args()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(100_000);
     for size in [64usize, 4096] {
         let a = UdpSocket::bind("127.0.0.40:0").expect("bind 127.0.0.40");
         let b = UdpSocket::bind("127.0.0.41:0").expect("bind 127.0.0.41");
@@ -37,7 +40,8 @@ fn main() {
         }
         echo.join().unwrap();
         rtts.sort_unstable();
-        let p = |q: f64| rtts[((rtts.len() as f64 * q) as usize).min(rtts.len() - 1)] as f64 / 1000.0;
+        let p =
+            |q: f64| rtts[((rtts.len() as f64 * q) as usize).min(rtts.len() - 1)] as f64 / 1000.0;
         println!(
             "UDP ping-pong {size:>5} B: rtt p50 {:.1} us, p90 {:.1} us, p99 {:.1} us ({} round trips)",
             p(0.5),

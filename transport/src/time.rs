@@ -13,7 +13,10 @@ impl Timestamp {
     }
     /// `self + d`, saturating.
     pub fn add(self, d: Duration) -> Timestamp {
-        Timestamp(self.0.saturating_add(d.as_nanos().min(u64::MAX as u128) as u64))
+        Timestamp(
+            self.0
+                .saturating_add(d.as_nanos().min(u64::MAX as u128) as u64),
+        )
     }
     /// `self - earlier`, zero if `earlier` is later.
     pub fn since(self, earlier: Timestamp) -> Duration {
@@ -43,7 +46,9 @@ impl Default for Clock {
 impl Clock {
     /// A clock whose epoch is now.
     pub fn new() -> Self {
-        Clock { epoch: std::time::Instant::now() }
+        Clock {
+            epoch: std::time::Instant::now(),
+        }
     }
     /// The current time.
     pub fn now(&self) -> Timestamp {

@@ -26,11 +26,25 @@ fn side(last_octet: u8) -> Side {
     let cq = ctx.create_cq(256);
     let srq = ctx.create_srq(pd, 64);
     let qp = ctx
-        .create_qp(&QpInitAttr { pd, send_cq: cq, recv_cq: cq, srq: Some(srq), cap: QpCap::default() })
+        .create_qp(&QpInitAttr {
+            pd,
+            send_cq: cq,
+            recv_cq: cq,
+            srq: Some(srq),
+            cap: QpCap::default(),
+        })
         .unwrap();
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE;
     let mr = dev.reg_mr(pd, 4 << 20, access).unwrap();
-    Side { dev, ctx, pd, cq, srq, qp, mr }
+    Side {
+        dev,
+        ctx,
+        pd,
+        cq,
+        srq,
+        qp,
+        mr,
+    }
 }
 
 fn connect(a: &mut Side, b: &mut Side) {
@@ -42,8 +56,18 @@ fn connect(a: &mut Side, b: &mut Side) {
         } else {
             IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2))
         };
-        let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE;
-        x.ctx.modify_qp(x.qp, &QpAttr { qp_state: Some(QpState::Init), qp_access_flags: Some(access), ..Default::default() }).unwrap();
+        let access =
+            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE;
+        x.ctx
+            .modify_qp(
+                x.qp,
+                &QpAttr {
+                    qp_state: Some(QpState::Init),
+                    qp_access_flags: Some(access),
+                    ..Default::default()
+                },
+            )
+            .unwrap();
         x.ctx
             .modify_qp(
                 x.qp,
@@ -54,7 +78,12 @@ fn connect(a: &mut Side, b: &mut Side) {
                     rq_psn: Some(rq_psn),
                     max_dest_rd_atomic: Some(8),
                     min_rnr_timer: Some(1),
-                    ah_attr: Some(AhAttr { dest, flow_label: 0, hop_limit: 64, traffic_class: 0 }),
+                    ah_attr: Some(AhAttr {
+                        dest,
+                        flow_label: 0,
+                        hop_limit: 64,
+                        traffic_class: 0,
+                    }),
                     ..Default::default()
                 },
             )
@@ -83,8 +112,15 @@ fn wait_wcs(a: &mut Side, b: &mut Side, on_a: bool, n: usize) -> Vec<WorkComplet
     let mut buf = [WorkCompletion::new(0, WcStatus::Success, WcOpcode::Send, 0); 16];
     let deadline = Instant::now() + Duration::from_secs(20);
     while out.len() < n {
-        assert!(Instant::now() < deadline, "timed out waiting for {n} completions, got {out:?}");
-        let (me, other) = if on_a { (&mut *a, &mut *b) } else { (&mut *b, &mut *a) };
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {n} completions, got {out:?}"
+        );
+        let (me, other) = if on_a {
+            (&mut *a, &mut *b)
+        } else {
+            (&mut *b, &mut *a)
+        };
         other.ctx.progress();
         let k = me.ctx.poll_cq(me.cq, &mut buf);
         out.extend_from_slice(&buf[..k]);
@@ -93,14 +129,20 @@ fn wait_wcs(a: &mut Side, b: &mut Side, on_a: bool, n: usize) -> Vec<WorkComplet
 }
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
 }
 
 #[test]
 fn send_write_read_over_udp() {
     let mut a = side(2);
     let mut b = side(3);
-    assert_eq!(a.dev.path_mtu(), Mtu::Mtu4096, "loopback MTU 65536 gives path MTU 4096");
+    assert_eq!(
+        a.dev.path_mtu(),
+        Mtu::Mtu4096,
+        "loopback MTU 65536 gives path MTU 4096"
+    );
     connect(&mut a, &mut b);
     assert!(a.ctx.qp_udp_sport(a.qp).unwrap() >= 0xC000);
 
@@ -108,17 +150,34 @@ fn send_write_read_over_udp() {
     let data = pattern(10000, 7);
     a.mr.write(0, &data);
     b.ctx
-        .post_srq_recv(b.srq, &RecvWr { wr_id: 77, sg_list: SgList::one(Sge { addr: b.mr.addr(), length: 65536, lkey: b.mr.lkey() }) })
+        .post_srq_recv(
+            b.srq,
+            &RecvWr {
+                wr_id: 77,
+                sg_list: SgList::one(Sge {
+                    addr: b.mr.addr(),
+                    length: 65536,
+                    lkey: b.mr.lkey(),
+                }),
+            },
+        )
         .unwrap();
     let send = SendWr {
         wr_id: 1,
         op: SendOp::Send,
-        sg_list: SgList::one(Sge { addr: a.mr.addr(), length: 10000, lkey: a.mr.lkey() }),
+        sg_list: SgList::one(Sge {
+            addr: a.mr.addr(),
+            length: 10000,
+            lkey: a.mr.lkey(),
+        }),
         flags: SendFlags::SIGNALED,
     };
     a.ctx.post_send(a.qp, &send).unwrap();
     let wc = wait_wcs(&mut a, &mut b, false, 1);
-    assert_eq!((wc[0].wr_id, wc[0].status, wc[0].opcode, wc[0].byte_len), (77, WcStatus::Success, WcOpcode::Recv, 10000));
+    assert_eq!(
+        (wc[0].wr_id, wc[0].status, wc[0].opcode, wc[0].byte_len),
+        (77, WcStatus::Success, WcOpcode::Recv, 10000)
+    );
     let wc = wait_wcs(&mut a, &mut b, true, 1);
     assert_eq!((wc[0].wr_id, wc[0].status), (1, WcStatus::Success));
     let mut got = vec![0u8; 10000];
@@ -130,13 +189,23 @@ fn send_write_read_over_udp() {
     a.mr.write(0, &data);
     let write = SendWr {
         wr_id: 2,
-        op: SendOp::RdmaWrite { remote_addr: b.mr.addr() + (1 << 20), rkey: b.mr.rkey() },
-        sg_list: SgList::one(Sge { addr: a.mr.addr(), length: 1 << 20, lkey: a.mr.lkey() }),
+        op: SendOp::RdmaWrite {
+            remote_addr: b.mr.addr() + (1 << 20),
+            rkey: b.mr.rkey(),
+        },
+        sg_list: SgList::one(Sge {
+            addr: a.mr.addr(),
+            length: 1 << 20,
+            lkey: a.mr.lkey(),
+        }),
         flags: SendFlags::SIGNALED,
     };
     a.ctx.post_send(a.qp, &write).unwrap();
     let wc = wait_wcs(&mut a, &mut b, true, 1);
-    assert_eq!((wc[0].wr_id, wc[0].status, wc[0].opcode), (2, WcStatus::Success, WcOpcode::RdmaWrite));
+    assert_eq!(
+        (wc[0].wr_id, wc[0].status, wc[0].opcode),
+        (2, WcStatus::Success, WcOpcode::RdmaWrite)
+    );
     let mut got = vec![0u8; 1 << 20];
     b.mr.read(1 << 20, &mut got);
     assert!(got == data, "RDMA WRITE data differs");
@@ -144,13 +213,23 @@ fn send_write_read_over_udp() {
     // RDMA READ of 300000 bytes back from b into a at offset 2 MiB.
     let read = SendWr {
         wr_id: 3,
-        op: SendOp::RdmaRead { remote_addr: b.mr.addr() + (1 << 20), rkey: b.mr.rkey() },
-        sg_list: SgList::one(Sge { addr: a.mr.addr() + (2 << 20), length: 300000, lkey: a.mr.lkey() }),
+        op: SendOp::RdmaRead {
+            remote_addr: b.mr.addr() + (1 << 20),
+            rkey: b.mr.rkey(),
+        },
+        sg_list: SgList::one(Sge {
+            addr: a.mr.addr() + (2 << 20),
+            length: 300000,
+            lkey: a.mr.lkey(),
+        }),
         flags: SendFlags::SIGNALED,
     };
     a.ctx.post_send(a.qp, &read).unwrap();
     let wc = wait_wcs(&mut a, &mut b, true, 1);
-    assert_eq!((wc[0].wr_id, wc[0].status, wc[0].opcode), (3, WcStatus::Success, WcOpcode::RdmaRead));
+    assert_eq!(
+        (wc[0].wr_id, wc[0].status, wc[0].opcode),
+        (3, WcStatus::Success, WcOpcode::RdmaRead)
+    );
     let mut got = vec![0u8; 300000];
     a.mr.read(2 << 20, &mut got);
     assert!(got == data[..300000], "RDMA READ data differs");
@@ -188,7 +267,10 @@ fn udp_port_in_use_is_reported() {
     let _holder = std::net::UdpSocket::bind("127.0.0.6:4791").unwrap();
     let err = SoftDevice::open(DeviceConfig::new("127.0.0.6".parse().unwrap())).unwrap_err();
     let msg = err.to_string();
-    assert!(msg.contains("4791") && msg.contains("127.0.0.6") && msg.contains("in use"), "{msg}");
+    assert!(
+        msg.contains("4791") && msg.contains("127.0.0.6") && msg.contains("in use"),
+        "{msg}"
+    );
 }
 
 #[test]
@@ -198,8 +280,18 @@ fn large_reads_in_a_row() {
     // side() hard-codes peers .2/.3; build the path by hand here.
     let (qa, qb) = (a.qp.qpn(), b.qp.qpn());
     for (x, peer, y) in [(&mut a, 8u8, qb), (&mut b, 7u8, qa)] {
-        let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE;
-        x.ctx.modify_qp(x.qp, &QpAttr { qp_state: Some(QpState::Init), qp_access_flags: Some(access), ..Default::default() }).unwrap();
+        let access =
+            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE;
+        x.ctx
+            .modify_qp(
+                x.qp,
+                &QpAttr {
+                    qp_state: Some(QpState::Init),
+                    qp_access_flags: Some(access),
+                    ..Default::default()
+                },
+            )
+            .unwrap();
         x.ctx
             .modify_qp(
                 x.qp,
@@ -209,7 +301,12 @@ fn large_reads_in_a_row() {
                     dest_qp_num: Some(y),
                     rq_psn: Some(100),
                     max_dest_rd_atomic: Some(8),
-                    ah_attr: Some(AhAttr { dest: IpAddr::V4(Ipv4Addr::new(127, 0, 0, peer)), flow_label: 0, hop_limit: 64, traffic_class: 0 }),
+                    ah_attr: Some(AhAttr {
+                        dest: IpAddr::V4(Ipv4Addr::new(127, 0, 0, peer)),
+                        flow_label: 0,
+                        hop_limit: 64,
+                        traffic_class: 0,
+                    }),
                     ..Default::default()
                 },
             )
@@ -217,7 +314,15 @@ fn large_reads_in_a_row() {
         x.ctx
             .modify_qp(
                 x.qp,
-                &QpAttr { qp_state: Some(QpState::Rts), sq_psn: Some(100), timeout: Some(12), retry_cnt: Some(7), rnr_retry: Some(7), max_rd_atomic: Some(8), ..Default::default() },
+                &QpAttr {
+                    qp_state: Some(QpState::Rts),
+                    sq_psn: Some(100),
+                    timeout: Some(12),
+                    retry_cnt: Some(7),
+                    rnr_retry: Some(7),
+                    max_rd_atomic: Some(8),
+                    ..Default::default()
+                },
             )
             .unwrap();
     }
@@ -225,17 +330,30 @@ fn large_reads_in_a_row() {
         for i in 0..16u64 {
             let read = SendWr {
                 wr_id: round * 100 + i,
-                op: SendOp::RdmaRead { remote_addr: b.mr.addr(), rkey: b.mr.rkey() },
-                sg_list: SgList::one(Sge { addr: a.mr.addr() + (1 << 20), length: 1 << 20, lkey: a.mr.lkey() }),
+                op: SendOp::RdmaRead {
+                    remote_addr: b.mr.addr(),
+                    rkey: b.mr.rkey(),
+                },
+                sg_list: SgList::one(Sge {
+                    addr: a.mr.addr() + (1 << 20),
+                    length: 1 << 20,
+                    lkey: a.mr.lkey(),
+                }),
                 flags: SendFlags::SIGNALED,
             };
             a.ctx.post_send(a.qp, &read).unwrap();
         }
         let wc = wait_wcs(&mut a, &mut b, true, 16);
         for (i, w) in wc.iter().enumerate() {
-            assert_eq!((w.wr_id, w.status), (round * 100 + i as u64, WcStatus::Success));
+            assert_eq!(
+                (w.wr_id, w.status),
+                (round * 100 + i as u64, WcStatus::Success)
+            );
         }
         let c = a.ctx.qp_counters(a.qp).unwrap();
-        assert_eq!(c.local_ack_timeout_err, 0, "no retransmission timeouts on a lossless loopback: {c:?}");
+        assert_eq!(
+            c.local_ack_timeout_err, 0,
+            "no retransmission timeouts on a lossless loopback: {c:?}"
+        );
     }
 }

@@ -26,7 +26,11 @@ fn fail(msg: impl std::fmt::Display) -> ExitCode {
 /// Writes `size` bytes of pseudo-random data (fio's layout: no holes, so reads hit
 /// real blocks), 1 MiB at a time.
 fn lay_out(path: &Path, size: u64) -> std::io::Result<()> {
-    let mut f = std::fs::OpenOptions::new().create(true).truncate(true).write(true).open(path)?;
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .open(path)?;
     let mut buf = vec![0u8; 1 << 20];
     let mut x = 0x9E37_79B9_7F4A_7C15u64;
     for w in buf.chunks_exact_mut(8) {
@@ -62,9 +66,16 @@ fn start_embedded(args: &BenchArgs) -> Result<Embedded, String> {
     let path = dir.path().join(format!("{}.0.0", args.name));
     let size = args.embedded_size;
     if size == 0 || size % 4096 != 0 {
-        return Err(format!("--embedded-size {size} must be a positive multiple of 4096"));
+        return Err(format!(
+            "--embedded-size {size} must be a positive multiple of 4096"
+        ));
     }
-    eprintln!("{}: Laying out IO file ({} MiB) in {}", args.name, size >> 20, dir.path().display());
+    eprintln!(
+        "{}: Laying out IO file ({} MiB) in {}",
+        args.name,
+        size >> 20,
+        dir.path().display()
+    );
     lay_out(&path, size).map_err(|e| format!("laying out {}: {e}", path.display()))?;
     // 127.0.0.2/.3 by default; the next pairs when another run holds them.
     let mut last_err = String::new();
@@ -74,7 +85,11 @@ fn start_embedded(args: &BenchArgs) -> Result<Embedded, String> {
         match nvmf_target::start(&cfg) {
             Ok(target) => {
                 let host_ip = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 3 + 2 * pair));
-                return Ok(Embedded { target, host_ip, _dir: dir });
+                return Ok(Embedded {
+                    target,
+                    host_ip,
+                    _dir: dir,
+                });
             }
             Err(nvmf_target::TargetError::Socket(e)) => last_err = e.to_string(),
             Err(e) => return Err(format!("embedded target: {e}")),
@@ -85,7 +100,9 @@ fn start_embedded(args: &BenchArgs) -> Result<Embedded, String> {
 
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
         .with_writer(std::io::stderr)
         .init();
     let args = BenchArgs::parse();
@@ -106,7 +123,10 @@ fn main() -> ExitCode {
             let Some(nqn) = args.subnqn.clone() else {
                 return fail("--traddr needs --subnqn (the subsystem NQN to connect to)");
             };
-            (None, HostOptions::new(SocketAddr::new(ip, args.trsvcid), nqn))
+            (
+                None,
+                HostOptions::new(SocketAddr::new(ip, args.trsvcid), nqn),
+            )
         }
     };
     if let Some(h) = &args.hostnqn {
@@ -117,7 +137,12 @@ fn main() -> ExitCode {
     opts.max_io_bytes = args.bs as usize;
     let mut host = match SyncHost::connect(&opts) {
         Ok(h) => h,
-        Err(e) => return fail(format!("connecting to {} ({}): {e}", opts.traddr, opts.subnqn)),
+        Err(e) => {
+            return fail(format!(
+                "connecting to {} ({}): {e}",
+                opts.traddr, opts.subnqn
+            ))
+        }
     };
     let ns = match host.controller().identify_namespace(args.nsid) {
         Ok(ns) => ns,
@@ -130,7 +155,11 @@ fn main() -> ExitCode {
     };
     let (queues, keeper) = host.into_io_queues();
     if queues.len() < specs.len() {
-        return fail(format!("the target granted {} I/O queues, {} jobs need one each", queues.len(), specs.len()));
+        return fail(format!(
+            "the target granted {} I/O queues, {} jobs need one each",
+            queues.len(),
+            specs.len()
+        ));
     }
     let mut jobs = Vec::with_capacity(specs.len());
     for (spec, q) in specs.into_iter().zip(queues) {

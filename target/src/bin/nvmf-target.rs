@@ -10,7 +10,11 @@ use nix::sys::signal::{SigSet, Signal};
 use nvmf_target::config::TargetConfig;
 
 #[derive(Parser, Debug)]
-#[command(name = "nvmf-target", version, about = "NVMe over Fabrics target on RDMA (RoCEv2, userspace soft provider)")]
+#[command(
+    name = "nvmf-target",
+    version,
+    about = "NVMe over Fabrics target on RDMA (RoCEv2, userspace soft provider)"
+)]
 struct Args {
     /// TOML configuration file (subsystems, namespaces, listen addresses).
     #[arg(long, short)]
@@ -40,7 +44,9 @@ struct Args {
 
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
         .with_writer(std::io::stderr)
         .init();
     let args = Args::parse();

@@ -22,11 +22,18 @@ use super::device::SoftDevice;
 use super::socket::{bind_plain, send_gather, RxBatch, SocketError};
 use crate::cm::{AcceptParams, Cm, CmError, CmEvent, ConnId, ConnectParams};
 use crate::time::Clock;
-use crate::wire::{self, Bth, Deth, IcrcIpInfo, Opcode, PacketHeaders, GSI_QKEY, ROCE_V2_QP1_UDP_SPORT, ROCE_V2_UDP_DPORT};
+use crate::wire::{
+    self, Bth, Deth, IcrcIpInfo, Opcode, PacketHeaders, GSI_QKEY, ROCE_V2_QP1_UDP_SPORT,
+    ROCE_V2_UDP_DPORT,
+};
 
 enum Cmd {
     Listen(u16, Sender<CmEvent>, Sender<Result<(), CmError>>),
-    Connect(ConnectParams, Sender<CmEvent>, Sender<Result<ConnId, CmError>>),
+    Connect(
+        ConnectParams,
+        Sender<CmEvent>,
+        Sender<Result<ConnId, CmError>>,
+    ),
     Accept(ConnId, AcceptParams, Sender<Result<(), CmError>>),
     Reject(ConnId, u16, Vec<u8>, Sender<Result<(), CmError>>),
     SendRtu(ConnId, Sender<Result<(), CmError>>),
@@ -43,7 +50,13 @@ impl Shared {
     fn wake(&self) {
         let one: u64 = 1;
         // SAFETY: 8-byte write to an eventfd.
-        unsafe { libc::write(self.wake.as_raw_fd(), &one as *const u64 as *const libc::c_void, 8) };
+        unsafe {
+            libc::write(
+                self.wake.as_raw_fd(),
+                &one as *const u64 as *const libc::c_void,
+                8,
+            )
+        };
     }
 }
 
@@ -104,7 +117,11 @@ impl CmAgent {
         // SAFETY: efd is a fresh descriptor we own.
         let wake = unsafe { OwnedFd::from_raw_fd(efd) };
         let (cmd_tx, cmd_rx) = channel::unbounded();
-        let shared = Arc::new(Shared { cmds: cmd_tx, wake, stop: AtomicBool::new(false) });
+        let shared = Arc::new(Shared {
+            cmds: cmd_tx,
+            wake,
+            stop: AtomicBool::new(false),
+        });
         let seed = rand::random::<u64>();
         let worker = Worker {
             dev: dev.clone(),
@@ -118,13 +135,24 @@ impl CmAgent {
             clock: Clock::new(),
             psn: 0,
         };
-        let handle = std::thread::Builder::new().name(format!("cm-agent {ip}")).spawn(move || worker.run())?;
-        Ok(CmAgent { shared: shared.clone(), _thread: Arc::new(ThreadGuard { shared, handle: Some(handle) }) })
+        let handle = std::thread::Builder::new()
+            .name(format!("cm-agent {ip}"))
+            .spawn(move || worker.run())?;
+        Ok(CmAgent {
+            shared: shared.clone(),
+            _thread: Arc::new(ThreadGuard {
+                shared,
+                handle: Some(handle),
+            }),
+        })
     }
 
     fn call<T>(&self, make: impl FnOnce(Sender<T>) -> Cmd) -> Result<T, CmAgentError> {
         let (tx, rx) = channel::bounded(1);
-        self.shared.cmds.send(make(tx)).map_err(|_| CmAgentError::Gone)?;
+        self.shared
+            .cmds
+            .send(make(tx))
+            .map_err(|_| CmAgentError::Gone)?;
         self.shared.wake();
         rx.recv().map_err(|_| CmAgentError::Gone)
     }
@@ -191,15 +219,29 @@ impl Worker {
                 None => 100,
             };
             let mut pfds = [
-                libc::pollfd { fd: self.rx.as_raw_fd(), events: libc::POLLIN, revents: 0 },
-                libc::pollfd { fd: self.shared.wake.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+                libc::pollfd {
+                    fd: self.rx.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+                libc::pollfd {
+                    fd: self.shared.wake.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
             ];
             // SAFETY: two valid pollfds.
             unsafe { libc::poll(pfds.as_mut_ptr(), 2, wait_ms) };
             if pfds[1].revents != 0 {
                 let mut v = 0u64;
                 // SAFETY: 8-byte read from the eventfd.
-                unsafe { libc::read(self.shared.wake.as_raw_fd(), &mut v as *mut u64 as *mut libc::c_void, 8) };
+                unsafe {
+                    libc::read(
+                        self.shared.wake.as_raw_fd(),
+                        &mut v as *mut u64 as *mut libc::c_void,
+                        8,
+                    )
+                };
             }
             while let Ok(n) = batch.recv(self.rx.as_raw_fd()) {
                 if n == 0 {
@@ -299,7 +341,12 @@ impl Worker {
                 }
                 _ => self.conns.get(&id).cloned(),
             };
-            let done = matches!(ev, CmEvent::Disconnected { .. } | CmEvent::Rejected { .. } | CmEvent::Unreachable { .. });
+            let done = matches!(
+                ev,
+                CmEvent::Disconnected { .. }
+                    | CmEvent::Rejected { .. }
+                    | CmEvent::Unreachable { .. }
+            );
             if let Some(s) = sender {
                 let _ = s.send(ev);
             }
@@ -314,23 +361,44 @@ impl Worker {
         self.psn = (self.psn + 1) & 0x00FF_FFFF;
         let hdr = PacketHeaders {
             bth: Bth::new(Opcode::UdSendOnly, 1, psn, false),
-            deth: Some(Deth { qkey: GSI_QKEY, src_qp: 1 }),
+            deth: Some(Deth {
+                qkey: GSI_QKEY,
+                src_qp: 1,
+            }),
             reth: None,
             aeth: None,
             imm: None,
             ieth: None,
         };
-        let sport = self.tx.local_addr().ok().and_then(|a| a.as_socket()).map(|a| a.port()).unwrap_or(ROCE_V2_QP1_UDP_SPORT);
-        let info = IcrcIpInfo { src: self.dev.ip(), dst: dest, ipv4_id: 0, udp_sport: sport, udp_dport: ROCE_V2_UDP_DPORT };
+        let sport = self
+            .tx
+            .local_addr()
+            .ok()
+            .and_then(|a| a.as_socket())
+            .map(|a| a.port())
+            .unwrap_or(ROCE_V2_QP1_UDP_SPORT);
+        let info = IcrcIpInfo {
+            src: self.dev.ip(),
+            dst: dest,
+            ipv4_id: 0,
+            udp_sport: sport,
+            udp_dport: ROCE_V2_UDP_DPORT,
+        };
         let mut buf = Vec::with_capacity(300);
         wire::build(&hdr, mad, &info, &mut buf);
         let to = SockAddr::from(SocketAddr::new(dest, ROCE_V2_UDP_DPORT));
         match send_gather(&self.tx, &to, &[&buf]) {
             Ok(true) => {
-                self.dev.counters().sent_pkts.fetch_add(1, Ordering::Relaxed);
+                self.dev
+                    .counters()
+                    .sent_pkts
+                    .fetch_add(1, Ordering::Relaxed);
             }
             _ => {
-                self.dev.counters().tx_dropped_pkts.fetch_add(1, Ordering::Relaxed);
+                self.dev
+                    .counters()
+                    .tx_dropped_pkts
+                    .fetch_add(1, Ordering::Relaxed);
             }
         }
     }

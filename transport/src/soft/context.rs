@@ -84,7 +84,10 @@ pub struct Context {
 
 impl std::fmt::Debug for Context {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Context").field("dev", &self.dev).field("rxq", &self.rxq).finish()
+        f.debug_struct("Context")
+            .field("dev", &self.dev)
+            .field("rxq", &self.rxq)
+            .finish()
     }
 }
 
@@ -123,7 +126,11 @@ impl Context {
 
     /// Creates a completion queue of at least `cqe` entries (`ibv_create_cq`).
     pub fn create_cq(&mut self, cqe: u32) -> Cq {
-        self.cqs.push(CqState { entries: VecDeque::with_capacity(cqe as usize), capacity: cqe.max(1) as usize, overflows: 0 });
+        self.cqs.push(CqState {
+            entries: VecDeque::with_capacity(cqe as usize),
+            capacity: cqe.max(1) as usize,
+            overflows: 0,
+        });
         Cq(self.cqs.len() as u32 - 1)
     }
 
@@ -152,7 +159,13 @@ impl Context {
         let core = RcQp::new(qpn, attr.pd.0, attr.cap, attr.srq.is_some(), self.rc_config);
         self.qps.insert(
             qpn,
-            QpSlot { core, send_cq: attr.send_cq.0, recv_cq: attr.recv_cq.0, srq: attr.srq.map(|s| s.0), tx: None },
+            QpSlot {
+                core,
+                send_cq: attr.send_cq.0,
+                recv_cq: attr.recv_cq.0,
+                srq: attr.srq.map(|s| s.0),
+                tx: None,
+            },
         );
         Ok(Qp(qpn))
     }
@@ -172,9 +185,16 @@ impl Context {
                 let fl = (qp.0 as u64 * dest_qpn as u64) as u32;
                 wire::udp_sport_from_flow_label(fl ^ (fl >> 20))
             };
-            let (sock, sport) = bind_tx_socket(ip, want).map_err(|_| VerbsError::NoResources("UDP source port"))?;
+            let (sock, sport) =
+                bind_tx_socket(ip, want).map_err(|_| VerbsError::NoResources("UDP source port"))?;
             let dest = SockAddr::from(SocketAddr::new(ah.dest, ROCE_V2_UDP_DPORT));
-            let icrc = IcrcIpInfo { src: ip, dst: ah.dest, ipv4_id: 0, udp_sport: sport, udp_dport: ROCE_V2_UDP_DPORT };
+            let icrc = IcrcIpInfo {
+                src: ip,
+                dst: ah.dest,
+                ipv4_id: 0,
+                udp_sport: sport,
+                udp_dport: ROCE_V2_UDP_DPORT,
+            };
             slot.tx = Some(TxPath { sock, dest, icrc });
         }
         self.flush_qp(qp.0);
@@ -188,7 +208,10 @@ impl Context {
 
     /// The QP's UDP source port, once it has a path.
     pub fn qp_udp_sport(&self, qp: Qp) -> Option<u16> {
-        self.qps.get(&qp.0).and_then(|s| s.tx.as_ref()).map(|t| t.icrc.udp_sport)
+        self.qps
+            .get(&qp.0)
+            .and_then(|s| s.tx.as_ref())
+            .map(|t| t.icrc.udp_sport)
     }
 
     /// The QP's counters.
@@ -198,7 +221,10 @@ impl Context {
 
     /// Destroys a QP (`ibv_destroy_qp`); its pending work is dropped without completions.
     pub fn destroy_qp(&mut self, qp: Qp) -> Result<(), VerbsError> {
-        self.qps.remove(&qp.0).map(|_| ()).ok_or(VerbsError::NoSuchObject)
+        self.qps
+            .remove(&qp.0)
+            .map(|_| ())
+            .ok_or(VerbsError::NoSuchObject)
     }
 
     /// Posts a send WR (`ibv_post_send`) and transmits what it allows right away.
@@ -217,16 +243,25 @@ impl Context {
 
     /// Posts a receive WR to a shared receive queue (`ibv_post_srq_recv`).
     pub fn post_srq_recv(&mut self, srq: Srq, wr: &RecvWr) -> Result<(), VerbsError> {
-        self.srqs.get_mut(srq.0 as usize).ok_or(VerbsError::NoSuchObject)?.post(*wr)
+        self.srqs
+            .get_mut(srq.0 as usize)
+            .ok_or(VerbsError::NoSuchObject)?
+            .post(*wr)
     }
 
     /// Drives progress, then moves up to `out.len()` completions of `cq` into `out`
     /// (`ibv_poll_cq`); returns how many.
     pub fn poll_cq(&mut self, cq: Cq, out: &mut [WorkCompletion]) -> usize {
-        if self.cqs.get(cq.0 as usize).is_some_and(|c| c.entries.is_empty()) {
+        if self
+            .cqs
+            .get(cq.0 as usize)
+            .is_some_and(|c| c.entries.is_empty())
+        {
             self.progress();
         }
-        let Some(c) = self.cqs.get_mut(cq.0 as usize) else { return 0 };
+        let Some(c) = self.cqs.get_mut(cq.0 as usize) else {
+            return 0;
+        };
         let n = out.len().min(c.entries.len());
         for (o, e) in out.iter_mut().zip(c.entries.drain(..n)) {
             *o = e;
@@ -236,7 +271,10 @@ impl Context {
 
     /// Completions lost because a CQ was full (IBV_EVENT_CQ_ERR in ibverbs).
     pub fn cq_overflows(&self, cq: Cq) -> u64 {
-        self.cqs.get(cq.0 as usize).map(|c| c.overflows).unwrap_or(0)
+        self.cqs
+            .get(cq.0 as usize)
+            .map(|c| c.overflows)
+            .unwrap_or(0)
     }
 
     /// One round of the poll loop: receive and process what arrived, fire due timers,
@@ -244,12 +282,6 @@ impl Context {
     /// received.
     pub fn progress(&mut self) -> usize {
         let mut received = 0;
-        let mut dirty = std::mem::take(&mut self.dirty);
-        for &qpn in &dirty {
-            self.flush_qp(qpn);
-        }
-        dirty.clear();
-        self.dirty = dirty;
         loop {
             let n = match self.rx.recv(self.rx_sock.as_raw_fd()) {
                 Ok(n) => n,
@@ -262,6 +294,7 @@ impl Context {
             for i in 0..n {
                 self.handle_datagram(now, i);
             }
+            self.flush_dirty();
             received += n;
             if n < super::socket::RX_BATCH {
                 break;
@@ -269,11 +302,20 @@ impl Context {
         }
         let now = self.clock.now();
         if self.next_timer.is_some_and(|t| t <= now) {
-            let Self { qps, srqs, dev, dirty, .. } = self;
+            let Self {
+                qps,
+                srqs,
+                dev,
+                dirty,
+                ..
+            } = self;
             for (qpn, slot) in qps.iter_mut() {
                 if slot.core.poll_timeout().is_some_and(|t| t <= now) {
                     let srq = slot.srq.and_then(|i| srqs.get_mut(i as usize));
-                    let mut env = RcEnv { keys: dev.keys(), srq };
+                    let mut env = RcEnv {
+                        keys: dev.keys(),
+                        srq,
+                    };
                     slot.core.handle_timeout(now, &mut env);
                     if !dirty.contains(qpn) {
                         dirty.push(*qpn);
@@ -281,16 +323,55 @@ impl Context {
                 }
             }
         }
-        self.next_timer = self.qps.values().filter_map(|s| s.core.poll_timeout()).min();
+        self.flush_dirty();
+        self.next_timer = self
+            .qps
+            .values()
+            .filter_map(|s| s.core.poll_timeout())
+            .min();
         received
+    }
+
+    fn flush_dirty(&mut self) {
+        let mut dirty = std::mem::take(&mut self.dirty);
+        for &qpn in &dirty {
+            self.flush_qp(qpn);
+        }
+        dirty.clear();
+        self.dirty = dirty;
+    }
+
+    /// Posts several send WRs (`ibv_post_send` with a chain) and transmits once, so
+    /// their packets share `sendmmsg` calls. Stops at the first WR refused.
+    pub fn post_send_list(&mut self, qp: Qp, wrs: &[SendWr]) -> Result<(), VerbsError> {
+        let slot = self.qps.get_mut(&qp.0).ok_or(VerbsError::NoSuchObject)?;
+        let mut res = Ok(());
+        for wr in wrs {
+            if let Err(e) = slot.core.post_send(wr) {
+                res = Err(e);
+                break;
+            }
+        }
+        self.flush_qp(qp.0);
+        res
     }
 
     /// Waits up to `timeout` for a packet to arrive (for callers that stop busy polling
     /// when idle). Timers still need `progress` calls.
     pub fn wait(&self, timeout: Duration) {
-        let mut pfd = libc::pollfd { fd: self.rx_sock.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        let mut pfd = libc::pollfd {
+            fd: self.rx_sock.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
         // SAFETY: one valid pollfd.
-        unsafe { libc::poll(&mut pfd, 1, timeout.as_millis().min(i32::MAX as u128) as i32) };
+        unsafe {
+            libc::poll(
+                &mut pfd,
+                1,
+                timeout.as_millis().min(i32::MAX as u128) as i32,
+            )
+        };
     }
 
     /// The earliest timer of any QP.
@@ -299,8 +380,12 @@ impl Context {
     }
 
     fn handle_datagram(&mut self, now: Timestamp, i: usize) {
-        let Self { rx, dev, qps, srqs, .. } = self;
-        let Some((from, data)) = rx.get(i) else { return };
+        let Self {
+            rx, dev, qps, srqs, ..
+        } = self;
+        let Some((from, data)) = rx.get(i) else {
+            return;
+        };
         let counters = dev.counters();
         let info = IcrcIpInfo {
             src: from.ip(),
@@ -334,26 +419,48 @@ impl Context {
             }
         }
         let srq = slot.srq.and_then(|i| srqs.get_mut(i as usize));
-        let mut env = RcEnv { keys: dev.keys(), srq };
+        let mut env = RcEnv {
+            keys: dev.keys(),
+            srq,
+        };
         slot.core.handle_packet(now, &pkt, &mut env);
-        // ACKs and READ responses go out now, as an RNIC sends them: a peer must not
-        // depend on this application polling again to see its requests acknowledged.
-        self.flush_qp(qpn);
+        // ACKs and READ responses go out at the end of this receive batch (one ACK can
+        // cover several packets), still within this progress call, as an RNIC sends
+        // them: a peer never depends on this application polling again.
+        if !self.dirty.contains(&qpn) {
+            self.dirty.push(qpn);
+        }
     }
 
     /// Transmits what the QP has to send (in batches of up to [`TX_BATCH`] packets
     /// per `sendmmsg`) and collects its completions.
     fn flush_qp(&mut self, qpn: u32) {
-        let Self { qps, srqs, dev, cqs, clock, tx, next_timer, .. } = self;
-        let Some(slot) = qps.get_mut(&qpn) else { return };
+        let Self {
+            qps,
+            srqs,
+            dev,
+            cqs,
+            clock,
+            tx,
+            next_timer,
+            ..
+        } = self;
+        let Some(slot) = qps.get_mut(&qpn) else {
+            return;
+        };
         let now = clock.now();
         let counters = dev.counters();
         loop {
             tx.clear();
             while tx.len() < TX_BATCH {
                 let srq = slot.srq.and_then(|i| srqs.get_mut(i as usize));
-                let mut env = RcEnv { keys: dev.keys(), srq };
-                let Some(mut pkt) = slot.core.poll_transmit(now, &mut env) else { break };
+                let mut env = RcEnv {
+                    keys: dev.keys(),
+                    srq,
+                };
+                let Some(mut pkt) = slot.core.poll_transmit(now, &mut env) else {
+                    break;
+                };
                 let pad = wire::pad_for(pkt.payload.len());
                 pkt.hdr.bth.pad_count = pad;
                 tx.push(pkt);
@@ -362,14 +469,20 @@ impl Context {
                 break;
             }
             let Some(path) = &slot.tx else {
-                counters.tx_dropped_pkts.fetch_add(tx.len() as u64, Ordering::Relaxed);
+                counters
+                    .tx_dropped_pkts
+                    .fetch_add(tx.len() as u64, Ordering::Relaxed);
                 continue;
             };
             let (sent, bytes) = send_batch(path, tx.packets());
             counters.sent_pkts.fetch_add(sent as u64, Ordering::Relaxed);
-            counters.tx_payload_bytes_zero_copy.fetch_add(bytes, Ordering::Relaxed);
+            counters
+                .tx_payload_bytes_zero_copy
+                .fetch_add(bytes, Ordering::Relaxed);
             if sent < tx.len() {
-                counters.tx_dropped_pkts.fetch_add((tx.len() - sent) as u64, Ordering::Relaxed);
+                counters
+                    .tx_dropped_pkts
+                    .fetch_add((tx.len() - sent) as u64, Ordering::Relaxed);
             }
         }
         Self::collect_completions(slot, cqs);
@@ -468,7 +581,11 @@ fn send_batch(path: &TxPath, pkts: &[TxPacket]) -> (usize, u64) {
     }
     match send_many(&path.sock, &path.dest, &msgs[..n]) {
         Ok(sent) => {
-            let b = if sent == n { bytes } else { pkts[..sent].iter().map(|p| p.payload.len() as u64).sum() };
+            let b = if sent == n {
+                bytes
+            } else {
+                pkts[..sent].iter().map(|p| p.payload.len() as u64).sum()
+            };
             (sent, b)
         }
         Err(e) => {

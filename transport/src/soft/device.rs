@@ -26,7 +26,11 @@ pub struct DeviceConfig {
 impl DeviceConfig {
     /// One poll group on `ip`, MTU from the interface.
     pub fn new(ip: IpAddr) -> Self {
-        DeviceConfig { ip, rx_queues: 1, netdev_mtu: None }
+        DeviceConfig {
+            ip,
+            rx_queues: 1,
+            netdev_mtu: None,
+        }
     }
 }
 
@@ -97,7 +101,10 @@ pub struct Mr {
 
 impl std::fmt::Debug for Mr {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Mr").field("keys", &self.keys).field("pd", &self.pd).finish()
+        f.debug_struct("Mr")
+            .field("keys", &self.keys)
+            .field("pd", &self.pd)
+            .finish()
     }
 }
 
@@ -132,16 +139,34 @@ impl Mr {
     }
     /// Copies `data` into the region at `offset`. Panics if out of range (a caller bug).
     pub fn write(&self, offset: usize, data: &[u8]) {
-        assert!(offset.checked_add(data.len()).is_some_and(|e| e <= self.len()), "Mr::write out of range");
+        assert!(
+            offset
+                .checked_add(data.len())
+                .is_some_and(|e| e <= self.len()),
+            "Mr::write out of range"
+        );
         // SAFETY: in range; concurrent remote access to the same bytes is the RDMA
         // programming model's race (as with a NIC's DMA), not a Rust aliasing one here.
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.mem.as_ptr().add(offset), data.len()) }
+        unsafe {
+            std::ptr::copy_nonoverlapping(data.as_ptr(), self.mem.as_ptr().add(offset), data.len())
+        }
     }
     /// Copies bytes at `offset` into `out`. Panics if out of range (a caller bug).
     pub fn read(&self, offset: usize, out: &mut [u8]) {
-        assert!(offset.checked_add(out.len()).is_some_and(|e| e <= self.len()), "Mr::read out of range");
+        assert!(
+            offset
+                .checked_add(out.len())
+                .is_some_and(|e| e <= self.len()),
+            "Mr::read out of range"
+        );
         // SAFETY: as in `write`.
-        unsafe { std::ptr::copy_nonoverlapping(self.mem.as_ptr().add(offset), out.as_mut_ptr(), out.len()) }
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                self.mem.as_ptr().add(offset),
+                out.as_mut_ptr(),
+                out.len(),
+            )
+        }
     }
 }
 
@@ -165,7 +190,10 @@ pub struct SoftDevice {
 
 impl std::fmt::Debug for SoftDevice {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SoftDevice").field("ip", &self.ip).field("path_mtu", &self.path_mtu).finish()
+        f.debug_struct("SoftDevice")
+            .field("ip", &self.ip)
+            .field("path_mtu", &self.path_mtu)
+            .finish()
     }
 }
 
@@ -178,13 +206,19 @@ impl SoftDevice {
     pub fn open(cfg: DeviceConfig) -> Result<Arc<SoftDevice>, SocketError> {
         let rx_queues = cfg.rx_queues.max(1);
         let socks = bind_rx_group(cfg.ip, rx_queues)?;
-        let netdev_mtu = cfg.netdev_mtu.unwrap_or_else(|| interface_mtu(cfg.ip).unwrap_or(1500));
+        let netdev_mtu = cfg
+            .netdev_mtu
+            .unwrap_or_else(|| interface_mtu(cfg.ip).unwrap_or(1500));
         let next_qpn = (0..rx_queues)
             .map(|i| {
                 // smallest qpn >= FIRST_QPN with qpn % rx_queues == i
                 let r = FIRST_QPN % rx_queues;
                 let base = FIRST_QPN - r + i;
-                AtomicU32::new(if base < FIRST_QPN { base + rx_queues } else { base })
+                AtomicU32::new(if base < FIRST_QPN {
+                    base + rx_queues
+                } else {
+                    base
+                })
             })
             .collect();
         Ok(Arc::new(SoftDevice {
@@ -231,10 +265,20 @@ impl SoftDevice {
 
     /// Allocates `len` bytes of page-aligned, zeroed memory and registers it
     /// (`ibv_reg_mr`) with `access` in `pd`.
-    pub fn reg_mr(self: &Arc<Self>, pd: Pd, len: usize, access: AccessFlags) -> Result<Mr, VerbsError> {
+    pub fn reg_mr(
+        self: &Arc<Self>,
+        pd: Pd,
+        len: usize,
+        access: AccessFlags,
+    ) -> Result<Mr, VerbsError> {
         let mem = MrMemory::new(len).map_err(|_| VerbsError::NoResources("memory for the MR"))?;
         let keys = self.keys.reg_mr(pd.0, &mem, 0, len, access)?;
-        Ok(Mr { keys, pd, mem, dev: self.clone() })
+        Ok(Mr {
+            keys,
+            pd,
+            mem,
+            dev: self.clone(),
+        })
     }
 
     /// Allocates a type 2 memory window (`ibv_alloc_mw`); returns its (not yet valid)
@@ -246,7 +290,11 @@ impl SoftDevice {
     /// Opens poll group `rx_queue` (0-based): it owns that receive socket and creates
     /// QPs whose numbers steer to it. Each poll group can be opened once.
     pub fn open_context(self: &Arc<Self>, rx_queue: u32) -> Result<Context, VerbsError> {
-        let sock = self.take_socket(rx_queue as usize + 1).ok_or(VerbsError::InvalidArgument("poll group already open or out of range"))?;
+        let sock = self
+            .take_socket(rx_queue as usize + 1)
+            .ok_or(VerbsError::InvalidArgument(
+                "poll group already open or out of range",
+            ))?;
         Ok(Context::new(self.clone(), rx_queue, sock))
     }
 
@@ -278,7 +326,8 @@ pub fn interface_mtu(ip: IpAddr) -> Option<u32> {
         // 127.0.0.0/8 is all on lo although only 127.0.0.1 is listed.
         let loopback = ip.is_loopback() && ifa.interface_name == "lo";
         if matches || loopback {
-            let s = std::fs::read_to_string(format!("/sys/class/net/{}/mtu", ifa.interface_name)).ok()?;
+            let s = std::fs::read_to_string(format!("/sys/class/net/{}/mtu", ifa.interface_name))
+                .ok()?;
             return s.trim().parse().ok();
         }
     }

@@ -36,15 +36,34 @@ pub enum SocketError {
     #[error("UDP port {port} on {ip} is already in use (another RoCEv2 stack or nvmf process?)")]
     PortInUse { ip: IpAddr, port: u16 },
     #[error("cannot bind UDP {ip}:{port}: {source} (is {ip} an address of this machine?)")]
-    Bind { ip: IpAddr, port: u16, source: io::Error },
+    Bind {
+        ip: IpAddr,
+        port: u16,
+        source: io::Error,
+    },
     #[error("socket setup for {ip}: {what}: {source}")]
-    Setup { ip: IpAddr, what: &'static str, source: io::Error },
+    Setup {
+        ip: IpAddr,
+        what: &'static str,
+        source: io::Error,
+    },
 }
 
-fn setsockopt_int(fd: RawFd, level: libc::c_int, name: libc::c_int, val: libc::c_int) -> io::Result<()> {
+fn setsockopt_int(
+    fd: RawFd,
+    level: libc::c_int,
+    name: libc::c_int,
+    val: libc::c_int,
+) -> io::Result<()> {
     // SAFETY: plain setsockopt with a c_int value.
     let r = unsafe {
-        libc::setsockopt(fd, level, name, &val as *const _ as *const libc::c_void, size_of::<libc::c_int>() as u32)
+        libc::setsockopt(
+            fd,
+            level,
+            name,
+            &val as *const _ as *const libc::c_void,
+            size_of::<libc::c_int>() as u32,
+        )
     };
     if r == 0 {
         Ok(())
@@ -61,8 +80,16 @@ fn set_buffer(sock: &Socket, force: libc::c_int, plain: libc::c_int, bytes: usiz
 }
 
 fn udp_socket(ip: IpAddr) -> io::Result<Socket> {
-    let domain = if ip.is_ipv4() { Domain::IPV4 } else { Domain::IPV6 };
-    let s = Socket::new(domain, Type::DGRAM.nonblocking().cloexec(), Some(Protocol::UDP))?;
+    let domain = if ip.is_ipv4() {
+        Domain::IPV4
+    } else {
+        Domain::IPV6
+    };
+    let s = Socket::new(
+        domain,
+        Type::DGRAM.nonblocking().cloexec(),
+        Some(Protocol::UDP),
+    )?;
     if ip.is_ipv6() {
         s.set_only_v6(true)?;
     }
@@ -81,12 +108,12 @@ fn steering_program(rx_queues: u32) -> Vec<libc::sock_filter> {
     const BPF_RET_K: u16 = 0x06;
     let ins = |code, jt, jf, k| libc::sock_filter { code, jt, jf, k };
     vec![
-        ins(BPF_LD_W_ABS, 0, 0, 4),           // A = BTH bytes 4..8 (F/B/resv, DestQP)
+        ins(BPF_LD_W_ABS, 0, 0, 4), // A = BTH bytes 4..8 (F/B/resv, DestQP)
         ins(BPF_ALU_AND_K, 0, 0, 0x00FF_FFFF), // A = DestQP
-        ins(BPF_JEQ_K, 0, 1, 1),               // QP1?
-        ins(BPF_RET_K, 0, 0, 0),               //   -> socket 0 (CM agent)
-        ins(BPF_ALU_MOD_K, 0, 0, rx_queues),   // A = qpn % rx_queues
-        ins(BPF_ALU_ADD_K, 0, 0, 1),           // A += 1
+        ins(BPF_JEQ_K, 0, 1, 1),    // QP1?
+        ins(BPF_RET_K, 0, 0, 0),    //   -> socket 0 (CM agent)
+        ins(BPF_ALU_MOD_K, 0, 0, rx_queues), // A = qpn % rx_queues
+        ins(BPF_ALU_ADD_K, 0, 0, 1), // A += 1
         ins(BPF_RET_A, 0, 0, 0),
     ]
 }
@@ -104,22 +131,34 @@ pub fn bind_rx_group(ip: IpAddr, rx_queues: u32) -> Result<Vec<Socket>, SocketEr
         let probe = udp_socket(ip).map_err(|e| setup("socket", e))?;
         probe.bind(&addr).map_err(|e| match e.raw_os_error() {
             Some(libc::EADDRINUSE) => SocketError::PortInUse { ip, port },
-            _ => SocketError::Bind { ip, port, source: e },
+            _ => SocketError::Bind {
+                ip,
+                port,
+                source: e,
+            },
         })?;
     }
     let mut socks = Vec::with_capacity(rx_queues as usize + 1);
     for _ in 0..=rx_queues {
         let s = udp_socket(ip).map_err(|e| setup("socket", e))?;
-        s.set_reuse_port(true).map_err(|e| setup("SO_REUSEPORT", e))?;
+        s.set_reuse_port(true)
+            .map_err(|e| setup("SO_REUSEPORT", e))?;
         set_buffer(&s, SO_RCVBUFFORCE, libc::SO_RCVBUF, RX_SOCKET_BUFFER_BYTES);
         s.bind(&addr).map_err(|e| match e.raw_os_error() {
             Some(libc::EADDRINUSE) => SocketError::PortInUse { ip, port },
-            _ => SocketError::Bind { ip, port, source: e },
+            _ => SocketError::Bind {
+                ip,
+                port,
+                source: e,
+            },
         })?;
         socks.push(s);
     }
     let prog = steering_program(rx_queues);
-    let fprog = libc::sock_fprog { len: prog.len() as u16, filter: prog.as_ptr() as *mut _ };
+    let fprog = libc::sock_fprog {
+        len: prog.len() as u16,
+        filter: prog.as_ptr() as *mut _,
+    };
     // SAFETY: fprog points at `prog`, alive for the call.
     let r = unsafe {
         libc::setsockopt(
@@ -131,7 +170,10 @@ pub fn bind_rx_group(ip: IpAddr, rx_queues: u32) -> Result<Vec<Socket>, SocketEr
         )
     };
     if r != 0 {
-        return Err(setup("SO_ATTACH_REUSEPORT_CBPF", io::Error::last_os_error()));
+        return Err(setup(
+            "SO_ATTACH_REUSEPORT_CBPF",
+            io::Error::last_os_error(),
+        ));
     }
     Ok(socks)
 }
@@ -144,8 +186,13 @@ pub fn bind_tx_socket(ip: IpAddr, sport: u16) -> Result<(Socket, u16), SocketErr
     for _ in 0..0x4000 {
         let s = udp_socket(ip).map_err(|e| setup("socket", e))?;
         if ip.is_ipv4() {
-            setsockopt_int(s.as_raw_fd(), libc::IPPROTO_IP, libc::IP_MTU_DISCOVER, libc::IP_PMTUDISC_DO)
-                .map_err(|e| setup("IP_MTU_DISCOVER", e))?;
+            setsockopt_int(
+                s.as_raw_fd(),
+                libc::IPPROTO_IP,
+                libc::IP_MTU_DISCOVER,
+                libc::IP_PMTUDISC_DO,
+            )
+            .map_err(|e| setup("IP_MTU_DISCOVER", e))?;
             // ECT(0): our choice (DESIGN: ToS is masked from the ICRC).
             let _ = setsockopt_int(s.as_raw_fd(), libc::IPPROTO_IP, libc::IP_TOS, 0x02);
         } else {
@@ -158,7 +205,13 @@ pub fn bind_tx_socket(ip: IpAddr, sport: u16) -> Result<(Socket, u16), SocketErr
             Err(e) if e.raw_os_error() == Some(libc::EADDRINUSE) => {
                 port = if port == 0xFFFF { 0xC000 } else { port + 1 };
             }
-            Err(e) => return Err(SocketError::Bind { ip, port, source: e }),
+            Err(e) => {
+                return Err(SocketError::Bind {
+                    ip,
+                    port,
+                    source: e,
+                })
+            }
         }
     }
     Err(SocketError::PortInUse { ip, port: sport })
@@ -166,14 +219,28 @@ pub fn bind_tx_socket(ip: IpAddr, sport: u16) -> Result<(Socket, u16), SocketErr
 
 /// Binds a plain (blocking) UDP socket to `ip:port` with DF, for QP1's sends.
 pub fn bind_plain(ip: IpAddr, port: u16) -> Result<Socket, SocketError> {
-    let s = udp_socket(ip).map_err(|e| SocketError::Setup { ip, what: "socket", source: e })?;
-    if ip.is_ipv4() {
-        let _ = setsockopt_int(s.as_raw_fd(), libc::IPPROTO_IP, libc::IP_MTU_DISCOVER, libc::IP_PMTUDISC_DO);
-    }
-    s.bind(&SockAddr::from(SocketAddr::new(ip, port))).map_err(|e| match e.raw_os_error() {
-        Some(libc::EADDRINUSE) => SocketError::PortInUse { ip, port },
-        _ => SocketError::Bind { ip, port, source: e },
+    let s = udp_socket(ip).map_err(|e| SocketError::Setup {
+        ip,
+        what: "socket",
+        source: e,
     })?;
+    if ip.is_ipv4() {
+        let _ = setsockopt_int(
+            s.as_raw_fd(),
+            libc::IPPROTO_IP,
+            libc::IP_MTU_DISCOVER,
+            libc::IP_PMTUDISC_DO,
+        );
+    }
+    s.bind(&SockAddr::from(SocketAddr::new(ip, port)))
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::EADDRINUSE) => SocketError::PortInUse { ip, port },
+            _ => SocketError::Bind {
+                ip,
+                port,
+                source: e,
+            },
+        })?;
     Ok(s)
 }
 
@@ -233,7 +300,13 @@ impl RxBatch {
         }
         // SAFETY: every header points at live slots of this batch.
         let n = unsafe {
-            libc::recvmmsg(fd, self.hdrs.as_mut_ptr(), RX_BATCH as u32, libc::MSG_DONTWAIT, std::ptr::null_mut())
+            libc::recvmmsg(
+                fd,
+                self.hdrs.as_mut_ptr(),
+                RX_BATCH as u32,
+                libc::MSG_DONTWAIT,
+                std::ptr::null_mut(),
+            )
         };
         if n < 0 {
             let e = io::Error::last_os_error();
@@ -272,7 +345,10 @@ fn sockaddr_to_std(ss: &libc::sockaddr_storage) -> Option<SocketAddr> {
             }
             libc::AF_INET6 => {
                 let a = &*(ss as *const _ as *const libc::sockaddr_in6);
-                Some(SocketAddr::new(IpAddr::from(a.sin6_addr.s6_addr), u16::from_be(a.sin6_port)))
+                Some(SocketAddr::new(
+                    IpAddr::from(a.sin6_addr.s6_addr),
+                    u16::from_be(a.sin6_port),
+                ))
             }
             _ => None,
         }
@@ -283,10 +359,16 @@ fn sockaddr_to_std(ss: &libc::sockaddr_storage) -> Option<SocketAddr> {
 /// Returns `Ok(false)` when the socket buffer is full (EAGAIN/ENOBUFS): the caller
 /// drops the packet and the RC retransmission recovers it.
 pub fn send_gather(sock: &Socket, dest: &SockAddr, parts: &[&[u8]]) -> io::Result<bool> {
-    let mut iovs: [libc::iovec; 8] = [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; 8];
+    let mut iovs: [libc::iovec; 8] = [libc::iovec {
+        iov_base: std::ptr::null_mut(),
+        iov_len: 0,
+    }; 8];
     let n = parts.len().min(8);
     for (iov, p) in iovs.iter_mut().zip(parts.iter()) {
-        *iov = libc::iovec { iov_base: p.as_ptr() as *mut libc::c_void, iov_len: p.len() };
+        *iov = libc::iovec {
+            iov_base: p.as_ptr() as *mut libc::c_void,
+            iov_len: p.len(),
+        };
     }
     // SAFETY: msghdr zeroed is valid; all pointers live for the call.
     let mut msg: libc::msghdr = unsafe { zeroed() };
@@ -319,13 +401,19 @@ pub fn send_many(sock: &Socket, dest: &SockAddr, msgs: &[&[&[u8]]]) -> io::Resul
     if n == 0 {
         return Ok(0);
     }
-    let mut iovs = [[libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; MAX_PARTS]; MAX_MSGS];
+    let mut iovs = [[libc::iovec {
+        iov_base: std::ptr::null_mut(),
+        iov_len: 0,
+    }; MAX_PARTS]; MAX_MSGS];
     // SAFETY: mmsghdr zeroed is valid.
     let mut hdrs: [libc::mmsghdr; MAX_MSGS] = unsafe { zeroed() };
     for (i, parts) in msgs[..n].iter().enumerate() {
         let k = parts.len().min(MAX_PARTS);
         for (iov, p) in iovs[i].iter_mut().zip(parts.iter()) {
-            *iov = libc::iovec { iov_base: p.as_ptr() as *mut libc::c_void, iov_len: p.len() };
+            *iov = libc::iovec {
+                iov_base: p.as_ptr() as *mut libc::c_void,
+                iov_len: p.len(),
+            };
         }
         let h = &mut hdrs[i].msg_hdr;
         h.msg_name = dest.as_ptr() as *mut libc::c_void;
@@ -334,7 +422,14 @@ pub fn send_many(sock: &Socket, dest: &SockAddr, msgs: &[&[&[u8]]]) -> io::Resul
         h.msg_iovlen = k;
     }
     // SAFETY: every header points at iovecs and buffers alive for the call.
-    let r = unsafe { libc::sendmmsg(sock.as_raw_fd(), hdrs.as_mut_ptr(), n as u32, libc::MSG_DONTWAIT) };
+    let r = unsafe {
+        libc::sendmmsg(
+            sock.as_raw_fd(),
+            hdrs.as_mut_ptr(),
+            n as u32,
+            libc::MSG_DONTWAIT,
+        )
+    };
     if r >= 0 {
         return Ok(r as usize);
     }

@@ -246,7 +246,14 @@ pub struct SgList {
 impl SgList {
     /// An empty list.
     pub const fn new() -> Self {
-        SgList { sges: [Sge { addr: 0, length: 0, lkey: 0 }; MAX_SGE], len: 0 }
+        SgList {
+            sges: [Sge {
+                addr: 0,
+                length: 0,
+                lkey: 0,
+            }; MAX_SGE],
+            len: 0,
+        }
     }
     /// A list of one SGE.
     pub fn one(sge: Sge) -> Self {
@@ -287,7 +294,11 @@ pub enum SendOp {
     /// IBV_WR_RDMA_WRITE to `remote_addr` under `rkey`.
     RdmaWrite { remote_addr: u64, rkey: u32 },
     /// IBV_WR_RDMA_WRITE_WITH_IMM.
-    RdmaWriteWithImm { remote_addr: u64, rkey: u32, imm_data: u32 },
+    RdmaWriteWithImm {
+        remote_addr: u64,
+        rkey: u32,
+        imm_data: u32,
+    },
     /// IBV_WR_RDMA_READ from `remote_addr` under `rkey` into the local SGEs.
     RdmaRead { remote_addr: u64, rkey: u32 },
     /// IBV_WR_LOCAL_INV: invalidate a memory window's rkey locally.
@@ -295,7 +306,14 @@ pub enum SendOp {
     /// IBV_WR_BIND_MW (type 2 memory window, IBTA §10.6.7): grant `rkey` (the window's
     /// key with a fresh 8-bit tag, see [`inc_rkey`]) over exactly `[addr, addr + length)`
     /// of the MR `mr_lkey`, with `access` (remote read and/or write), to this QP's peer.
-    BindMw { mw_handle: u32, rkey: u32, mr_lkey: u32, addr: u64, length: u64, access: AccessFlags },
+    BindMw {
+        mw_handle: u32,
+        rkey: u32,
+        mr_lkey: u32,
+        addr: u64,
+        length: u64,
+        access: AccessFlags,
+    },
 }
 
 /// A send work request (`struct ibv_send_wr`).
@@ -331,7 +349,13 @@ pub struct QpCap {
 
 impl Default for QpCap {
     fn default() -> Self {
-        QpCap { max_send_wr: 256, max_recv_wr: 256, max_send_sge: 4, max_recv_sge: 4, max_inline_data: 256 }
+        QpCap {
+            max_send_wr: 256,
+            max_recv_wr: 256,
+            max_send_sge: 4,
+            max_recv_sge: 4,
+            max_inline_data: 256,
+        }
     }
 }
 
