@@ -17,7 +17,6 @@ use nvme::status::StatusCodeType;
 use nvme::{CommandSpecificStatus, Cqe, GenericStatus, SglDescriptor, Sqe, Status};
 use nvmf_initiator::capsule::DataDir;
 use nvmf_initiator::controller::{fabrics_connect, Controller, ControllerOptions};
-use nvmf_initiator::fabrics::write_connect_data;
 use nvmf_initiator::queue::{NvmeRdmaQueue, QueueConfig};
 use nvmf_initiator::HostError;
 use transport::soft::{CmAgent, DeviceConfig, SoftDevice};
@@ -263,7 +262,7 @@ fn malformed_capsules_are_refused_or_dropped() {
     assert_eq!(errors(&t), errs, "runts are not answered");
     assert_eq!(q.outstanding(), 0);
     assert!(!q.is_dead());
-    // SQ accounting on both sides still agrees: a full queue depth of commands runs.
+    // SQ accounting on both sides still agrees: 20 more commands wrap the 16-entry SQ.
     for i in 0..20u64 {
         let d = pattern(i, 512, 9);
         write_ok(q, 100 + i, &d);
@@ -550,10 +549,14 @@ fn lba_out_of_range_is_refused_and_nothing_is_written() {
     fresh_connection_serves_io(&t, 71, 0);
 }
 
-/// Connect data (1024 bytes) for `cntlid`, `subnqn`, `hostnqn`.
+/// Connect data (NVMe Base 2.x §6.3 Figure "Connect Command - Data", 1024 bytes):
+/// HOSTID at 0, CNTLID at 16, SUBNQN at 256, HOSTNQN at 512 (NUL padded).
 fn connect_data(opts: &ControllerOptions, cntlid: u16, subnqn: &str, hostnqn: &str) -> Vec<u8> {
     let mut d = vec![0u8; 1024];
-    write_connect_data(&mut d, &opts.hostid, cntlid, subnqn, hostnqn).expect("connect data");
+    d[..16].copy_from_slice(&opts.hostid);
+    d[16..18].copy_from_slice(&cntlid.to_le_bytes());
+    d[256..256 + subnqn.len()].copy_from_slice(subnqn.as_bytes());
+    d[512..512 + hostnqn.len()].copy_from_slice(hostnqn.as_bytes());
     d
 }
 
@@ -760,7 +763,7 @@ fn connect_errors_name_the_offending_field() {
     );
     assert_eq!(
         errors(&t) - before,
-        3 + 1 + 1 + 6 + 2 + 1,
+        3 + 1 + 1 + 6 + 2,
         "poll-group error completions"
     );
 
@@ -775,4 +778,67 @@ fn connect_errors_name_the_offending_field() {
     q.disconnect(Duration::from_millis(500));
     ctrl.shutdown(Vec::new()).expect("shutdown");
     fresh_connection_serves_io(&t, 74, 1024);
+}
+
+#[test]
+fn fused_commands_and_repeated_connects_are_refused() {
+    let t = start_target(75, 16 << 20);
+    let mut host = connect(&t, 76, 1, 16);
+    let original = pattern(0, 4096, 7);
+    write_ok(&mut host.io_queues()[0], 0, &original);
+    let before = errors(&t);
+
+    // Fused operations (FUSE 01b/10b): the target reports none (Identify Controller
+    // FUSES 0), so a fused half is refused with Invalid Field in Command, as nvmet.
+    let q = &mut host.io_queues()[0];
+    for fuse in [nvme::sqe::FUSE_FIRST, nvme::sqe::FUSE_SECOND] {
+        let mut w = Sqe::write(0, 1, 0, 7, false);
+        w.set_fuse(fuse);
+        let (_, r) = run(
+            q,
+            w,
+            DataDir::HostToController { len: 4096 },
+            &pattern(0, 4096, 0x80),
+        );
+        refused(
+            r,
+            generic(GenericStatus::InvalidField),
+            &format!("write with FUSE {fuse:#04b}"),
+        );
+    }
+    assert!(read_ok(q, 0, 4096) == original, "no fused write obeyed");
+
+    // A second Connect on a queue that is already connected: Connect Controller Busy
+    // with DNR (nvmet: "queue already connected!"), and nothing changes: no second
+    // controller, the queue keeps its controller.
+    let opts = host.controller().options().clone();
+    let cntlid = host.controller().cntlid();
+    let q = &mut host.io_queues()[0];
+    match fabrics_connect(q, &opts, cntlid, 0) {
+        Err(HostError::ConnectRefused { qid: 1, status, .. }) => assert_eq!(
+            status,
+            Status::command_specific(CommandSpecificStatus::ConnectControllerBusy).with_dnr(),
+            "second I/O queue Connect"
+        ),
+        other => panic!("second I/O queue Connect: {other:?}"),
+    }
+    assert!(read_ok(q, 0, 4096) == original, "the I/O queue still works");
+    let admin = host.controller().admin_queue_mut();
+    match fabrics_connect(admin, &opts, CNTLID_DYNAMIC, opts.kato_ms) {
+        Err(HostError::ConnectRefused { qid: 0, status, .. }) => assert_eq!(
+            status,
+            Status::command_specific(CommandSpecificStatus::ConnectControllerBusy).with_dnr(),
+            "second admin Connect"
+        ),
+        other => panic!("second admin Connect: {other:?}"),
+    }
+    let ctrls = t.target.registry().controllers();
+    assert_eq!(ctrls.len(), 1, "no second controller");
+    assert_eq!(ctrls[0].cntlid, cntlid);
+    host.controller()
+        .keep_alive()
+        .expect("the admin queue keeps its controller");
+    assert_eq!(errors(&t) - before, 4, "poll-group error completions");
+    host.disconnect().expect("disconnect");
+    fresh_connection_serves_io(&t, 77, 1024);
 }

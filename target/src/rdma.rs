@@ -612,6 +612,11 @@ impl PollGroup {
         if sqe.psdt() != nvme::sqe::PSDT_SGL_MPTR_CONTIG {
             return Err(Status::generic(GenericStatus::InvalidField).with_dnr());
         }
+        // No fused operations (Identify Controller FUSES 0): either half of a fused
+        // pair is refused rather than run alone, as nvmet does.
+        if sqe.fuse() != nvme::sqe::FUSE_NORMAL {
+            return Err(Status::generic(GenericStatus::InvalidField).with_dnr());
+        }
         if sqe.opcode() == nvme::FABRICS_OPCODE {
             return match sqe.fctype() {
                 Some(0x01) => Ok((Kind::Connect, DataDirection::HostToController(1024))),
@@ -833,6 +838,18 @@ impl PollGroup {
                     .fetch_add(data.len() as u64, Ordering::Relaxed);
                 let qid = self.queues.get(&qpn).map(|q| q.qid).unwrap_or(u16::MAX);
                 let connect_qid = u16::from_le_bytes([r.sqe.to_array()[42], r.sqe.to_array()[43]]);
+                if self.queues.get(&qpn).is_some_and(|q| q.ctrl.is_some()) {
+                    // Already connected (nvmet: "queue already connected!"): nothing
+                    // changes, no second controller.
+                    self.complete(
+                        i,
+                        Status::command_specific(
+                            nvme::status::CommandSpecificStatus::ConnectControllerBusy,
+                        )
+                        .with_dnr(),
+                    );
+                    return;
+                }
                 if connect_qid != qid {
                     self.reqs[i].dw0 = 42;
                     self.complete(

@@ -99,7 +99,7 @@ fn udp_socket(ip: IpAddr) -> io::Result<Socket> {
 /// The classic BPF program steering by BTH destination QP (the filter runs with the
 /// packet data starting at the UDP payload, i.e. at the BTH).
 fn steering_program(rx_queues: u32) -> Vec<libc::sock_filter> {
-    const BPF_LD_W_ABS: u16 = 0x00 | 0x00 | 0x20; // BPF_LD | BPF_W | BPF_ABS
+    const BPF_LD_W_ABS: u16 = 0x20; // BPF_LD (0) | BPF_W (0) | BPF_ABS (0x20)
     const BPF_ALU_AND_K: u16 = 0x04 | 0x50; // BPF_ALU | BPF_AND | BPF_K
     const BPF_ALU_MOD_K: u16 = 0x04 | 0x90;
     const BPF_ALU_ADD_K: u16 = 0x04;
