@@ -22,7 +22,13 @@ pub struct TestTarget {
     pub target: TargetHandle,
     pub path: PathBuf,
     pub _dir: tempfile::TempDir,
+    /// Tests with a target run one at a time: each brings two busy-polling threads
+    /// (the target's poll group and the test's host loop), as many as this 2-core
+    /// machine has.
+    pub _serial: std::sync::MutexGuard<'static, ()>,
 }
+
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// A target on 127.0.0.`last` serving one namespace on a fresh sparse file of `size`
 /// bytes (512-byte blocks) in a temp directory on the regular file system.

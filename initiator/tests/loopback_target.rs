@@ -17,6 +17,14 @@ use nvmf_target::TargetHandle;
 const NQN: &str = "nqn.2026-11.io.nvmf-rdma:loopback";
 const NS_BYTES: u64 = 64 << 20;
 
+/// Tests with a target run one at a time (two busy-polling threads each, as many as
+/// this 2-core machine has); every test takes this lock first.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn start_target(ip: &str, dir: &Path) -> TargetHandle {
     let toml = format!(
         r#"
@@ -57,6 +65,7 @@ fn pattern(len: usize, seed: u32) -> Vec<u8> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn async_host_write_read_back() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let target = start_target("127.0.0.2", dir.path());
     let host = Host::connect(options("127.0.0.2", "127.0.0.3"))
@@ -124,6 +133,7 @@ async fn async_host_write_read_back() {
 
 #[test]
 fn sync_host_queue_engine() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let target = start_target("127.0.0.41", dir.path());
     let mut opts = options("127.0.0.41", "127.0.0.42");
@@ -204,6 +214,7 @@ fn wait(e: &mut QueueEngine, tag: u32) {
 
 #[test]
 fn unknown_subsystem_is_refused() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let _target = start_target("127.0.0.43", dir.path());
     let mut opts = options("127.0.0.43", "127.0.0.44");
@@ -230,6 +241,7 @@ fn unknown_subsystem_is_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn async_host_many_concurrent_requests_over_small_queues() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let _target = start_target("127.0.0.45", dir.path());
     let mut opts = options("127.0.0.45", "127.0.0.46");

@@ -346,11 +346,15 @@ impl PollGroup {
                 }
             }
             work += self.poll_once();
-            // With no connection at all, do not burn the core.
-            if self.queues.is_empty() && work == 0 {
+            // Busy-poll while there is work; when idle, let other runnable threads have
+            // the core (sched_yield returns at once when nobody else wants it), and with
+            // no connection at all, sleep until a packet arrives.
+            if work == 0 {
                 idle += 1;
-                if idle > 1000 {
+                if self.queues.is_empty() && idle > 1000 {
                     self.ctx.wait(std::time::Duration::from_millis(10));
+                } else if idle % 64 == 0 {
+                    std::thread::yield_now();
                 }
             } else {
                 idle = 0;
