@@ -39,6 +39,7 @@ pub fn start_target(last: u8, size: u64) -> TestTarget {
         )
         .with_test_writer()
         .try_init();
+    let serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("ns1.img");
     let cfg = TargetConfig::default_for(ip(last), NQN, &path, size);
@@ -47,6 +48,7 @@ pub fn start_target(last: u8, size: u64) -> TestTarget {
         target,
         path,
         _dir: dir,
+        _serial: serial,
     }
 }
 

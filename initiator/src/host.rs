@@ -259,13 +259,13 @@ const MAX_NLB: u64 = 65536;
 impl Namespace {
     fn check(&self, slba: u64, len: usize) -> Result<u64, HostError> {
         let bs = u64::from(self.block_size);
-        if len == 0 || len as u64 % bs != 0 {
+        if len == 0 || !(len as u64).is_multiple_of(bs) {
             return Err(HostError::InvalidArgument(format!(
                 "length {len} is not a non-zero multiple of the {bs}-byte block"
             )));
         }
         let nlb = len as u64 / bs;
-        if slba.checked_add(nlb).map_or(true, |end| end > self.nlb) {
+        if slba.checked_add(nlb).is_none_or(|end| end > self.nlb) {
             return Err(HostError::InvalidArgument(format!(
                 "blocks {slba}..+{nlb} beyond the namespace's {}",
                 self.nlb
@@ -332,7 +332,7 @@ impl Namespace {
     /// Write Zeroes of `nlb` blocks from `slba` (NVM Command Set 1.x §3.3.8), split
     /// into commands of at most 65536 blocks.
     pub async fn write_zeroes(&self, slba: u64, nlb: u64) -> Result<(), HostError> {
-        if nlb == 0 || slba.checked_add(nlb).map_or(true, |e| e > self.nlb) {
+        if nlb == 0 || slba.checked_add(nlb).is_none_or(|e| e > self.nlb) {
             return Err(HostError::InvalidArgument(format!(
                 "blocks {slba}..+{nlb} outside the namespace's {}",
                 self.nlb
@@ -363,7 +363,7 @@ impl Namespace {
             return Ok(());
         }
         for &(s, n) in ranges {
-            if s.checked_add(u64::from(n)).map_or(true, |e| e > self.nlb) {
+            if s.checked_add(u64::from(n)).is_none_or(|e| e > self.nlb) {
                 return Err(HostError::InvalidArgument(format!(
                     "range {s}..+{n} beyond the namespace's {}",
                     self.nlb

@@ -14,15 +14,40 @@ fn embedded_run_writes_fio_json_that_summarize_py_reads() {
     std::fs::create_dir_all(&out_dir).unwrap();
     let json = out_dir.join("fio-nvmf-bench.json");
     let st = bench()
-        .args(["--rw", "randrw", "--bs", "4k", "--iodepth", "4", "--numjobs", "2", "--runtime", "1", "--time_based"])
-        .args(["--embedded-size", "32M", "--verify", "crc32c", "--output-format", "json", "--output"])
+        .args([
+            "--rw",
+            "randrw",
+            "--bs",
+            "4k",
+            "--iodepth",
+            "4",
+            "--numjobs",
+            "2",
+            "--runtime",
+            "1",
+            "--time_based",
+        ])
+        .args([
+            "--embedded-size",
+            "32M",
+            "--verify",
+            "crc32c",
+            "--output-format",
+            "json",
+            "--output",
+        ])
         .arg(&json)
         .arg("--embedded-dir")
         .arg(dir.path())
         .output()
         .expect("run nvmf-bench");
-    assert!(st.status.success(), "nvmf-bench failed: {}", String::from_utf8_lossy(&st.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).expect("fio JSON");
+    assert!(
+        st.status.success(),
+        "nvmf-bench failed: {}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+    let v: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).unwrap()).expect("fio JSON");
     let jobs = v["jobs"].as_array().expect("jobs[]");
     assert_eq!(jobs.len(), 2, "one entry per job");
     for j in jobs {
@@ -35,12 +60,29 @@ fn embedded_run_writes_fio_json_that_summarize_py_reads() {
         }
     }
     assert_eq!(v["verify"]["mismatches"], 0);
-    let summarize = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/linux-peer/summarize.py");
-    assert!(std::path::Path::new(summarize).exists(), "missing {summarize}");
-    let s = Command::new("python3").arg(summarize).arg(dir.path()).output().expect("python3");
+    let summarize = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../shared/linux-peer/summarize.py"
+    );
+    assert!(
+        std::path::Path::new(summarize).exists(),
+        "missing {summarize}"
+    );
+    let s = Command::new("python3")
+        .arg(summarize)
+        .arg(dir.path())
+        .output()
+        .expect("python3");
     let text = String::from_utf8_lossy(&s.stdout);
-    assert!(s.status.success(), "summarize.py failed: {}", String::from_utf8_lossy(&s.stderr));
-    assert!(text.contains("read") && text.contains("write") && text.contains("iops="), "{text}");
+    assert!(
+        s.status.success(),
+        "summarize.py failed: {}",
+        String::from_utf8_lossy(&s.stderr)
+    );
+    assert!(
+        text.contains("read") && text.contains("write") && text.contains("iops="),
+        "{text}"
+    );
     assert!(text.contains("errors=0"), "{text}");
 }
 
@@ -52,10 +94,17 @@ fn bad_arguments_are_refused_with_a_message() {
         &["--traddr", "127.0.0.99"][..], // no --subnqn
         &["--traddr", "not-an-ip", "--subnqn", "nqn.x"][..],
     ] {
-        let o = bench().args(args).args(["--runtime", "1"]).output().unwrap();
+        let o = bench()
+            .args(args)
+            .args(["--runtime", "1"])
+            .output()
+            .unwrap();
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(!o.status.success(), "{args:?} accepted");
-        assert!(!err.is_empty() && !err.contains("panicked"), "{args:?}: {err}");
+        assert!(
+            !err.is_empty() && !err.contains("panicked"),
+            "{args:?}: {err}"
+        );
     }
 }
 
@@ -63,10 +112,20 @@ fn bad_arguments_are_refused_with_a_message() {
 fn unreachable_target_fails_cleanly() {
     // Nothing listens on 127.0.0.98: the CM REQ retries run out and the bench says so.
     let o = bench()
-        .args(["--traddr", "127.0.0.98", "--subnqn", "nqn.2026-11.io.nvmf-rdma:none", "--runtime", "1"])
+        .args([
+            "--traddr",
+            "127.0.0.98",
+            "--subnqn",
+            "nqn.2026-11.io.nvmf-rdma:none",
+            "--runtime",
+            "1",
+        ])
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success());
-    assert!(err.contains("127.0.0.98") && !err.contains("panicked"), "{err}");
+    assert!(
+        err.contains("127.0.0.98") && !err.contains("panicked"),
+        "{err}"
+    );
 }

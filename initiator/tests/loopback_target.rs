@@ -5,6 +5,7 @@
 //! [`Host`] API (in-capsule and keyed writes, RDMA WRITE reads), checked against the
 //! file on disk too; the sync [`SyncHost`] + [`QueueEngine`] path of the benchmark;
 //! and a refused Connect.
+#![allow(clippy::await_holding_lock)] // SERIAL is held for a whole test on purpose
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 

@@ -258,7 +258,7 @@ impl BufferPool {
         if !chunk.len.is_power_of_two()
             || chunk.len < min_block
             || chunk.len > self.max_block()
-            || chunk.offset % chunk.len != 0
+            || !chunk.offset.is_multiple_of(chunk.len)
             || chunk.offset >= self.capacity
         {
             return Err(invalid);

@@ -384,7 +384,8 @@ impl TargetConfig {
         if self.poll_groups == 0 {
             return Err("poll_groups must be at least 1".into());
         }
-        if self.inline_data_size % 16 != 0 || self.inline_data_size > MAX_INLINE_DATA_SIZE {
+        if !self.inline_data_size.is_multiple_of(16) || self.inline_data_size > MAX_INLINE_DATA_SIZE
+        {
             return Err(format!(
                 "inline_data_size {} must be a multiple of 16 and at most {MAX_INLINE_DATA_SIZE}",
                 self.inline_data_size

@@ -350,7 +350,7 @@ fn check_size(path: &Path, size: u64, block_size: u32) -> Result<(), NamespaceEr
             path: path.to_path_buf(),
         });
     }
-    if size % u64::from(block_size) != 0 {
+    if !size.is_multiple_of(u64::from(block_size)) {
         return Err(NamespaceError::SizeNotMultiple {
             path: path.to_path_buf(),
             size,

@@ -353,7 +353,7 @@ impl PollGroup {
                 idle += 1;
                 if self.queues.is_empty() && idle > 1000 {
                     self.ctx.wait(std::time::Duration::from_millis(10));
-                } else if idle % 64 == 0 {
+                } else if idle.is_multiple_of(64) {
                     std::thread::yield_now();
                 }
             } else {

@@ -11,13 +11,6 @@ impl Timestamp {
     pub const fn as_nanos(self) -> u64 {
         self.0
     }
-    /// `self + d`, saturating.
-    pub fn add(self, d: Duration) -> Timestamp {
-        Timestamp(
-            self.0
-                .saturating_add(d.as_nanos().min(u64::MAX as u128) as u64),
-        )
-    }
     /// `self - earlier`, zero if `earlier` is later.
     pub fn since(self, earlier: Timestamp) -> Duration {
         Duration::from_nanos(self.0.saturating_sub(earlier.0))
@@ -26,8 +19,12 @@ impl Timestamp {
 
 impl std::ops::Add<Duration> for Timestamp {
     type Output = Timestamp;
+    /// `self + d`, saturating.
     fn add(self, d: Duration) -> Timestamp {
-        Timestamp::add(self, d)
+        Timestamp(
+            self.0
+                .saturating_add(d.as_nanos().min(u64::MAX as u128) as u64),
+        )
     }
 }
 

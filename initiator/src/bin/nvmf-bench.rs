@@ -65,7 +65,7 @@ fn start_embedded(args: &BenchArgs) -> Result<Embedded, String> {
         .map_err(|e| format!("creating a directory in {}: {e}", parent.display()))?;
     let path = dir.path().join(format!("{}.0.0", args.name));
     let size = args.embedded_size;
-    if size == 0 || size % 4096 != 0 {
+    if size == 0 || !size.is_multiple_of(4096) {
         return Err(format!(
             "--embedded-size {size} must be a positive multiple of 4096"
         ));
