@@ -841,7 +841,9 @@ impl PollGroup {
                     .data_bytes_copied
                     .fetch_add(data.len() as u64, Ordering::Relaxed);
                 let qid = self.queues.get(&qpn).map(|q| q.qid).unwrap_or(u16::MAX);
-                let connect_qid = nvme::fabrics::ConnectCommand::from_sqe(&r.sqe).map(|c| c.qid()).unwrap_or(u16::MAX);
+                let connect_qid = nvme::fabrics::ConnectCommand::from_sqe(&r.sqe)
+                    .map(|c| c.qid())
+                    .unwrap_or(u16::MAX);
                 if self.queues.get(&qpn).is_some_and(|q| q.ctrl.is_some()) {
                     // Already connected (nvmet: "queue already connected!"): nothing
                     // changes, no second controller.

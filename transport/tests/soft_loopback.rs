@@ -357,3 +357,99 @@ fn large_reads_in_a_row() {
         );
     }
 }
+
+#[test]
+fn dropping_one_poll_group_leaves_the_others_steered() {
+    // Three poll groups on one device; drop the middle one, then traffic to QPs of the
+    // last group must still arrive there (the SO_REUSEPORT group keeps its numbering).
+    let ip_a = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 9));
+    let ip_b = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 10));
+    let mut cfg = DeviceConfig::new(ip_a);
+    cfg.rx_queues = 3;
+    let dev_a = SoftDevice::open(cfg).unwrap();
+    let ctx0 = dev_a.open_context(0).unwrap();
+    let ctx1 = dev_a.open_context(1).unwrap();
+    let mut ctx2 = dev_a.open_context(2).unwrap();
+    drop(ctx1);
+    let pd = dev_a.alloc_pd();
+    let cq = ctx2.create_cq(16);
+    let srq = ctx2.create_srq(pd, 16);
+    let qp = ctx2
+        .create_qp(&QpInitAttr {
+            pd,
+            send_cq: cq,
+            recv_cq: cq,
+            srq: Some(srq),
+            cap: QpCap::default(),
+        })
+        .unwrap();
+    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE;
+    let mr = dev_a.reg_mr(pd, 1 << 20, access).unwrap();
+    let mut a = Side {
+        dev: dev_a.clone(),
+        ctx: ctx2,
+        pd,
+        cq,
+        srq,
+        qp,
+        mr,
+    };
+    let mut b = side(10);
+    let (qa, qb) = (a.qp.qpn(), b.qp.qpn());
+    for (x, peer, y) in [(&mut a, ip_b, qb), (&mut b, ip_a, qa)] {
+        x.ctx
+            .modify_qp(
+                x.qp,
+                &QpAttr {
+                    qp_state: Some(QpState::Init),
+                    qp_access_flags: Some(access),
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+        let rtr = QpAttr {
+            qp_state: Some(QpState::Rtr),
+            path_mtu: Some(Mtu::Mtu4096),
+            dest_qp_num: Some(y),
+            rq_psn: Some(7),
+            max_dest_rd_atomic: Some(4),
+            ah_attr: Some(AhAttr {
+                dest: peer,
+                flow_label: 0,
+                hop_limit: 64,
+                traffic_class: 0,
+            }),
+            ..Default::default()
+        };
+        x.ctx.modify_qp(x.qp, &rtr).unwrap();
+        let rts = QpAttr {
+            qp_state: Some(QpState::Rts),
+            sq_psn: Some(7),
+            timeout: Some(12),
+            retry_cnt: Some(7),
+            rnr_retry: Some(7),
+            max_rd_atomic: Some(4),
+            ..Default::default()
+        };
+        x.ctx.modify_qp(x.qp, &rts).unwrap();
+    }
+    let read = SendWr {
+        wr_id: 5,
+        op: SendOp::RdmaRead {
+            remote_addr: b.mr.addr(),
+            rkey: b.mr.rkey(),
+        },
+        sg_list: SgList::one(Sge {
+            addr: a.mr.addr(),
+            length: 8192,
+            lkey: a.mr.lkey(),
+        }),
+        flags: SendFlags::SIGNALED,
+    };
+    a.ctx.post_send(a.qp, &read).unwrap();
+    let wc = wait_wcs(&mut a, &mut b, true, 1);
+    assert_eq!((wc[0].wr_id, wc[0].status), (5, WcStatus::Success));
+    // The dropped group can be opened again.
+    assert!(dev_a.open_context(1).is_ok());
+    drop(ctx0);
+}

@@ -599,3 +599,14 @@ fn send_batch(path: &TxPath, pkts: &[TxPacket]) -> (usize, u64) {
 pub fn is_ipv4(ip: IpAddr) -> bool {
     ip.is_ipv4()
 }
+
+impl Drop for Context {
+    /// Hands the receive socket back to the device instead of closing it: closing a
+    /// socket of the SO_REUSEPORT group would renumber the group (Linux moves the last
+    /// socket into the gap) and misdirect every other poll group's packets.
+    fn drop(&mut self) {
+        if let Ok(s) = self.rx_sock.try_clone() {
+            self.dev.return_socket(self.rxq, s);
+        }
+    }
+}

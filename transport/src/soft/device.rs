@@ -298,6 +298,14 @@ impl SoftDevice {
         Ok(Context::new(self.clone(), rx_queue, sock))
     }
 
+    /// Gives poll group `rx_queue`'s receive socket back (its context was dropped); the
+    /// group can be opened again.
+    pub(crate) fn return_socket(&self, rx_queue: u32, sock: Socket) {
+        if let Some(slot) = self.rx_sockets.lock().get_mut(rx_queue as usize + 1) {
+            *slot = Some(sock);
+        }
+    }
+
     /// Takes the QP1 receive socket (for the CM agent).
     pub(crate) fn take_cm_socket(&self) -> Option<Socket> {
         self.take_socket(0)
