@@ -171,6 +171,11 @@ pub struct NvmeRdmaQueue {
     dead: Option<String>,
     disconnected: bool,
     wc_buf: Vec<WorkCompletion>,
+    /// Whether `poll` lets the poll group defer its ACKs (see
+    /// [`Context::set_deferred_transmit`]): on for an I/O queue once it carries I/O
+    /// commands (a hot path polled without pause), never for the admin queue, whose
+    /// owner may go idle right after a command.
+    defer_acks: bool,
 }
 
 impl std::fmt::Debug for NvmeRdmaQueue {
@@ -422,6 +427,7 @@ impl NvmeRdmaQueue {
             dead: None,
             disconnected: false,
             wc_buf,
+            defer_acks: false,
         })
     }
 
@@ -726,6 +732,12 @@ impl NvmeRdmaQueue {
     }
 
     fn post_command(&mut self, cid: u16, sqe: Sqe, data: DataDir) -> Result<(), QueueError> {
+        if !self.defer_acks && self.cfg.qid != 0 && sqe.opcode() != nvme::FABRICS_OPCODE {
+            // From the first I/O command on, ACKs for what `poll` receives leave with
+            // the next command's capsule (or at the next poll/progress/wait).
+            self.defer_acks = true;
+            self.ctx.set_deferred_transmit(true);
+        }
         let len = data.len();
         if len > self.cfg.max_io_bytes {
             return Err(QueueError::TooLarge {
@@ -840,8 +852,9 @@ impl NvmeRdmaQueue {
         self.ctx.progress();
     }
 
-    /// Blocks up to `timeout` until a packet arrives for this poll group.
-    pub fn wait(&self, timeout: Duration) {
+    /// Sends any ACKs `poll` deferred, then blocks up to `timeout` until a packet
+    /// arrives for this poll group.
+    pub fn wait(&mut self, timeout: Duration) {
         self.ctx.wait(timeout)
     }
 

@@ -68,8 +68,8 @@ fn pattern(len: usize, seed: u32) -> Vec<u8> {
 async fn async_host_write_read_back() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
-    let target = start_target("127.0.0.2", dir.path());
-    let host = Host::connect(options("127.0.0.2", "127.0.0.3"))
+    let target = start_target("127.0.0.47", dir.path());
+    let host = Host::connect(options("127.0.0.47", "127.0.0.48"))
         .await
         .expect("host connects");
     assert_eq!(host.controller_info().subnqn, NQN);

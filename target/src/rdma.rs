@@ -36,6 +36,10 @@ use crate::io::{self, IoCommand};
 use crate::subsystem::Registry;
 use crate::uring::Ring;
 
+/// Idle poll rounds (about 0.3-1 us each) before an idle poll group starts yielding
+/// its core every 64 rounds.
+const IDLE_ROUNDS_BEFORE_YIELD: u32 = 4096;
+
 /// Poll group sizing.
 #[derive(Clone, Copy, Debug)]
 pub struct PollGroupConfig {
@@ -257,6 +261,9 @@ impl PollGroup {
         counters: Arc<PollGroupCounters>,
     ) -> Result<PollGroup, PollGroupError> {
         let mut ctx = dev.open_context(index)?;
+        // The poll loop polls again at once (and `Context::wait` flushes first), so
+        // the ACK of a capsule can leave with its response: one `sendmmsg` per read.
+        ctx.set_deferred_transmit(true);
         let pd = dev.alloc_pd();
         let recv_stride = SQE_LEN + cfg.in_capsule_bytes as usize;
         let n = cfg.srq_depth as usize;
@@ -346,14 +353,16 @@ impl PollGroup {
                 }
             }
             work += self.poll_once();
-            // Busy-poll while there is work; when idle, let other runnable threads have
-            // the core (sched_yield returns at once when nobody else wants it), and with
-            // no connection at all, sleep until a packet arrives.
+            // Busy-poll while there is work; when idle for a while (longer than the
+            // gap between a QD1 host's commands), let other runnable threads have the
+            // core (sched_yield returns at once when nobody else wants it, but gives a
+            // busy core away for a whole tick), and with no connection at all, sleep
+            // until a packet arrives.
             if work == 0 {
                 idle += 1;
                 if self.queues.is_empty() && idle > 1000 {
                     self.ctx.wait(std::time::Duration::from_millis(10));
-                } else if idle.is_multiple_of(64) {
+                } else if idle >= IDLE_ROUNDS_BEFORE_YIELD && idle.is_multiple_of(64) {
                     std::thread::yield_now();
                 }
             } else {
@@ -372,19 +381,30 @@ impl PollGroup {
         }
         work += n;
         self.wcs = wcs;
+        work += self.reap_io();
+        work += self.process_queued();
+        match self.ring.submit() {
+            // Buffered reads of cached pages complete inside the submit: answer them
+            // now, before the next receive poll sends the capsules' deferred ACKs on
+            // their own.
+            Ok(k) if k > 0 => work += self.reap_io(),
+            Ok(_) => {}
+            Err(e) => tracing::warn!("io_uring submit: {e}"),
+        }
+        work
+    }
+
+    /// Handles the io_uring completions ready now; returns how many.
+    fn reap_io(&mut self) -> usize {
         let mut done = std::mem::take(&mut self.io_done);
         self.ring.poll_completions(|ud, res| done.push((ud, res)));
         for &(ud, res) in &done {
             self.handle_io_completion(ud as usize, res);
         }
-        work += done.len();
+        let n = done.len();
         done.clear();
         self.io_done = done;
-        work += self.process_queued();
-        if let Err(e) = self.ring.submit() {
-            tracing::warn!("io_uring submit: {e}");
-        }
-        work
+        n
     }
 
     fn handle_cmd(&mut self, cmd: GroupCmd) {

@@ -487,6 +487,28 @@ impl RcQp {
         p
     }
 
+    /// [`RcQp::poll_transmit`] with the requester's packets ahead of the responder's
+    /// (for a driver that deferred its ACKs and now has a new request to send). The
+    /// requester and responder streams have independent PSN spaces, so this changes
+    /// no RC semantics, only which of two ready packets leaves first.
+    pub fn poll_transmit_requests_first(
+        &mut self,
+        now: Timestamp,
+        env: &mut RcEnv<'_>,
+    ) -> Option<TxPacket> {
+        if matches!(self.state, QpState::Reset | QpState::Init) {
+            return None;
+        }
+        let p = match self.requester_transmit(now, env) {
+            Some(p) => Some(p),
+            None => self.responder_transmit(),
+        };
+        if p.is_some() {
+            self.counters.sent_pkts += 1;
+        }
+        p
+    }
+
     /// The next work completion, in the order produced (send completions in posting
     /// order).
     pub fn poll_completion(&mut self) -> Option<Completion> {

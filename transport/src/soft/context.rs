@@ -15,7 +15,9 @@ use super::device::{Pd, SoftDevice};
 use super::socket::{bind_tx_socket, send_many, RxBatch};
 use crate::rc::{CompletionQueueKind, QpCounters, RcConfig, RcEnv, RcQp, RecvQueue, TxPacket};
 use crate::time::{Clock, Timestamp};
-use crate::verbs::{QpAttr, QpCap, QpState, RecvWr, SendWr, VerbsError, WorkCompletion};
+use crate::verbs::{
+    QpAttr, QpCap, QpState, RecvWr, SendOp, SendWr, VerbsError, WorkCompletion,
+};
 use crate::wire::{self, IcrcIpInfo, ROCE_V2_UDP_DPORT};
 
 /// A completion queue of a context (`ibv_cq`).
@@ -79,6 +81,10 @@ pub struct Context {
     rc_config: RcConfig,
     tx: TxQueue,
     dirty: Vec<u32>,
+    /// QPs whose transmission [`Context::poll_cq`] deferred (see
+    /// [`Context::set_deferred_transmit`]); sent at the start of the next call.
+    deferred: Vec<u32>,
+    defer_transmit: bool,
     next_timer: Option<Timestamp>,
 }
 
@@ -105,6 +111,8 @@ impl Context {
             rc_config: RcConfig::default(),
             tx: TxQueue::default(),
             dirty: Vec::new(),
+            deferred: Vec::new(),
+            defer_transmit: false,
             next_timer: None,
         }
     }
@@ -117,6 +125,41 @@ impl Context {
     /// The RC tuning (window sizes) applied to QPs created from now on.
     pub fn set_rc_config(&mut self, cfg: RcConfig) {
         self.rc_config = cfg;
+    }
+
+    /// Lets [`Context::poll_cq`] return completions before it transmits what the
+    /// packets that produced them call for (ACKs, READ responses, requests the window
+    /// now admits), so a latency-bound caller can react first and post its next
+    /// request in the same `sendmmsg` as those ACKs (requests first). The deferred
+    /// packets go out at the start of the next call on this context that touches the
+    /// QPs (`poll_cq`, `progress`, `post_send`, `post_send_list`, `wait`,
+    /// `flush_deferred`) and also when `poll_cq` finds nothing for its CQ.
+    ///
+    /// Off by default (an RNIC sends ACKs on its own). Only turn it on for a context
+    /// that is polled again promptly: a peer retransmits after the QP's local ACK
+    /// timeout (16.8 ms at the default `timeout` 12 in Linux) and gives up after
+    /// `retry_cnt` tries. Turning it off flushes what is pending.
+    pub fn set_deferred_transmit(&mut self, on: bool) {
+        self.defer_transmit = on;
+        if !on {
+            self.flush_deferred();
+        }
+    }
+
+    /// Transmits what [`Context::poll_cq`] deferred (see
+    /// [`Context::set_deferred_transmit`]); a no-op when nothing is pending.
+    pub fn flush_deferred(&mut self) {
+        if self.deferred.is_empty() {
+            return;
+        }
+        let mut d = std::mem::take(&mut self.deferred);
+        for &qpn in &d {
+            self.flush_qp(qpn, false);
+        }
+        d.clear();
+        if self.deferred.is_empty() {
+            self.deferred = d;
+        }
     }
 
     /// The context's clock.
@@ -197,7 +240,7 @@ impl Context {
             };
             slot.tx = Some(TxPath { sock, dest, icrc });
         }
-        self.flush_qp(qp.0);
+        self.flush_qp(qp.0, false);
         Ok(())
     }
 
@@ -227,11 +270,17 @@ impl Context {
             .ok_or(VerbsError::NoSuchObject)
     }
 
-    /// Posts a send WR (`ibv_post_send`) and transmits what it allows right away.
+    /// Posts a send WR (`ibv_post_send`) and transmits what it allows right away
+    /// (requests ahead of deferred ACKs). A local WR (Bind MW, Local Invalidate) on a
+    /// QP with deferred output waits for the next transmission instead, so it does
+    /// not push those ACKs out on their own.
     pub fn post_send(&mut self, qp: Qp, wr: &SendWr) -> Result<(), VerbsError> {
         let slot = self.qps.get_mut(&qp.0).ok_or(VerbsError::NoSuchObject)?;
         slot.core.post_send(wr)?;
-        self.flush_qp(qp.0);
+        let local = matches!(wr.op, SendOp::BindMw { .. } | SendOp::LocalInv { .. });
+        if !(local && self.deferred.contains(&qp.0)) {
+            self.flush_qp(qp.0, true);
+        }
         Ok(())
     }
 
@@ -251,13 +300,25 @@ impl Context {
 
     /// Drives progress, then moves up to `out.len()` completions of `cq` into `out`
     /// (`ibv_poll_cq`); returns how many.
+    ///
+    /// With [`Context::set_deferred_transmit`] on, the packets that the received ones
+    /// call for go out at the start of the next call rather than before this one
+    /// returns (unless it returns nothing).
     pub fn poll_cq(&mut self, cq: Cq, out: &mut [WorkCompletion]) -> usize {
         if self
             .cqs
             .get(cq.0 as usize)
             .is_some_and(|c| c.entries.is_empty())
         {
-            self.progress();
+            self.flush_deferred();
+            self.progress_inner(self.defer_transmit);
+            if self
+                .cqs
+                .get(cq.0 as usize)
+                .is_none_or(|c| c.entries.is_empty())
+            {
+                self.flush_deferred();
+            }
         }
         let Some(c) = self.cqs.get_mut(cq.0 as usize) else {
             return 0;
@@ -281,6 +342,13 @@ impl Context {
     /// transmit what the QPs have, collect completions. Returns the number of packets
     /// received.
     pub fn progress(&mut self) -> usize {
+        self.flush_deferred();
+        self.progress_inner(false)
+    }
+
+    /// `progress`; with `defer`, what the received packets call for is not transmitted
+    /// but their QPs are queued on `deferred` (their completions are collected).
+    fn progress_inner(&mut self, defer: bool) -> usize {
         let mut received = 0;
         loop {
             let n = match self.rx.recv(self.rx_sock.as_raw_fd()) {
@@ -290,11 +358,17 @@ impl Context {
                     0
                 }
             };
-            let now = self.clock.now();
-            for i in 0..n {
-                self.handle_datagram(now, i);
+            if n > 0 {
+                let now = self.clock.now();
+                for i in 0..n {
+                    self.handle_datagram(now, i);
+                }
+                if defer {
+                    self.defer_dirty();
+                } else {
+                    self.flush_dirty();
+                }
             }
-            self.flush_dirty();
             received += n;
             if n < super::socket::RX_BATCH {
                 break;
@@ -333,12 +407,35 @@ impl Context {
     }
 
     fn flush_dirty(&mut self) {
+        if self.dirty.is_empty() {
+            return;
+        }
         let mut dirty = std::mem::take(&mut self.dirty);
         for &qpn in &dirty {
-            self.flush_qp(qpn);
+            self.flush_qp(qpn, false);
         }
         dirty.clear();
         self.dirty = dirty;
+    }
+
+    /// Collects the completions of the dirty QPs and queues them for a deferred
+    /// transmission.
+    fn defer_dirty(&mut self) {
+        let Self {
+            qps,
+            cqs,
+            dirty,
+            deferred,
+            ..
+        } = self;
+        for qpn in dirty.drain(..) {
+            if let Some(slot) = qps.get_mut(&qpn) {
+                Self::collect_completions(slot, cqs);
+            }
+            if !deferred.contains(&qpn) {
+                deferred.push(qpn);
+            }
+        }
     }
 
     /// Posts several send WRs (`ibv_post_send` with a chain) and transmits once, so
@@ -352,13 +449,15 @@ impl Context {
                 break;
             }
         }
-        self.flush_qp(qp.0);
+        self.flush_qp(qp.0, true);
         res
     }
 
-    /// Waits up to `timeout` for a packet to arrive (for callers that stop busy polling
-    /// when idle). Timers still need `progress` calls.
-    pub fn wait(&self, timeout: Duration) {
+    /// Transmits what was deferred, then waits up to `timeout` for a packet to arrive
+    /// (for callers that stop busy polling when idle). Timers still need `progress`
+    /// calls.
+    pub fn wait(&mut self, timeout: Duration) {
+        self.flush_deferred();
         let mut pfd = libc::pollfd {
             fd: self.rx_sock.as_raw_fd(),
             events: libc::POLLIN,
@@ -434,7 +533,10 @@ impl Context {
 
     /// Transmits what the QP has to send (in batches of up to [`TX_BATCH`] packets
     /// per `sendmmsg`) and collects its completions.
-    fn flush_qp(&mut self, qpn: u32) {
+    /// With `requests_first`, the requester's packets go ahead of the responder's
+    /// (deferred ACKs): a peer waiting for a request gets it one packet sooner. The
+    /// two are independent PSN streams, so their relative order is free.
+    fn flush_qp(&mut self, qpn: u32, requests_first: bool) {
         let Self {
             qps,
             srqs,
@@ -443,8 +545,12 @@ impl Context {
             clock,
             tx,
             next_timer,
+            deferred,
             ..
         } = self;
+        if let Some(i) = deferred.iter().position(|&q| q == qpn) {
+            deferred.swap_remove(i);
+        }
         let Some(slot) = qps.get_mut(&qpn) else {
             return;
         };
@@ -458,7 +564,12 @@ impl Context {
                     keys: dev.keys(),
                     srq,
                 };
-                let Some(mut pkt) = slot.core.poll_transmit(now, &mut env) else {
+                let next = if requests_first {
+                    slot.core.poll_transmit_requests_first(now, &mut env)
+                } else {
+                    slot.core.poll_transmit(now, &mut env)
+                };
+                let Some(mut pkt) = next else {
                     break;
                 };
                 let pad = wire::pad_for(pkt.payload.len());

@@ -256,6 +256,9 @@ pub struct RxBatch {
     iovs: Vec<libc::iovec>,
     hdrs: Vec<libc::mmsghdr>,
     count: usize,
+    /// Headers `0..stale` were written by the kernel (or never set up) and must be
+    /// re-initialized before the next `recvmmsg`; the rest are still as set up.
+    stale: usize,
 }
 
 // SAFETY: the raw pointers inside point into the batch's own vectors.
@@ -277,13 +280,16 @@ impl RxBatch {
             iovs: vec![unsafe { zeroed() }; RX_BATCH],
             hdrs: vec![unsafe { zeroed() }; RX_BATCH],
             count: 0,
+            stale: RX_BATCH,
         }
     }
 
     /// Non-blocking `recvmmsg` into the batch; returns how many datagrams arrived
     /// (0 when none are waiting).
     pub fn recv(&mut self, fd: RawFd) -> io::Result<usize> {
-        for i in 0..RX_BATCH {
+        // Only the headers the last call filled need setting up again (an empty poll,
+        // the common case when busy polling, touches none).
+        for i in 0..self.stale {
             self.iovs[i] = libc::iovec {
                 iov_base: self.bufs[i * RX_SLOT_BYTES..].as_mut_ptr() as *mut libc::c_void,
                 iov_len: RX_SLOT_BYTES,
@@ -311,12 +317,15 @@ impl RxBatch {
         if n < 0 {
             let e = io::Error::last_os_error();
             self.count = 0;
+            // The kernel may have written the first header before failing.
+            self.stale = 1;
             return match e.kind() {
                 io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(0),
                 _ => Err(e),
             };
         }
         self.count = n as usize;
+        self.stale = self.count;
         Ok(self.count)
     }
 
