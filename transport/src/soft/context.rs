@@ -3,6 +3,7 @@
 //! the sockets whenever [`Context::progress`] or [`Context::poll_cq`] is called. One
 //! thread runs a context; nothing in it is shared except the device's key tables.
 use std::collections::{HashMap, VecDeque};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
@@ -15,9 +16,7 @@ use super::device::{Pd, SoftDevice};
 use super::socket::{bind_tx_socket, send_many, RxBatch};
 use crate::rc::{CompletionQueueKind, QpCounters, RcConfig, RcEnv, RcQp, RecvQueue, TxPacket};
 use crate::time::{Clock, Timestamp};
-use crate::verbs::{
-    QpAttr, QpCap, QpState, RecvWr, SendOp, SendWr, VerbsError, WorkCompletion,
-};
+use crate::verbs::{QpAttr, QpCap, QpState, RecvWr, SendOp, SendWr, VerbsError, WorkCompletion};
 use crate::wire::{self, IcrcIpInfo, ROCE_V2_UDP_DPORT};
 
 /// A completion queue of a context (`ibv_cq`).
@@ -75,7 +74,7 @@ pub struct Context {
     rx_sock: Socket,
     rx: RxBatch,
     clock: Clock,
-    qps: HashMap<u32, QpSlot>,
+    qps: HashMap<u32, QpSlot, BuildHasherDefault<QpnHasher>>,
     cqs: Vec<CqState>,
     srqs: Vec<RecvQueue>,
     rc_config: RcConfig,
@@ -105,7 +104,7 @@ impl Context {
             rx_sock,
             rx: RxBatch::new(),
             clock: Clock::new(),
-            qps: HashMap::new(),
+            qps: HashMap::default(),
             cqs: Vec::new(),
             srqs: Vec::new(),
             rc_config: RcConfig::default(),
@@ -374,8 +373,14 @@ impl Context {
                 break;
             }
         }
+        // `next_timer` is never later than the earliest armed timer (every path that
+        // arms one lowers it), so without it there is nothing to check and no clock to
+        // read; it is recomputed only after timers fired.
+        let Some(due) = self.next_timer else {
+            return received;
+        };
         let now = self.clock.now();
-        if self.next_timer.is_some_and(|t| t <= now) {
+        if due <= now {
             let Self {
                 qps,
                 srqs,
@@ -396,13 +401,13 @@ impl Context {
                     }
                 }
             }
+            self.flush_dirty();
+            self.next_timer = self
+                .qps
+                .values()
+                .filter_map(|s| s.core.poll_timeout())
+                .min();
         }
-        self.flush_dirty();
-        self.next_timer = self
-            .qps
-            .values()
-            .filter_map(|s| s.core.poll_timeout())
-            .min();
         received
     }
 
@@ -426,11 +431,17 @@ impl Context {
             cqs,
             dirty,
             deferred,
+            next_timer,
             ..
         } = self;
         for qpn in dirty.drain(..) {
             if let Some(slot) = qps.get_mut(&qpn) {
                 Self::collect_completions(slot, cqs);
+                if let Some(t) = slot.core.poll_timeout() {
+                    if next_timer.is_none_or(|n| t < n) {
+                        *next_timer = Some(t);
+                    }
+                }
             }
             if !deferred.contains(&qpn) {
                 deferred.push(qpn);
@@ -716,8 +727,30 @@ impl Drop for Context {
     /// socket of the SO_REUSEPORT group would renumber the group (Linux moves the last
     /// socket into the gap) and misdirect every other poll group's packets.
     fn drop(&mut self) {
+        // ACKs `poll_cq` deferred still go out (their peer would retransmit otherwise).
+        self.flush_deferred();
         if let Ok(s) = self.rx_sock.try_clone() {
             self.dev.return_socket(self.rxq, s);
         }
+    }
+}
+
+/// A hasher for the QP table: one Fibonacci multiply instead of SipHash on every
+/// packet's lookup. The table's keys are QP numbers this context allocated; a QPN off
+/// the wire is only looked up, never inserted, so a peer cannot force collisions.
+#[derive(Default)]
+struct QpnHasher(u64);
+
+impl Hasher for QpnHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_u32(&mut self, n: u32) {
+        self.0 = u64::from(n).wrapping_mul(0x9E37_79B9_7F4A_7C15);
     }
 }
