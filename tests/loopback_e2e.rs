@@ -215,3 +215,42 @@ fn flush_write_zeroes_and_deallocate() {
     assert!(file[..65536] == want[..]);
     host.disconnect().expect("disconnect");
 }
+
+#[test]
+fn keep_alive_timeout_tears_the_controller_down() {
+    let t = start_target(54, 16 << 20);
+    // KATO 1 s and no Keep Alive sender: the target must give up on the controller.
+    let mut opts = host_options(&t, 55, 1, 8);
+    opts.kato_ms = 1000;
+    let mut host = nvmf_initiator::SyncHost::connect(&opts).expect("connect");
+    assert_eq!(t.target.registry().controllers().len(), 1);
+    let q = &mut host.io_queues()[0];
+    let data = pattern(0, 4096, 1);
+    let (_, r) = run(
+        q,
+        Sqe::write(0, 1, 0, 7, false),
+        DataDir::HostToController { len: 4096 },
+        &data,
+    );
+    r.expect("write while the controller is alive");
+    // Wait (bounded) for the target's Keep Alive check to remove it; KATO is 1 s, the
+    // target checks every 100 ms.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !t.target.registry().controllers().is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "controller still there long after KATO"
+        );
+        q.progress();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // Its queues are gone too: a command now fails instead of being served.
+    let failed = q
+        .submit(
+            Sqe::read(0, 1, 0, 7, false),
+            DataDir::ControllerToHost { len: 4096 },
+        )
+        .map(|cid| wait(q, cid).is_err())
+        .unwrap_or(true);
+    assert!(failed, "a queue of an expired controller still serves I/O");
+}

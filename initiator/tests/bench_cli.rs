@@ -3,12 +3,21 @@
 //! its refusals of bad arguments.
 use std::process::Command;
 
+/// Runs that bring busy-polling threads (a target, a bench) go one at a time: this
+/// machine has 2 cores.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn bench() -> Command {
     Command::new(env!("CARGO_BIN_EXE_nvmf-bench"))
 }
 
 #[test]
 fn embedded_run_writes_fio_json_that_summarize_py_reads() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let out_dir = dir.path().join("out").join("A");
     std::fs::create_dir_all(&out_dir).unwrap();
@@ -128,4 +137,53 @@ fn unreachable_target_fails_cleanly() {
         err.contains("127.0.0.98") && !err.contains("panicked"),
         "{err}"
     );
+}
+
+#[test]
+fn remote_mode_benchmarks_a_running_target() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("remote.img");
+    let nqn = "nqn.2026-11.io.nvmf-rdma:remote";
+    let ip: std::net::IpAddr = "127.0.0.85".parse().unwrap();
+    let cfg = nvmf_target::config::TargetConfig::default_for(ip, nqn, &path, 32 << 20);
+    let target = nvmf_target::start(&cfg).expect("target");
+    let o = bench()
+        .args([
+            "--traddr",
+            "127.0.0.85",
+            "--trsvcid",
+            "4420",
+            "--subnqn",
+            nqn,
+        ])
+        .args([
+            "--rw",
+            "randwrite",
+            "--bs",
+            "64k",
+            "--iodepth",
+            "4",
+            "--runtime",
+            "1",
+            "--time_based",
+        ])
+        .args(["--verify", "crc32c"])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        out.contains("write: IOPS=") && out.contains("err= 0"),
+        "{out}"
+    );
+    assert!(out.contains("0 mismatches"), "{out}");
+    // The data went to the target's file.
+    assert!(
+        target.poll_group_counters()[0]
+            .rdma_read_writes
+            .load(std::sync::atomic::Ordering::Relaxed)
+            > 0
+    );
+    target.shutdown();
 }
