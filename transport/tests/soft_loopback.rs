@@ -34,8 +34,7 @@ fn side(last_octet: u8) -> Side {
             cap: QpCap::default(),
         })
         .unwrap();
-    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE;
-    let mr = dev.reg_mr(pd, 4 << 20, access).unwrap();
+    let mr = dev.reg_mr(pd, 4 << 20, ACCESS).unwrap();
     Side {
         dev,
         ctx,
@@ -47,62 +46,53 @@ fn side(last_octet: u8) -> Side {
     }
 }
 
+const ACCESS: AccessFlags = AccessFlags::LOCAL_WRITE
+    .union(AccessFlags::REMOTE_READ)
+    .union(AccessFlags::REMOTE_WRITE);
+
+/// Reset -> Init -> RTR -> RTS toward `peer` (QP `peer_qpn`), sending from PSN
+/// `sq_psn` and expecting `rq_psn` (what a CM exchange would have set).
+fn bring_up(x: &mut Side, peer: IpAddr, peer_qpn: u32, sq_psn: u32, rq_psn: u32) {
+    let init = QpAttr {
+        qp_state: Some(QpState::Init),
+        qp_access_flags: Some(ACCESS),
+        ..Default::default()
+    };
+    x.ctx.modify_qp(x.qp, &init).unwrap();
+    let rtr = QpAttr {
+        qp_state: Some(QpState::Rtr),
+        path_mtu: Some(x.dev.path_mtu()),
+        dest_qp_num: Some(peer_qpn),
+        rq_psn: Some(rq_psn),
+        max_dest_rd_atomic: Some(8),
+        min_rnr_timer: Some(1),
+        ah_attr: Some(AhAttr {
+            dest: peer,
+            flow_label: 0,
+            hop_limit: 64,
+            traffic_class: 0,
+        }),
+        ..Default::default()
+    };
+    x.ctx.modify_qp(x.qp, &rtr).unwrap();
+    let rts = QpAttr {
+        qp_state: Some(QpState::Rts),
+        sq_psn: Some(sq_psn),
+        timeout: Some(12),
+        retry_cnt: Some(7),
+        rnr_retry: Some(7),
+        max_rd_atomic: Some(8),
+        ..Default::default()
+    };
+    x.ctx.modify_qp(x.qp, &rts).unwrap();
+}
+
+/// Connects `a` and `b` (a's PSNs start just below 2^24, so they wrap quickly).
 fn connect(a: &mut Side, b: &mut Side) {
-    let (pa, pb) = (0xFF_FFF0, 0x12_3456); // a's PSNs wrap around 2^24 quickly
-    let (qa, qb) = (a.qp.qpn(), b.qp.qpn());
-    for (x, y, sq_psn, rq_psn) in [(&mut *a, qb, pa, pb), (&mut *b, qa, pb, pa)] {
-        let dest = if x.dev.ip() == IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2)) {
-            IpAddr::V4(Ipv4Addr::new(127, 0, 0, 3))
-        } else {
-            IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2))
-        };
-        let access =
-            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE;
-        x.ctx
-            .modify_qp(
-                x.qp,
-                &QpAttr {
-                    qp_state: Some(QpState::Init),
-                    qp_access_flags: Some(access),
-                    ..Default::default()
-                },
-            )
-            .unwrap();
-        x.ctx
-            .modify_qp(
-                x.qp,
-                &QpAttr {
-                    qp_state: Some(QpState::Rtr),
-                    path_mtu: Some(x.dev.path_mtu()),
-                    dest_qp_num: Some(y),
-                    rq_psn: Some(rq_psn),
-                    max_dest_rd_atomic: Some(8),
-                    min_rnr_timer: Some(1),
-                    ah_attr: Some(AhAttr {
-                        dest,
-                        flow_label: 0,
-                        hop_limit: 64,
-                        traffic_class: 0,
-                    }),
-                    ..Default::default()
-                },
-            )
-            .unwrap();
-        x.ctx
-            .modify_qp(
-                x.qp,
-                &QpAttr {
-                    qp_state: Some(QpState::Rts),
-                    sq_psn: Some(sq_psn),
-                    timeout: Some(10),
-                    retry_cnt: Some(7),
-                    rnr_retry: Some(7),
-                    max_rd_atomic: Some(8),
-                    ..Default::default()
-                },
-            )
-            .unwrap();
-    }
+    let (pa, pb) = (0xFF_FFF0, 0x12_3456);
+    let (qa, qb, ia, ib) = (a.qp.qpn(), b.qp.qpn(), a.dev.ip(), b.dev.ip());
+    bring_up(a, ib, qb, pa, pb);
+    bring_up(b, ia, qa, pb, pa);
 }
 
 /// Polls both sides until `n` completions arrived on `who`'s CQ (bounded by a count
@@ -136,8 +126,8 @@ fn pattern(len: usize, seed: u8) -> Vec<u8> {
 
 #[test]
 fn send_write_read_over_udp() {
-    let mut a = side(2);
-    let mut b = side(3);
+    let mut a = side(12);
+    let mut b = side(13);
     assert_eq!(
         a.dev.path_mtu(),
         Mtu::Mtu4096,
@@ -277,55 +267,7 @@ fn udp_port_in_use_is_reported() {
 fn large_reads_in_a_row() {
     let mut a = side(7);
     let mut b = side(8);
-    // side() hard-codes peers .2/.3; build the path by hand here.
-    let (qa, qb) = (a.qp.qpn(), b.qp.qpn());
-    for (x, peer, y) in [(&mut a, 8u8, qb), (&mut b, 7u8, qa)] {
-        let access =
-            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE;
-        x.ctx
-            .modify_qp(
-                x.qp,
-                &QpAttr {
-                    qp_state: Some(QpState::Init),
-                    qp_access_flags: Some(access),
-                    ..Default::default()
-                },
-            )
-            .unwrap();
-        x.ctx
-            .modify_qp(
-                x.qp,
-                &QpAttr {
-                    qp_state: Some(QpState::Rtr),
-                    path_mtu: Some(x.dev.path_mtu()),
-                    dest_qp_num: Some(y),
-                    rq_psn: Some(100),
-                    max_dest_rd_atomic: Some(8),
-                    ah_attr: Some(AhAttr {
-                        dest: IpAddr::V4(Ipv4Addr::new(127, 0, 0, peer)),
-                        flow_label: 0,
-                        hop_limit: 64,
-                        traffic_class: 0,
-                    }),
-                    ..Default::default()
-                },
-            )
-            .unwrap();
-        x.ctx
-            .modify_qp(
-                x.qp,
-                &QpAttr {
-                    qp_state: Some(QpState::Rts),
-                    sq_psn: Some(100),
-                    timeout: Some(12),
-                    retry_cnt: Some(7),
-                    rnr_retry: Some(7),
-                    max_rd_atomic: Some(8),
-                    ..Default::default()
-                },
-            )
-            .unwrap();
-    }
+    connect(&mut a, &mut b);
     for round in 0..4u64 {
         for i in 0..16u64 {
             let read = SendWr {
@@ -363,7 +305,6 @@ fn dropping_one_poll_group_leaves_the_others_steered() {
     // Three poll groups on one device; drop the middle one, then traffic to QPs of the
     // last group must still arrive there (the SO_REUSEPORT group keeps its numbering).
     let ip_a = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 9));
-    let ip_b = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 10));
     let mut cfg = DeviceConfig::new(ip_a);
     cfg.rx_queues = 3;
     let dev_a = SoftDevice::open(cfg).unwrap();
@@ -383,8 +324,7 @@ fn dropping_one_poll_group_leaves_the_others_steered() {
             cap: QpCap::default(),
         })
         .unwrap();
-    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE;
-    let mr = dev_a.reg_mr(pd, 1 << 20, access).unwrap();
+    let mr = dev_a.reg_mr(pd, 1 << 20, ACCESS).unwrap();
     let mut a = Side {
         dev: dev_a.clone(),
         ctx: ctx2,
@@ -395,44 +335,7 @@ fn dropping_one_poll_group_leaves_the_others_steered() {
         mr,
     };
     let mut b = side(10);
-    let (qa, qb) = (a.qp.qpn(), b.qp.qpn());
-    for (x, peer, y) in [(&mut a, ip_b, qb), (&mut b, ip_a, qa)] {
-        x.ctx
-            .modify_qp(
-                x.qp,
-                &QpAttr {
-                    qp_state: Some(QpState::Init),
-                    qp_access_flags: Some(access),
-                    ..Default::default()
-                },
-            )
-            .unwrap();
-        let rtr = QpAttr {
-            qp_state: Some(QpState::Rtr),
-            path_mtu: Some(Mtu::Mtu4096),
-            dest_qp_num: Some(y),
-            rq_psn: Some(7),
-            max_dest_rd_atomic: Some(4),
-            ah_attr: Some(AhAttr {
-                dest: peer,
-                flow_label: 0,
-                hop_limit: 64,
-                traffic_class: 0,
-            }),
-            ..Default::default()
-        };
-        x.ctx.modify_qp(x.qp, &rtr).unwrap();
-        let rts = QpAttr {
-            qp_state: Some(QpState::Rts),
-            sq_psn: Some(7),
-            timeout: Some(12),
-            retry_cnt: Some(7),
-            rnr_retry: Some(7),
-            max_rd_atomic: Some(4),
-            ..Default::default()
-        };
-        x.ctx.modify_qp(x.qp, &rts).unwrap();
-    }
+    connect(&mut a, &mut b);
     let read = SendWr {
         wr_id: 5,
         op: SendOp::RdmaRead {
