@@ -119,11 +119,14 @@ fn bad_arguments_are_refused_with_a_message() {
 
 #[test]
 fn unreachable_target_fails_cleanly() {
+    let _serial = serial();
     // Nothing listens on 127.0.0.98: the CM REQ retries run out and the bench says so.
     let o = bench()
         .args([
             "--traddr",
             "127.0.0.98",
+            "--host-traddr",
+            "127.0.0.97",
             "--subnqn",
             "nqn.2026-11.io.nvmf-rdma:none",
             "--runtime",
@@ -156,6 +159,8 @@ fn remote_mode_benchmarks_a_running_target() {
             "4420",
             "--subnqn",
             nqn,
+            "--host-traddr",
+            "127.0.0.86",
         ])
         .args([
             "--rw",

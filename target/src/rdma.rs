@@ -72,6 +72,8 @@ impl Default for PollGroupConfig {
 pub struct PollGroupCounters {
     /// Command capsules received (from every QP of the group, through the one SRQ).
     pub capsules: AtomicU64,
+    /// Capsules dropped because their queue already had SQ-size commands outstanding.
+    pub sq_overflows: AtomicU64,
     /// Distinct QPs that drew receive buffers from the group's SRQ.
     pub srq_qps: AtomicU64,
     /// Host writes whose data came in the capsule.
@@ -206,6 +208,8 @@ struct Queue {
     sq_size: u16,
     sqhd: u16,
     ctrl: Option<Arc<Controller>>,
+    /// Commands of this queue between capsule arrival and release.
+    outstanding: u16,
 }
 
 const WR_KIND_READ: u64 = 1;
@@ -410,7 +414,14 @@ impl PollGroup {
     fn handle_cmd(&mut self, cmd: GroupCmd) {
         match cmd {
             GroupCmd::NewQueue(q, reply) => {
-                let _ = reply.send(self.new_queue(&q).map_err(|e| e.to_string()));
+                let res = self.new_queue(&q);
+                let qpn = res.as_ref().ok().map(|&(qpn, _)| qpn);
+                if reply.send(res.map_err(|e| e.to_string())).is_err() {
+                    // The control thread gave up waiting (and rejected the connection).
+                    if let Some(qpn) = qpn {
+                        self.destroy_queue(qpn);
+                    }
+                }
             }
             GroupCmd::DestroyQueue { qpn } => self.destroy_queue(qpn),
             GroupCmd::QueuesOf { cntlid, reply } => {
@@ -442,6 +453,31 @@ impl PollGroup {
             srq: Some(self.srq),
             cap,
         })?;
+        match self.bring_up(qp, q) {
+            Ok(psn) => {
+                self.queues.insert(
+                    qp.qpn(),
+                    Queue {
+                        qp,
+                        qid: q.qid,
+                        sq_size: q.sq_size.max(1),
+                        sqhd: 0,
+                        ctrl: None,
+                        outstanding: 0,
+                    },
+                );
+                self.counters.srq_qps.fetch_add(1, Ordering::Relaxed);
+                Ok((qp.qpn(), psn))
+            }
+            Err(e) => {
+                let _ = self.ctx.destroy_qp(qp);
+                Err(e)
+            }
+        }
+    }
+
+    /// Reset -> Init -> RTR -> RTS for a new queue's QP; returns its starting PSN.
+    fn bring_up(&mut self, qp: Qp, q: &NewQueue) -> Result<u32, transport::verbs::VerbsError> {
         let psn = rand::random::<u32>() & 0x00FF_FFFF;
         let mtu = q.path_mtu.min(self.ctx.device().path_mtu());
         self.ctx.modify_qp(
@@ -482,18 +518,7 @@ impl PollGroup {
                 ..Default::default()
             },
         )?;
-        self.queues.insert(
-            qp.qpn(),
-            Queue {
-                qp,
-                qid: q.qid,
-                sq_size: q.sq_size.max(1),
-                sqhd: 0,
-                ctrl: None,
-            },
-        );
-        self.counters.srq_qps.fetch_add(1, Ordering::Relaxed);
-        Ok((qp.qpn(), psn))
+        Ok(psn)
     }
 
     fn destroy_queue(&mut self, qpn: u32) {
@@ -529,6 +554,11 @@ impl PollGroup {
         if let Data::Chunk(c) = self.reqs[i].data {
             let _ = self.pool.free(c);
         }
+        if self.reqs[i].state != ReqState::Free {
+            if let Some(q) = self.queues.get_mut(&self.reqs[i].qpn) {
+                q.outstanding = q.outstanding.saturating_sub(1);
+            }
+        }
         self.reqs[i] = Request::free();
         if let Err(e) = self.post_recv(i) {
             tracing::error!("re-posting receive buffer {i}: {e}");
@@ -550,7 +580,10 @@ impl PollGroup {
         }
         let i = (wc.wr_id >> 8) as usize;
         let kind = wc.wr_id & 0xFF;
-        if i >= self.reqs.len() || self.reqs[i].state == ReqState::Free {
+        if i >= self.reqs.len()
+            || self.reqs[i].state == ReqState::Free
+            || self.reqs[i].qpn != wc.qp_num
+        {
             return;
         }
         if wc.status != WcStatus::Success {
@@ -596,6 +629,15 @@ impl PollGroup {
             let _ = self.post_recv(i);
             return;
         }
+        if q.outstanding >= q.sq_size {
+            // The host broke SQ flow control (more commands than its SQ holds): the
+            // capsule is dropped and counted, so one host cannot take the SRQ or the
+            // send queue from the others.
+            self.counters.sq_overflows.fetch_add(1, Ordering::Relaxed);
+            let _ = self.post_recv(i);
+            return;
+        }
+        q.outstanding += 1;
         q.sqhd = (q.sqhd + 1) % q.sq_size;
         let qid = q.qid;
         let has_ctrl = q.ctrl.is_some();
@@ -660,6 +702,9 @@ impl PollGroup {
             .ctrl
             .as_ref()
             .ok_or(Status::generic(GenericStatus::CommandSequenceError))?;
+        // I/O only while the controller is enabled and ready (not after CC.EN=0, a
+        // shutdown notification or a fatal status), as nvmet checks.
+        ctrl.check_ready()?;
         let ns = ctrl
             .subsys
             .namespace(sqe.nsid())
@@ -791,7 +836,13 @@ impl PollGroup {
                 self.ready.push_back(i);
             }
         }
-        while let Some(i) = self.ready.pop_front() {
+        // One pass over what is ready now: a request that finds the io_uring ring full
+        // goes back on the queue and waits for the next round (after completions are
+        // reaped), instead of being retried here forever.
+        for _ in 0..self.ready.len() {
+            let Some(i) = self.ready.pop_front() else {
+                break;
+            };
             work += 1;
             if self.reqs[i].state == ReqState::ReadyToExecute {
                 self.execute(i);
@@ -1052,6 +1103,15 @@ impl PollGroup {
                 let list: Vec<_> = list.into_iter().filter(|r| r.nlb > 0).collect();
                 if list.is_empty() {
                     self.complete(i, Status::SUCCESS);
+                    return;
+                }
+                if list.len() > self.ring.capacity() {
+                    self.complete(i, Status::generic(GenericStatus::InvalidField).with_dnr());
+                    return;
+                }
+                if self.ring.capacity() - self.ring.in_flight() < list.len() {
+                    // Not all ranges fit now: queue none, try again next round.
+                    self.ready.push_back(i);
                     return;
                 }
                 self.reqs[i].io_pending = list.len() as u32;

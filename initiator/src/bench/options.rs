@@ -192,6 +192,11 @@ pub struct BenchArgs {
     #[arg(long)]
     pub subnqn: Option<String>,
 
+    /// Local address to use toward a remote target (nvme-cli's `--host-traddr`):
+    /// RoCEv2 needs UDP 4791 of it. Default: the source address the kernel picks.
+    #[arg(long = "host-traddr", alias = "host_traddr")]
+    pub host_traddr: Option<String>,
+
     /// Host NQN to present in Connect; default: a generated UUID-based NQN.
     #[arg(long)]
     pub hostnqn: Option<String>,

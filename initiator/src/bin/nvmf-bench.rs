@@ -123,10 +123,14 @@ fn main() -> ExitCode {
             let Some(nqn) = args.subnqn.clone() else {
                 return fail("--traddr needs --subnqn (the subsystem NQN to connect to)");
             };
-            (
-                None,
-                HostOptions::new(SocketAddr::new(ip, args.trsvcid), nqn),
-            )
+            let mut o = HostOptions::new(SocketAddr::new(ip, args.trsvcid), nqn);
+            if let Some(h) = &args.host_traddr {
+                match h.parse::<IpAddr>() {
+                    Ok(local) => o.local_ip = Some(local),
+                    Err(_) => return fail(format!("--host-traddr {h}: not an IP address")),
+                }
+            }
+            (None, o)
         }
     };
     if let Some(h) = &args.hostnqn {

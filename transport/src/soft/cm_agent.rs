@@ -314,7 +314,12 @@ impl Worker {
                 let _ = r.send(self.cm.accept(now, id, p));
             }
             Cmd::Reject(id, reason, pd, r) => {
-                let _ = r.send(self.cm.reject(now, id, reason, &pd));
+                let res = self.cm.reject(now, id, reason, &pd);
+                if res.is_ok() {
+                    // A rejected connection sends no further events.
+                    self.conns.remove(&id.0);
+                }
+                let _ = r.send(res);
             }
             Cmd::SendRtu(id, r) => {
                 let _ = r.send(self.cm.send_rtu(now, id));
