@@ -96,12 +96,11 @@ fn pass(
 fn patterned_data_round_trips_at_qd1_and_qd32() {
     let t = start_target(50, 256 << 20);
     // Four I/O queues plus the admin queue: five QPs on the target's one poll group.
-    let mut host = connect(
-        &t,
-        51,
-        std::env::var("NQ").map(|v| v.parse().unwrap()).unwrap_or(4),
-        64,
-    );
+    // This test sends no Keep Alive: KATO 0 turns the target's timer off, so a slow
+    // phase on a loaded machine cannot expire the controller.
+    let mut opts = host_options(&t, 51, 4, 64);
+    opts.kato_ms = 0;
+    let mut host = nvmf_initiator::SyncHost::connect(&opts).expect("host connects");
     let pg = t.target.poll_group_counters()[0].clone();
     let mut base = 0u64;
     let mut regions = Vec::new();

@@ -525,6 +525,14 @@ impl PollGroup {
         let Some(q) = self.queues.remove(&qpn) else {
             return;
         };
+        // To Error first: the provider flushes the QP's work, including a receive
+        // buffer a half-received SEND holds, whose flush completion re-posts it to the
+        // SRQ (otherwise it would be lost with the QP).
+        let to_error = QpAttr {
+            qp_state: Some(QpState::Error),
+            ..Default::default()
+        };
+        let _ = self.ctx.modify_qp(q.qp, &to_error);
         let _ = self.ctx.destroy_qp(q.qp);
         if let Some(ctrl) = &q.ctrl {
             if q.qid == 0 {
