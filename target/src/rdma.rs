@@ -72,7 +72,7 @@ impl Default for PollGroupConfig {
 pub struct PollGroupCounters {
     /// Command capsules received (from every QP of the group, through the one SRQ).
     pub capsules: AtomicU64,
-    /// Capsules dropped because their queue already had SQ-size commands outstanding.
+    /// Capsules dropped because their queue already had twice its SQ size outstanding.
     pub sq_overflows: AtomicU64,
     /// Distinct QPs that drew receive buffers from the group's SRQ.
     pub srq_qps: AtomicU64,
@@ -440,7 +440,8 @@ impl PollGroup {
     fn new_queue(&mut self, q: &NewQueue) -> Result<(u32, u32), transport::verbs::VerbsError> {
         let sq = q.sq_size as u32;
         let cap = QpCap {
-            max_send_wr: 3 * sq + 16,
+            // Up to 2 x SQ-size commands of 2 WRs each (WRITE + SEND, or READ + SEND).
+            max_send_wr: 4 * sq + 16,
             max_recv_wr: 0,
             max_send_sge: 2,
             max_recv_sge: 1,
@@ -637,10 +638,12 @@ impl PollGroup {
             let _ = self.post_recv(i);
             return;
         }
-        if q.outstanding >= q.sq_size {
-            // The host broke SQ flow control (more commands than its SQ holds): the
-            // capsule is dropped and counted, so one host cannot take the SRQ or the
-            // send queue from the others.
+        if q.outstanding >= 2 * q.sq_size {
+            // A queue may legitimately have a few more than SQ-size commands here (the
+            // host reuses a slot once it has seen the CQE's SQHD, before this target
+            // has retired the response's SEND), but not twice as many: that host
+            // ignores SQ flow control, and its capsule is dropped and counted so it
+            // cannot take the SRQ or the send queue from the others.
             self.counters.sq_overflows.fetch_add(1, Ordering::Relaxed);
             let _ = self.post_recv(i);
             return;
