@@ -126,8 +126,3 @@ pub(crate) unsafe fn scatter(segs: &[MemRef], mut off: usize, mut data: &[u8]) -
     }
     data.is_empty()
 }
-
-/// Pad bytes after a payload of `len` bytes (to a multiple of 4).
-pub(crate) fn pad_for(len: usize) -> u8 {
-    ((4 - (len % 4)) % 4) as u8
-}

@@ -13,11 +13,12 @@ use crate::wire::{Bth, Opcode, Packet, PacketHeaders};
 use super::counters::QpCounters;
 use super::mem::KeyTable;
 use super::ops::{classify, Kind};
-use super::payload::{pad_for, TxPacket};
+use super::payload::TxPacket;
 use super::psn::PSN_MASK;
 use super::recv_queue::RecvQueue;
 use super::requester::ReqState;
 use super::responder::RespState;
+use crate::wire::pad_for;
 
 /// Tuning of the RC core (not part of IBTA).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

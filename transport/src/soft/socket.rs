@@ -49,6 +49,18 @@ pub enum SocketError {
     },
 }
 
+/// EADDRINUSE as [`SocketError::PortInUse`], anything else as [`SocketError::Bind`].
+fn bind_error(ip: IpAddr, port: u16, e: io::Error) -> SocketError {
+    match e.raw_os_error() {
+        Some(libc::EADDRINUSE) => SocketError::PortInUse { ip, port },
+        _ => SocketError::Bind {
+            ip,
+            port,
+            source: e,
+        },
+    }
+}
+
 fn setsockopt_int(
     fd: RawFd,
     level: libc::c_int,
@@ -129,14 +141,7 @@ pub fn bind_rx_group(ip: IpAddr, rx_queues: u32) -> Result<Vec<Socket>, SocketEr
     // silently join our group and steal packets.
     {
         let probe = udp_socket(ip).map_err(|e| setup("socket", e))?;
-        probe.bind(&addr).map_err(|e| match e.raw_os_error() {
-            Some(libc::EADDRINUSE) => SocketError::PortInUse { ip, port },
-            _ => SocketError::Bind {
-                ip,
-                port,
-                source: e,
-            },
-        })?;
+        probe.bind(&addr).map_err(|e| bind_error(ip, port, e))?;
     }
     let mut socks = Vec::with_capacity(rx_queues as usize + 1);
     for _ in 0..=rx_queues {
@@ -144,14 +149,7 @@ pub fn bind_rx_group(ip: IpAddr, rx_queues: u32) -> Result<Vec<Socket>, SocketEr
         s.set_reuse_port(true)
             .map_err(|e| setup("SO_REUSEPORT", e))?;
         set_buffer(&s, SO_RCVBUFFORCE, libc::SO_RCVBUF, RX_SOCKET_BUFFER_BYTES);
-        s.bind(&addr).map_err(|e| match e.raw_os_error() {
-            Some(libc::EADDRINUSE) => SocketError::PortInUse { ip, port },
-            _ => SocketError::Bind {
-                ip,
-                port,
-                source: e,
-            },
-        })?;
+        s.bind(&addr).map_err(|e| bind_error(ip, port, e))?;
         socks.push(s);
     }
     let prog = steering_program(rx_queues);
@@ -233,14 +231,7 @@ pub fn bind_plain(ip: IpAddr, port: u16) -> Result<Socket, SocketError> {
         );
     }
     s.bind(&SockAddr::from(SocketAddr::new(ip, port)))
-        .map_err(|e| match e.raw_os_error() {
-            Some(libc::EADDRINUSE) => SocketError::PortInUse { ip, port },
-            _ => SocketError::Bind {
-                ip,
-                port,
-                source: e,
-            },
-        })?;
+        .map_err(|e| bind_error(ip, port, e))?;
     Ok(s)
 }
 
