@@ -21,19 +21,23 @@ struct Side {
 fn side(last_octet: u8) -> Side {
     let ip = IpAddr::V4(Ipv4Addr::new(127, 0, 0, last_octet));
     let dev = SoftDevice::open(DeviceConfig::new(ip)).expect("open device");
-    let mut ctx = dev.open_context(0).unwrap();
+    let ctx = dev.open_context(0).unwrap();
+    side_on(dev, ctx)
+}
+
+/// A QP on an SRQ, a CQ and a 4 MiB MR with remote access, in poll group `ctx` of `dev`.
+fn side_on(dev: Arc<SoftDevice>, mut ctx: Context) -> Side {
     let pd = dev.alloc_pd();
     let cq = ctx.create_cq(256);
     let srq = ctx.create_srq(pd, 64);
-    let qp = ctx
-        .create_qp(&QpInitAttr {
-            pd,
-            send_cq: cq,
-            recv_cq: cq,
-            srq: Some(srq),
-            cap: QpCap::default(),
-        })
-        .unwrap();
+    let attr = QpInitAttr {
+        pd,
+        send_cq: cq,
+        recv_cq: cq,
+        srq: Some(srq),
+        cap: QpCap::default(),
+    };
+    let qp = ctx.create_qp(&attr).unwrap();
     let mr = dev.reg_mr(pd, 4 << 20, ACCESS).unwrap();
     Side {
         dev,
@@ -310,30 +314,9 @@ fn dropping_one_poll_group_leaves_the_others_steered() {
     let dev_a = SoftDevice::open(cfg).unwrap();
     let ctx0 = dev_a.open_context(0).unwrap();
     let ctx1 = dev_a.open_context(1).unwrap();
-    let mut ctx2 = dev_a.open_context(2).unwrap();
+    let ctx2 = dev_a.open_context(2).unwrap();
     drop(ctx1);
-    let pd = dev_a.alloc_pd();
-    let cq = ctx2.create_cq(16);
-    let srq = ctx2.create_srq(pd, 16);
-    let qp = ctx2
-        .create_qp(&QpInitAttr {
-            pd,
-            send_cq: cq,
-            recv_cq: cq,
-            srq: Some(srq),
-            cap: QpCap::default(),
-        })
-        .unwrap();
-    let mr = dev_a.reg_mr(pd, 1 << 20, ACCESS).unwrap();
-    let mut a = Side {
-        dev: dev_a.clone(),
-        ctx: ctx2,
-        pd,
-        cq,
-        srq,
-        qp,
-        mr,
-    };
+    let mut a = side_on(dev_a.clone(), ctx2);
     let mut b = side(10);
     connect(&mut a, &mut b);
     let read = SendWr {

@@ -109,6 +109,11 @@ impl CmAgent {
             Err(SocketError::PortInUse { .. }) => bind_plain(ip, 0)?,
             Err(e) => return Err(e.into()),
         };
+        let tx_sport = tx
+            .local_addr()
+            .ok()
+            .and_then(|a| a.as_socket())
+            .map_or(ROCE_V2_QP1_UDP_SPORT, |a| a.port());
         // SAFETY: eventfd returns a new fd or -1.
         let efd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
         if efd < 0 {
@@ -134,6 +139,7 @@ impl CmAgent {
             conns: HashMap::new(),
             clock: Clock::new(),
             psn: 0,
+            sport: tx_sport,
         };
         let handle = std::thread::Builder::new()
             .name(format!("cm-agent {ip}"))
@@ -206,6 +212,8 @@ struct Worker {
     conns: HashMap<u32, Sender<CmEvent>>,
     clock: Clock,
     psn: u32,
+    /// UDP source port of QP1's send socket (55410 unless taken).
+    sport: u16,
 }
 
 impl Worker {
@@ -375,13 +383,7 @@ impl Worker {
             imm: None,
             ieth: None,
         };
-        let sport = self
-            .tx
-            .local_addr()
-            .ok()
-            .and_then(|a| a.as_socket())
-            .map(|a| a.port())
-            .unwrap_or(ROCE_V2_QP1_UDP_SPORT);
+        let sport = self.sport;
         let info = IcrcIpInfo {
             src: self.dev.ip(),
             dst: dest,
