@@ -6,6 +6,8 @@
 //! Applications talk to the agent through [`CmAgent`]; events come back on crossbeam
 //! channels: one per listened port (and every connection it accepts) and one per
 //! active connection.
+use super::rx_check::icrc_ok;
+use crate::wire::IcrcChecker;
 use std::collections::HashMap;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
@@ -140,6 +142,7 @@ impl CmAgent {
             clock: Clock::new(),
             psn: 0,
             sport: tx_sport,
+            icrc: IcrcChecker::new(),
         };
         let handle = std::thread::Builder::new()
             .name(format!("cm-agent {ip}"))
@@ -214,6 +217,8 @@ struct Worker {
     psn: u32,
     /// UDP source port of QP1's send socket (55410 unless taken).
     sport: u16,
+    /// Receive ICRC checker.
+    icrc: IcrcChecker,
 }
 
 impl Worker {
@@ -274,15 +279,7 @@ impl Worker {
 
     fn handle_datagram(&mut self, from: SocketAddr, data: &[u8]) {
         let counters = self.dev.counters();
-        let info = IcrcIpInfo {
-            src: from.ip(),
-            dst: self.dev.ip(),
-            ipv4_id: 0,
-            udp_sport: from.port(),
-            udp_dport: ROCE_V2_UDP_DPORT,
-        };
-        if !wire::verify(&info, data) {
-            counters.icrc_errors.fetch_add(1, Ordering::Relaxed);
+        if !icrc_ok(&mut self.icrc, counters, from, self.dev.ip(), data) {
             return;
         }
         let Ok(pkt) = wire::parse(data) else {

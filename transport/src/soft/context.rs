@@ -2,6 +2,8 @@
 //! one receive socket, its QPs, CQs and SRQs, and drives their sans-IO RC cores over
 //! the sockets whenever [`Context::progress`] or [`Context::poll_cq`] is called. One
 //! thread runs a context; nothing in it is shared except the device's key tables.
+use super::rx_check::icrc_ok;
+use crate::wire::IcrcChecker;
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::net::{IpAddr, SocketAddr};
@@ -85,6 +87,8 @@ pub struct Context {
     deferred: Vec<u32>,
     defer_transmit: bool,
     next_timer: Option<Timestamp>,
+    /// Receive ICRC checker (caches per-length tables for senders with IPv4 IDs).
+    icrc: IcrcChecker,
 }
 
 impl std::fmt::Debug for Context {
@@ -113,6 +117,7 @@ impl Context {
             deferred: Vec::new(),
             defer_transmit: false,
             next_timer: None,
+            icrc: IcrcChecker::new(),
         }
     }
 
@@ -491,21 +496,18 @@ impl Context {
 
     fn handle_datagram(&mut self, now: Timestamp, i: usize) {
         let Self {
-            rx, dev, qps, srqs, ..
+            rx,
+            dev,
+            qps,
+            srqs,
+            icrc,
+            ..
         } = self;
         let Some((from, data)) = rx.get(i) else {
             return;
         };
         let counters = dev.counters();
-        let info = IcrcIpInfo {
-            src: from.ip(),
-            dst: dev.ip(),
-            ipv4_id: 0,
-            udp_sport: from.port(),
-            udp_dport: ROCE_V2_UDP_DPORT,
-        };
-        if !wire::verify(&info, data) {
-            counters.icrc_errors.fetch_add(1, Ordering::Relaxed);
+        if !icrc_ok(icrc, counters, from, dev.ip(), data) {
             return;
         }
         let pkt = match wire::parse(data) {

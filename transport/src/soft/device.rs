@@ -43,6 +43,10 @@ pub struct DeviceCounters {
     pub rcvd_pkts: AtomicU64,
     /// Packets dropped for a bad ICRC.
     pub icrc_errors: AtomicU64,
+    /// IPv4 packets accepted with an IPv4 ID other than 0, which the ICRC check had to
+    /// solve for (the sender is Linux rxe or another stack that numbers its packets;
+    /// see [`crate::wire::icrc_rx`]).
+    pub icrc_ipv4_id_solved: AtomicU64,
     /// Packets dropped as malformed (bad length, unknown opcode, bad version).
     pub malformed_pkts: AtomicU64,
     /// Packets for a QP that does not exist here.
@@ -61,6 +65,7 @@ pub struct DeviceCountersSnapshot {
     pub sent_pkts: u64,
     pub rcvd_pkts: u64,
     pub icrc_errors: u64,
+    pub icrc_ipv4_id_solved: u64,
     pub malformed_pkts: u64,
     pub unknown_qp_pkts: u64,
     pub tx_dropped_pkts: u64,
@@ -76,6 +81,7 @@ impl DeviceCounters {
             sent_pkts: r(&self.sent_pkts),
             rcvd_pkts: r(&self.rcvd_pkts),
             icrc_errors: r(&self.icrc_errors),
+            icrc_ipv4_id_solved: r(&self.icrc_ipv4_id_solved),
             malformed_pkts: r(&self.malformed_pkts),
             unknown_qp_pkts: r(&self.unknown_qp_pkts),
             tx_dropped_pkts: r(&self.tx_dropped_pkts),

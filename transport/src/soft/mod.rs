@@ -7,6 +7,7 @@
 mod cm_agent;
 mod context;
 mod device;
+mod rx_check;
 pub mod socket;
 
 pub use cm_agent::*;

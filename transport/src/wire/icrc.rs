@@ -54,6 +54,15 @@ pub struct IcrcIpInfo {
 }
 
 impl IcrcIpInfo {
+    /// Whether the packet travels over IPv4 (both addresses IPv4 or IPv4-mapped), so
+    /// that its header has an identification field.
+    pub fn is_ipv4(&self) -> bool {
+        matches!(
+            (canonical(self.src), canonical(self.dst)),
+            (IpAddr::V4(_), IpAddr::V4(_))
+        )
+    }
+
     /// Writes the masked IP and UDP headers for a UDP payload of `udp_payload_len` bytes
     /// (ICRC included) into `buf`; returns their length (28 or 48).
     fn write_masked(&self, udp_payload_len: usize, buf: &mut [u8; GATHER_MAX]) -> usize {

@@ -10,6 +10,7 @@
 pub mod cm;
 pub mod headers;
 pub mod icrc;
+pub mod icrc_rx;
 pub mod mad;
 pub mod opcode;
 pub mod packet;
@@ -17,6 +18,7 @@ pub mod pcap;
 
 pub use headers::*;
 pub use icrc::*;
+pub use icrc_rx::{IcrcCheck, IcrcChecker};
 pub use opcode::*;
 pub use packet::*;
 

@@ -1,0 +1,36 @@
+//! The receive-side ICRC check shared by the poll groups and the CM agent.
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::Ordering;
+
+use super::device::DeviceCounters;
+use crate::wire::{IcrcCheck, IcrcChecker, IcrcIpInfo, ROCE_V2_UDP_DPORT};
+
+/// Whether the RoCEv2 datagram `data` from `from` to `local` has a valid ICRC; counts
+/// `icrc_errors` (drop) or `icrc_ipv4_id_solved` (a sender with non-zero IPv4 IDs, e.g.
+/// Linux rxe; see [`crate::wire::icrc_rx`]).
+pub(crate) fn icrc_ok(
+    checker: &mut IcrcChecker,
+    counters: &DeviceCounters,
+    from: SocketAddr,
+    local: IpAddr,
+    data: &[u8],
+) -> bool {
+    let info = IcrcIpInfo {
+        src: from.ip(),
+        dst: local,
+        ipv4_id: 0,
+        udp_sport: from.port(),
+        udp_dport: ROCE_V2_UDP_DPORT,
+    };
+    match checker.check(&info, data) {
+        IcrcCheck::Exact => true,
+        IcrcCheck::SolvedIpv4Id(_) => {
+            counters.icrc_ipv4_id_solved.fetch_add(1, Ordering::Relaxed);
+            true
+        }
+        IcrcCheck::Bad => {
+            counters.icrc_errors.fetch_add(1, Ordering::Relaxed);
+            false
+        }
+    }
+}
