@@ -31,6 +31,9 @@ pub struct HostOptions {
     pub connect_timeout: Duration,
     /// How long an admin command may take (default 10 s).
     pub admin_timeout: Duration,
+    /// Receive fault injection on the host's RDMA device (tests, `nvmf-bench
+    /// --inject-*`; see `transport::soft::fault`). Default none.
+    pub faults: Option<transport::soft::FaultConfig>,
 }
 
 impl HostOptions {
@@ -50,6 +53,7 @@ impl HostOptions {
             max_io_bytes: 1 << 20,
             connect_timeout: Duration::from_secs(5),
             admin_timeout: Duration::from_secs(10),
+            faults: None,
         }
     }
 

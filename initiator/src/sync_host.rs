@@ -45,6 +45,7 @@ impl SyncHost {
         let ip = opts.resolve_local_ip()?;
         let mut dcfg = DeviceConfig::new(ip);
         dcfg.rx_queues = 1 + u32::from(opts.io_queues);
+        dcfg.faults = opts.faults;
         let dev = SoftDevice::open(dcfg)
             .map_err(|e| HostError::Device(format!("opening the RDMA device on {ip}: {e}")))?;
         let cm = CmAgent::start(&dev).map_err(|e| HostError::Device(format!("CM agent: {e}")))?;

@@ -192,3 +192,70 @@ fn remote_mode_benchmarks_a_running_target() {
     );
     target.shutdown();
 }
+
+#[test]
+fn inject_options_are_refused_with_a_remote_target() {
+    let o = bench()
+        .args([
+            "--traddr",
+            "127.0.0.99",
+            "--subnqn",
+            "nqn.2026-11.io.nvmf-rdma:none",
+        ])
+        .args(["--inject-loss", "0.01", "--runtime", "1"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(
+        err.contains("--inject-") && err.contains("embedded") && !err.contains("panicked"),
+        "{err}"
+    );
+    // Out of range probabilities are clap errors (exit status 2).
+    let o = bench().args(["--inject-dup", "2"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(2));
+}
+
+#[test]
+fn embedded_run_with_injected_loss_verifies_and_reports_the_faults() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("faults.json");
+    // A fixed amount of I/O (randrw, then fio's verify phase) under 0.2% loss on each
+    // device's receive path.
+    let o = bench()
+        .args(["--rw", "randrw", "--bs", "4k", "--iodepth", "8"])
+        .args(["--size", "4M", "--io_size", "8M", "--runtime", "60"])
+        .args(["--embedded-size", "8M", "--verify", "crc32c"])
+        .args(["--inject-loss", "0.002", "--inject-seed", "7"])
+        .args(["--output-format", "json", "--output"])
+        .arg(&json)
+        .arg("--embedded-dir")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "nvmf-bench failed: {err}");
+    let v: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).unwrap()).expect("fio JSON");
+    assert_eq!(v["jobs"][0]["error"], 0);
+    let verified = v["verify"]["verified_blocks"].as_u64().unwrap();
+    assert!(verified > 0);
+    assert_eq!(v["verify"]["mismatches"], 0);
+    // The final line on standard error repeats the counts.
+    assert!(
+        err.contains(&format!("verify: {verified} blocks verified, 0 mismatches")),
+        "{err}"
+    );
+    let f = &v["faults"];
+    assert_eq!(f["loss"], 0.002);
+    assert_eq!(f["seed"], 7);
+    assert_eq!(v["global options"]["inject_loss"], "0.002");
+    let devices = f["devices"].as_array().expect("faults.devices[]");
+    assert_eq!(devices.len(), 2);
+    for d in devices {
+        assert!(d["dropped"].as_u64().unwrap() > 0, "{d}");
+        assert_eq!(d["duplicated"], 0);
+    }
+    assert!(f["injected_total"].as_u64().unwrap() > 0);
+}

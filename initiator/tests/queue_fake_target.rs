@@ -136,7 +136,7 @@ fn start_target(ip: IpAddr) -> FakeTarget {
                 qp_state: Some(QpState::Rtr),
                 path_mtu: Some(dev.path_mtu()),
                 dest_qp_num: Some(remote_qpn),
-                rq_psn: Some(remote_psn),
+                rq_psn: Some(psn),
                 max_dest_rd_atomic: Some(0),
                 min_rnr_timer: Some(12),
                 ah_attr: Some(AhAttr {
@@ -153,7 +153,7 @@ fn start_target(ip: IpAddr) -> FakeTarget {
             qp,
             &QpAttr {
                 qp_state: Some(QpState::Rts),
-                sq_psn: Some(psn),
+                sq_psn: Some(remote_psn),
                 timeout: Some(12),
                 retry_cnt: Some(7),
                 rnr_retry: Some(7),

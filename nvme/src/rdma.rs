@@ -179,6 +179,58 @@ impl RdmaCmRequest {
     }
 }
 
+/// What a controller accepts in an RDMA_CM_REQUEST (see [`RdmaCmRequest::validate`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RdmaCmLimits {
+    /// Largest admin SQ (HSQSIZE + 1) accepted: [`NVME_AQ_DEPTH`](crate::NVME_AQ_DEPTH)
+    /// (32) for nvmet-rdma.
+    pub max_admin_sq_entries: u32,
+    /// Largest I/O SQ (HSQSIZE + 1) accepted (the controller's MQES + 1).
+    pub max_io_sq_entries: u32,
+    /// Largest queue ID accepted (0xFFFF is never valid).
+    pub max_qid: u16,
+}
+
+impl RdmaCmRequest {
+    /// Checks the request as a controller does before accepting the connection and
+    /// returns the number of SQ entries (HSQSIZE + 1). The checks, in order: QID at most
+    /// `max_qid` and not 0xFFFF ([`RdmaCmRejectStatus::InvalidQid`]); HSQSIZE + 1 between
+    /// 2 and the admin or I/O limit ([`RdmaCmRejectStatus::InvalidHsqsize`], as nvmet-rdma
+    /// for the admin queue); HRQSIZE at least HSQSIZE + 1, since the host receives one
+    /// response per command ([`RdmaCmRejectStatus::InvalidHrqsize`]).
+    pub fn validate(&self, limits: &RdmaCmLimits) -> Result<u32, RdmaCmRejectStatus> {
+        if self.qid() == 0xFFFF || self.qid() > limits.max_qid {
+            return Err(RdmaCmRejectStatus::InvalidQid);
+        }
+        let sq = self.sq_entries();
+        let max = if self.qid() == 0 {
+            limits.max_admin_sq_entries
+        } else {
+            limits.max_io_sq_entries
+        };
+        if sq < 2 || sq > max {
+            return Err(RdmaCmRejectStatus::InvalidHsqsize);
+        }
+        if u32::from(self.hrqsize()) < sq {
+            return Err(RdmaCmRejectStatus::InvalidHrqsize);
+        }
+        Ok(sq)
+    }
+}
+
+/// The target's RDMA READ depth (its ORD, the REP's Initiator Depth) for a host that
+/// accepts `host_ird` READs in flight (the REQ's Responder Resources), as nvmet-rdma
+/// and SPDK negotiate it: `min(host_ird, max_ord)`. A host IRD of 0 leaves the target
+/// no way to fetch host data: [`RdmaCmRejectStatus::InvalidIrd`]. (The host's own
+/// Initiator Depth is tolerated whatever it is: an NVMe host never reads from the
+/// target.)
+pub fn negotiate_ord(host_ird: u8, max_ord: u8) -> Result<u8, RdmaCmRejectStatus> {
+    if host_ird == 0 {
+        return Err(RdmaCmRejectStatus::InvalidIrd);
+    }
+    Ok(host_ird.min(max_ord.max(1)))
+}
+
 impl RdmaCmAccept {
     /// An accept with RECFMT 0 and CRQSIZE `crqsize` (the number of
     /// receive entries the controller posts for this queue).
@@ -293,6 +345,31 @@ mod tests {
         let mut wire = hex("0000 8000");
         wire.resize(32, 0);
         assert_eq!(RdmaCmAccept::parse(&wire).unwrap().crqsize(), 128);
+    }
+
+    #[test]
+    fn validate_and_negotiate() {
+        let limits = RdmaCmLimits {
+            max_admin_sq_entries: 32,
+            max_io_sq_entries: 128,
+            max_qid: 8,
+        };
+        // Frame 4 (admin: 32 / 31) and frame 168 (I/O: 128 / 127) are accepted.
+        assert_eq!(RdmaCmRequest::new(0, 32, 31).validate(&limits), Ok(32));
+        assert_eq!(RdmaCmRequest::new(1, 128, 127).validate(&limits), Ok(128));
+        let bad = |qid, hrq, hsq| RdmaCmRequest::new(qid, hrq, hsq).validate(&limits);
+        assert_eq!(bad(9, 32, 31), Err(RdmaCmRejectStatus::InvalidQid));
+        assert_eq!(bad(0xFFFF, 32, 31), Err(RdmaCmRejectStatus::InvalidQid));
+        assert_eq!(bad(0, 33, 32), Err(RdmaCmRejectStatus::InvalidHsqsize));
+        assert_eq!(bad(1, 129, 128), Err(RdmaCmRejectStatus::InvalidHsqsize));
+        assert_eq!(bad(1, 2, 0), Err(RdmaCmRejectStatus::InvalidHsqsize));
+        assert_eq!(bad(1, 16, 31), Err(RdmaCmRejectStatus::InvalidHrqsize));
+        // Linux host IRD 0x80 against a target ORD limit of 16; rping-like IRD 1.
+        assert_eq!(negotiate_ord(0x80, 16), Ok(16));
+        assert_eq!(negotiate_ord(1, 16), Ok(1));
+        assert_eq!(negotiate_ord(0, 16), Err(RdmaCmRejectStatus::InvalidIrd));
+        assert_eq!(RdmaCmRejectStatus::InvalidIrd.value(), 7);
+        assert_eq!(RdmaCmRejectStatus::InvalidOrd.value(), 8);
     }
 
     #[test]

@@ -16,6 +16,8 @@ pub mod config;
 pub mod controller;
 pub mod discovery;
 pub mod fabrics;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod io;
 pub mod namespace;
 pub mod rdma;

@@ -117,9 +117,15 @@ pub struct NewQueue {
     pub sq_size: u16,
     pub remote: std::net::IpAddr,
     pub remote_qpn: u32,
+    /// The REQ's Starting PSN: Linux (ib_cm) makes it the PSN the passive side
+    /// *sends* from (and the active side expects), so it becomes our SQ PSN; the PSN
+    /// our REP carries is the one we expect on receive (see both reference captures).
     pub remote_psn: u32,
     pub flow_label: u32,
     pub path_mtu: Mtu,
+    /// Selective retransmission negotiated in the CM exchange (the REQ and our REP carry
+    /// the markers; never with a Linux host).
+    pub selective_retransmit: bool,
     /// RDMA READs the target may have outstanding toward the host (its ORD).
     pub ord: u8,
 }
@@ -477,7 +483,8 @@ impl PollGroup {
         }
     }
 
-    /// Reset -> Init -> RTR -> RTS for a new queue's QP; returns its starting PSN.
+    /// Reset -> Init -> RTR -> RTS for a new queue's QP; returns the PSN for the REP's
+    /// Starting PSN, which is the QP's expected receive PSN (the host sends from it).
     fn bring_up(&mut self, qp: Qp, q: &NewQueue) -> Result<u32, transport::verbs::VerbsError> {
         let psn = rand::random::<u32>() & 0x00FF_FFFF;
         let mtu = q.path_mtu.min(self.ctx.device().path_mtu());
@@ -495,7 +502,7 @@ impl PollGroup {
                 qp_state: Some(QpState::Rtr),
                 path_mtu: Some(mtu),
                 dest_qp_num: Some(q.remote_qpn),
-                rq_psn: Some(q.remote_psn),
+                rq_psn: Some(psn),
                 max_dest_rd_atomic: Some(0),
                 min_rnr_timer: Some(1),
                 ah_attr: Some(AhAttr {
@@ -504,6 +511,7 @@ impl PollGroup {
                     hop_limit: 64,
                     traffic_class: 0,
                 }),
+                selective_retransmit: Some(q.selective_retransmit),
                 ..Default::default()
             },
         )?;
@@ -511,7 +519,7 @@ impl PollGroup {
             qp,
             &QpAttr {
                 qp_state: Some(QpState::Rts),
-                sq_psn: Some(psn),
+                sq_psn: Some(q.remote_psn),
                 timeout: Some(crate::DEFAULT_ACK_TIMEOUT),
                 retry_cnt: Some(7),
                 rnr_retry: Some(7),

@@ -7,6 +7,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam::channel::{self, Receiver, Sender};
+use nvme::rdma::{negotiate_ord, RdmaCmLimits};
+use nvme::{RdmaCmAccept, RdmaCmReject, RdmaCmRejectStatus, RdmaCmRequest};
 use transport::cm::{AcceptParams, CmEvent};
 use transport::soft::{CmAgent, DeviceConfig, SoftDevice};
 
@@ -15,18 +17,12 @@ use crate::namespace::FileNamespace;
 use crate::rdma::{GroupCmd, NewQueue, PollGroup, PollGroupConfig, PollGroupCounters};
 use crate::subsystem::{Limits, NamespaceEntry, PortInfo, Registry, Subsystem};
 
-/// NVMe/RDMA CM reject status codes (NVMe RDMA Transport 1.x, Figure 5).
-pub mod reject {
-    pub const INVALID_LEN: u16 = 0x01;
-    pub const INVALID_RECFMT: u16 = 0x02;
-    pub const INVALID_QID: u16 = 0x03;
-    pub const INVALID_HSQSIZE: u16 = 0x04;
-    pub const INVALID_HRQSIZE: u16 = 0x05;
-    pub const NO_RESOURCES: u16 = 0x06;
-}
 /// IB CM reject reason "consumer defined" (IBTA Vol 1 Table 112), used with the
 /// NVMe/RDMA reject private data.
-pub const CM_REJ_CONSUMER_DEFINED: u16 = 28;
+pub const CM_REJ_CONSUMER_DEFINED: u16 = transport::wire::cm::CM_REJ_CONSUMER_DEFINED;
+/// The most RDMA READs the target keeps in flight per queue (its ORD): the REP's
+/// Initiator Depth is `min(host IRD, this)`.
+pub const MAX_ORD: u8 = 16;
 
 /// Errors starting the target; each names what failed.
 #[derive(Debug, thiserror::Error)]
@@ -70,9 +66,12 @@ impl std::fmt::Debug for TargetHandle {
     }
 }
 
-/// The ACK timeout our QPs use (4.096 us x 2^12 = 16.8 ms): short enough to recover
-/// from loss quickly, long enough for a full window on loopback.
-pub const DEFAULT_ACK_TIMEOUT: u8 = 12;
+/// The IBTA local ACK timeout our QPs use (4.096 us x 2^17 = 537 ms, IBTA Vol 1
+/// §9.7.6.1.3); with retry count 7 a silent peer fails the QP after about 4.3 s. Loss is
+/// repaired faster by the adaptive retransmission timer, which this only caps. Shorter
+/// values (16.8 ms was used) killed connections to Linux hosts in emulated VMs, which
+/// stall for more than 8 x 16.8 ms (tests/interop).
+pub const DEFAULT_ACK_TIMEOUT: u8 = 17;
 
 impl TargetHandle {
     /// Address and RDMA CM port the target listens on.
@@ -117,6 +116,16 @@ impl Drop for TargetHandle {
 
 /// Starts a target as `cfg` describes: the first listen address, all subsystems.
 pub fn start(cfg: &TargetConfig) -> Result<TargetHandle, TargetError> {
+    start_with_faults(cfg, None)
+}
+
+/// [`start`], with the soft device's receive fault injection (for tests and
+/// `nvmf-bench --inject-*`; see `transport::soft::fault`). Errors as [`start`], and
+/// [`TargetError::Socket`] for a fault configuration out of range.
+pub fn start_with_faults(
+    cfg: &TargetConfig,
+    faults: Option<transport::soft::FaultConfig>,
+) -> Result<TargetHandle, TargetError> {
     let listen = cfg
         .listen
         .first()
@@ -173,6 +182,7 @@ pub fn start(cfg: &TargetConfig) -> Result<TargetHandle, TargetError> {
         ip,
         rx_queues: poll_groups,
         netdev_mtu: None,
+        faults,
     })?;
     let cm = CmAgent::start(&dev)?;
     let events = cm.listen(port)?;
@@ -311,10 +321,33 @@ impl Control {
         }
     }
 
-    fn reject(&self, id: transport::cm::ConnId, status: u16) {
-        let mut pd = [0u8; 4];
-        pd[2..4].copy_from_slice(&status.to_le_bytes());
-        let _ = self.cm.reject(id, CM_REJ_CONSUMER_DEFINED, &pd);
+    /// Rejects a connection request with REJ "consumer defined" carrying the
+    /// NVMe/RDMA RDMA_CM_REJECT record (RECFMT 0, `status`), as nvmet-rdma does.
+    fn reject(&self, id: transport::cm::ConnId, status: RdmaCmRejectStatus) {
+        tracing::info!("rejecting RDMA CM connection {id:?}: {}", status.name());
+        let pd = RdmaCmReject::new(status);
+        let _ = self.cm.reject(
+            id,
+            CM_REJ_CONSUMER_DEFINED,
+            zerocopy::IntoBytes::as_bytes(&pd),
+        );
+    }
+
+    /// Checks an NVMe/RDMA connection request against this target's limits (see
+    /// [`check_connect_request`]).
+    fn check_request(
+        &self,
+        private_data: &[u8],
+        host_ird: u8,
+    ) -> Result<(RdmaCmRequest, u32, u8), RdmaCmRejectStatus> {
+        let limits = RdmaCmLimits {
+            max_admin_sq_entries: u32::from(nvme::NVME_AQ_DEPTH),
+            max_io_sq_entries: u32::from(self.max_queue_size),
+            max_qid: self.reg.limits.max_io_queues,
+        };
+        check_connect_request(private_data, host_ird, &limits, |c| {
+            self.reg.controller(c).is_some()
+        })
     }
 
     fn handle_event(&mut self, ev: CmEvent) {
@@ -327,30 +360,16 @@ impl Control {
                 responder_resources,
                 path_mtu,
                 flow_label,
+                peer_selective_retransmit,
                 private_data,
                 ..
             } => {
-                // NVMe/RDMA CM request: RECFMT, QID, HRQSIZE, HSQSIZE (little endian).
-                if private_data.len() < 8 {
-                    return self.reject(id, reject::INVALID_LEN);
-                }
-                let f = |o: usize| u16::from_le_bytes([private_data[o], private_data[o + 1]]);
-                let (recfmt, qid, hrqsize, hsqsize) = (f(0), f(2), f(4), f(6));
-                if recfmt != 0 {
-                    return self.reject(id, reject::INVALID_RECFMT);
-                }
-                let sq_size = hsqsize as u32 + 1;
-                let max = if qid == 0 {
-                    nvme::NVME_AQ_DEPTH as u32
-                } else {
-                    self.max_queue_size as u32
-                };
-                if sq_size > max || sq_size < 2 {
-                    return self.reject(id, reject::INVALID_HSQSIZE);
-                }
-                if (hrqsize as u32) < sq_size {
-                    return self.reject(id, reject::INVALID_HRQSIZE);
-                }
+                let (req, sq_size, ord) =
+                    match self.check_request(&private_data, responder_resources) {
+                        Ok(v) => v,
+                        Err(status) => return self.reject(id, status),
+                    };
+                let qid = req.qid();
                 let g = if qid == 0 {
                     0
                 } else {
@@ -367,22 +386,24 @@ impl Control {
                     remote_psn,
                     flow_label,
                     path_mtu,
-                    ord: responder_resources,
+                    ord,
+                    selective_retransmit: peer_selective_retransmit,
                 };
                 if self.groups[g].send(GroupCmd::NewQueue(nq, rtx)).is_err() {
-                    return self.reject(id, reject::NO_RESOURCES);
+                    return self.reject(id, RdmaCmRejectStatus::NoResources);
                 }
                 match rrx.recv_timeout(Duration::from_secs(2)) {
                     Ok(Ok((qpn, psn))) => {
-                        let mut accept = vec![0u8; 32];
-                        accept[2..4].copy_from_slice(&(sq_size as u16).to_le_bytes());
+                        // RDMA_CM_ACCEPT: RECFMT 0, CRQSIZE = the SQ entries (our
+                        // receive queue holds one command capsule per SQ entry).
+                        let accept = RdmaCmAccept::new(sq_size as u16);
                         let params = AcceptParams {
                             local_qpn: qpn,
                             starting_psn: psn,
                             responder_resources: 0,
-                            initiator_depth: responder_resources.clamp(1, 16),
+                            initiator_depth: ord,
                             rnr_retry_count: 7,
-                            private_data: accept,
+                            private_data: zerocopy::IntoBytes::as_bytes(&accept).to_vec(),
                         };
                         self.conns.insert(id.0, (g, qpn));
                         if let Err(e) = self.cm.accept(id, params) {
@@ -390,7 +411,7 @@ impl Control {
                             self.drop_conn(id.0);
                         }
                     }
-                    _ => self.reject(id, reject::NO_RESOURCES),
+                    _ => self.reject(id, RdmaCmRejectStatus::NoResources),
                 }
             }
             CmEvent::Established { .. } | CmEvent::ConnectReply { .. } => {}
@@ -398,5 +419,80 @@ impl Control {
             | CmEvent::Unreachable { id }
             | CmEvent::Rejected { id, .. } => self.drop_conn(id.0),
         }
+    }
+}
+
+/// Checks an NVMe/RDMA connection request as the target does before accepting it (NVMe
+/// RDMA Transport 1.x §3.3): the RDMA_CM_REQUEST record (length, RECFMT), the queue ID
+/// and sizes against `limits`, the controller ID of an I/O queue when the host set one
+/// (`controller_exists`), and the host's IRD (the REQ's Responder Resources). Returns the
+/// request, the SQ entries (= CRQSIZE of the accept) and the target's ORD
+/// (`min(host IRD, MAX_ORD)`). The host's own Initiator Depth is not looked at (an NVMe
+/// host never reads from the target; Linux and SPDK targets tolerate any value).
+///
+/// Errors: the [`RdmaCmRejectStatus`] to put in the REJ.
+pub fn check_connect_request(
+    private_data: &[u8],
+    host_ird: u8,
+    limits: &RdmaCmLimits,
+    controller_exists: impl Fn(u16) -> bool,
+) -> Result<(RdmaCmRequest, u32, u8), RdmaCmRejectStatus> {
+    let req = RdmaCmRequest::parse(private_data).map_err(|e| e.reject_status())?;
+    let sq = req.validate(limits)?;
+    if req.qid() != 0 && req.cntlid() != 0 && !controller_exists(req.cntlid()) {
+        return Err(RdmaCmRejectStatus::InvalidCntlid);
+    }
+    let ord = negotiate_ord(host_ird, MAX_ORD)?;
+    Ok((req, sq, ord))
+}
+
+#[cfg(test)]
+mod cm_request_tests {
+    use super::*;
+
+    const LIMITS: RdmaCmLimits = RdmaCmLimits {
+        max_admin_sq_entries: 32,
+        max_io_sq_entries: 128,
+        max_qid: 8,
+    };
+
+    /// The 56 bytes of user private data of a CM REQ (after the IP CM header).
+    fn pd(words: [u16; 5]) -> Vec<u8> {
+        let mut v: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        v.resize(56, 0);
+        v
+    }
+
+    #[test]
+    fn linux_host_requests_are_accepted() {
+        // linux-nvme-rdma-rxe.pcap frame 4 (admin: 32 / 31, IRD 0x80) and frame 168
+        // (I/O queue 1: 128 / 127): ORD min(0x80, 16).
+        let (req, sq, ord) =
+            check_connect_request(&pd([0, 0, 32, 31, 0]), 0x80, &LIMITS, |_| false)
+                .expect("admin queue");
+        assert_eq!((req.qid(), sq, ord), (0, 32, MAX_ORD));
+        let (req, sq, ord) =
+            check_connect_request(&pd([0, 1, 128, 127, 0]), 1, &LIMITS, |_| false).expect("I/O");
+        assert_eq!((req.qid(), sq, ord), (1, 128, 1));
+    }
+
+    #[test]
+    fn bad_requests_get_the_spec_reject_codes() {
+        let check = |pd: &[u8], ird: u8| {
+            check_connect_request(pd, ird, &LIMITS, |c| c == 1).map(|(_, sq, ord)| (sq, ord))
+        };
+        use RdmaCmRejectStatus as S;
+        assert_eq!(check(&[0; 31], 16), Err(S::InvalidLen));
+        assert_eq!(check(&pd([1, 0, 32, 31, 0]), 16), Err(S::InvalidRecfmt));
+        assert_eq!(check(&pd([0, 9, 32, 31, 0]), 16), Err(S::InvalidQid));
+        assert_eq!(check(&pd([0, 0, 64, 63, 0]), 16), Err(S::InvalidHsqsize));
+        assert_eq!(check(&pd([0, 1, 64, 255, 0]), 16), Err(S::InvalidHsqsize));
+        assert_eq!(check(&pd([0, 1, 16, 31, 0]), 16), Err(S::InvalidHrqsize));
+        assert_eq!(check(&pd([0, 1, 32, 31, 7]), 16), Err(S::InvalidCntlid));
+        assert_eq!(check(&pd([0, 1, 32, 31, 1]), 16), Ok((32, 16)));
+        assert_eq!(check(&pd([0, 0, 32, 31, 0]), 0), Err(S::InvalidIrd));
+        // The codes on the wire (RDMA_CM_REJECT: RECFMT 0, STS).
+        let rej = RdmaCmReject::new(S::InvalidHsqsize);
+        assert_eq!(zerocopy::IntoBytes::as_bytes(&rej), &[0, 0, 4, 0]);
     }
 }

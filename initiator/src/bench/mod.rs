@@ -45,6 +45,8 @@ pub mod workload;
 pub use engine::{EngineError, IoCompletion, IoEngine};
 pub use mem_engine::{shared_disk, MemEngine, ReadCorruption, SharedDisk};
 pub use options::{BenchArgs, JobSpec, OptionsError, OutputFormat, RunOptions, RwMode, VerifyMode};
-pub use result::{BenchResult, GroupResult, JobError, JobResult, VerifySummary};
+pub use result::{
+    BenchResult, FaultSummary, GroupResult, InjectedFaults, JobError, JobResult, VerifySummary,
+};
 pub use runner::{run, run_in_place, Job};
 pub use workload::{IoOp, IoRequest, Workload};

@@ -216,6 +216,48 @@ pub struct BenchArgs {
     /// Data verification (fio `verify`): none or crc32c.
     #[arg(long, value_enum, default_value_t = VerifyMode::None)]
     pub verify: VerifyMode,
+
+    /// Fault injection: drop each received RoCEv2 packet with probability P (0-1).
+    /// Applied on receive by both the embedded target's and this host's soft devices,
+    /// so every RC packet, in either direction, meets it once (the CM's QP1 packets are
+    /// spared). Embedded target only.
+    #[arg(long = "inject-loss", alias = "inject_loss", value_name = "P", value_parser = parse_probability)]
+    pub inject_loss: Option<f64>,
+
+    /// Fault injection: hold each received packet back with probability P (0-1) and
+    /// deliver it after the next 3 (or after 1 ms). Both devices, as --inject-loss.
+    #[arg(long = "inject-reorder", alias = "inject_reorder", value_name = "P", value_parser = parse_probability)]
+    pub inject_reorder: Option<f64>,
+
+    /// Fault injection: deliver each received packet twice with probability P (0-1).
+    /// Both devices, as --inject-loss.
+    #[arg(long = "inject-dup", alias = "inject_dup", value_name = "P", value_parser = parse_probability)]
+    pub inject_dup: Option<f64>,
+
+    /// Fault injection: flip one bit of each received packet with probability P (0-1);
+    /// the ICRC check drops it. Both devices, as --inject-loss.
+    #[arg(long = "inject-corrupt", alias = "inject_corrupt", value_name = "P", value_parser = parse_probability)]
+    pub inject_corrupt: Option<f64>,
+
+    /// Seed of the fault injection decisions (default 1); each device and poll group
+    /// derives its own stream from it.
+    #[arg(long = "inject-seed", alias = "inject_seed", value_name = "N")]
+    pub inject_seed: Option<u64>,
+}
+
+/// Default `--inject-seed`.
+pub const DEFAULT_INJECT_SEED: u64 = 1;
+
+fn parse_probability(text: &str) -> Result<f64, String> {
+    let p: f64 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("{text:?} is not a number"))?;
+    if (0.0..=1.0).contains(&p) {
+        Ok(p)
+    } else {
+        Err(format!("probability {p} is not in [0, 1]"))
+    }
 }
 
 fn parse_block_size(text: &str) -> Result<u32, String> {
@@ -254,6 +296,16 @@ pub enum OptionsError {
         /// Block size in bytes.
         bs: u32,
     },
+    /// `--inject-*` with `--traddr`: faults are injected by this process's soft
+    /// devices, so only against the embedded target.
+    #[error(
+        "--inject-* options work only with the embedded target (they configure its \
+         soft RDMA device and the host's); drop --traddr or the --inject-* options"
+    )]
+    InjectWithRemoteTarget,
+    /// The `--inject-*` probabilities are refused together (e.g. their sum exceeds 1).
+    #[error("--inject-*: {0}")]
+    InjectOutOfRange(String),
     /// `--verify crc32c` needs room for its header in every block.
     #[error("--verify crc32c needs --bs of at least {min} bytes, got {bs}")]
     BlockTooSmallForVerify {
@@ -401,6 +453,41 @@ impl BenchArgs {
         }
     }
 
+    /// Whether any `--inject-*` option was given.
+    pub fn injects_faults(&self) -> bool {
+        self.inject_loss.is_some()
+            || self.inject_reorder.is_some()
+            || self.inject_dup.is_some()
+            || self.inject_corrupt.is_some()
+            || self.inject_seed.is_some()
+    }
+
+    /// The fault injection the `--inject-*` options ask for, to apply to the embedded
+    /// target's and the host's devices: `None` without any (or with all 0).
+    ///
+    /// Errors: [`OptionsError::InjectWithRemoteTarget`] with `--traddr`;
+    /// [`OptionsError::InjectOutOfRange`] when the probabilities add up to more than 1.
+    pub fn fault_config(&self) -> Result<Option<transport::soft::FaultConfig>, OptionsError> {
+        if !self.injects_faults() {
+            return Ok(None);
+        }
+        if self.traddr.is_some() {
+            return Err(OptionsError::InjectWithRemoteTarget);
+        }
+        let cfg = transport::soft::FaultConfig {
+            loss: self.inject_loss.unwrap_or(0.0),
+            reorder: self.inject_reorder.unwrap_or(0.0),
+            duplicate: self.inject_dup.unwrap_or(0.0),
+            corrupt: self.inject_corrupt.unwrap_or(0.0),
+            ..transport::soft::FaultConfig::with_seed(
+                self.inject_seed.unwrap_or(DEFAULT_INJECT_SEED),
+            )
+        };
+        cfg.validate()
+            .map_err(|e| OptionsError::InjectOutOfRange(e.to_string()))?;
+        Ok((!cfg.is_noop()).then_some(cfg))
+    }
+
     /// The directory for the embedded target's backing file: `--embedded-dir`, or
     /// the system temp dir.
     pub fn embedded_dir_or_default(&self) -> PathBuf {
@@ -427,6 +514,20 @@ impl BenchArgs {
             v.push(("hostnqn".into(), n.clone()));
         }
         v.push(("nsid".into(), self.nsid.to_string()));
+        for (name, p) in [
+            ("inject_loss", self.inject_loss),
+            ("inject_reorder", self.inject_reorder),
+            ("inject_dup", self.inject_dup),
+            ("inject_corrupt", self.inject_corrupt),
+        ] {
+            if let Some(p) = p {
+                v.push((name.into(), p.to_string()));
+            }
+        }
+        if self.injects_faults() {
+            let seed = self.inject_seed.unwrap_or(DEFAULT_INJECT_SEED);
+            v.push(("inject_seed".into(), seed.to_string()));
+        }
         v
     }
 }
@@ -531,6 +632,55 @@ mod tests {
         }
         let e = parse(&["--bs=4x"]).unwrap_err().to_string();
         assert!(e.contains("--bs"), "{e}");
+    }
+
+    #[test]
+    fn inject_options_make_a_fault_config_for_the_embedded_target_only() {
+        let none = parse(&[]).unwrap();
+        assert!(!none.injects_faults());
+        assert_eq!(none.fault_config(), Ok(None));
+
+        let a = parse(&[
+            "--inject-loss=0.01",
+            "--inject-reorder",
+            "0.02",
+            "--inject_dup=0.03",
+            "--inject-corrupt=0.04",
+            "--inject-seed=9",
+        ])
+        .unwrap();
+        let c = a.fault_config().unwrap().unwrap();
+        assert_eq!(
+            (c.loss, c.reorder, c.duplicate, c.corrupt, c.seed),
+            (0.01, 0.02, 0.03, 0.04, 9)
+        );
+        let g = a.fio_global_options();
+        assert!(g.contains(&("inject_loss".into(), "0.01".into())), "{g:?}");
+        assert!(g.contains(&("inject_seed".into(), "9".into())), "{g:?}");
+
+        let zero = parse(&["--inject-loss=0"]).unwrap();
+        assert_eq!(zero.fault_config(), Ok(None));
+        let seed = parse(&["--inject-loss=0.5"]).unwrap().fault_config();
+        assert_eq!(seed.unwrap().unwrap().seed, DEFAULT_INJECT_SEED);
+
+        let remote = parse(&["--traddr=10.0.0.1", "--inject-loss=0.01"]).unwrap();
+        assert_eq!(
+            remote.fault_config(),
+            Err(OptionsError::InjectWithRemoteTarget)
+        );
+        let sum = parse(&["--inject-loss=0.6", "--inject-dup=0.6"]).unwrap();
+        assert!(matches!(
+            sum.fault_config(),
+            Err(OptionsError::InjectOutOfRange(_))
+        ));
+        for bad in [
+            "--inject-loss=1.5",
+            "--inject-dup=-0.1",
+            "--inject-corrupt=x",
+        ] {
+            let e = parse(&[bad]).unwrap_err();
+            assert_eq!(e.exit_code(), 2, "{bad}: {e}");
+        }
     }
 
     #[test]

@@ -161,6 +161,85 @@ pub struct VerifySummary {
     pub mismatches: u64,
 }
 
+/// Faults one RDMA device injected on receive during the run (`--inject-*`), with
+/// the device counters that show their effect. Counts are packets over the device's
+/// life (connect to disconnect).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InjectedFaults {
+    /// Which device: `target` (the embedded target's) or `host`.
+    pub side: String,
+    /// Packets dropped.
+    pub dropped: u64,
+    /// Packets delivered twice.
+    pub duplicated: u64,
+    /// Packets held back and delivered late.
+    pub reordered: u64,
+    /// Packets with a bit flipped.
+    pub corrupted: u64,
+    /// Packets the ICRC check dropped (the corrupted ones).
+    pub icrc_errors: u64,
+    /// Packets received with a good ICRC.
+    pub rcvd_pkts: u64,
+    /// Packets sent.
+    pub sent_pkts: u64,
+}
+
+/// The fault injection of a run (`--inject-*`): probabilities per received packet,
+/// the seed, and what each device injected.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FaultSummary {
+    /// `--inject-loss`.
+    pub loss: f64,
+    /// `--inject-reorder`.
+    pub reorder: f64,
+    /// `--inject-dup`.
+    pub duplicate: f64,
+    /// `--inject-corrupt`.
+    pub corrupt: f64,
+    /// `--inject-seed`.
+    pub seed: u64,
+    /// One entry per device that injected faults.
+    pub sides: Vec<InjectedFaults>,
+}
+
+impl FaultSummary {
+    /// The summary of `cfg` as injected by `devices` (a name and the device's
+    /// counters after the run each).
+    pub fn from_devices(
+        cfg: &transport::soft::FaultConfig,
+        devices: &[(&str, transport::soft::DeviceCountersSnapshot)],
+    ) -> Self {
+        FaultSummary {
+            loss: cfg.loss,
+            reorder: cfg.reorder,
+            duplicate: cfg.duplicate,
+            corrupt: cfg.corrupt,
+            seed: cfg.seed,
+            sides: devices
+                .iter()
+                .map(|(side, c)| InjectedFaults {
+                    side: (*side).to_string(),
+                    dropped: c.injected_drops,
+                    duplicated: c.injected_dups,
+                    reordered: c.injected_reorders,
+                    corrupted: c.injected_corruptions,
+                    icrc_errors: c.icrc_errors,
+                    rcvd_pkts: c.rcvd_pkts,
+                    sent_pkts: c.sent_pkts,
+                })
+                .collect(),
+        }
+    }
+
+    /// Faults injected by all devices together.
+    pub fn total_injected(&self) -> u64 {
+        self.sides
+            .iter()
+            .map(|s| s.dropped + s.duplicated + s.reordered + s.corrupted)
+            .sum()
+    }
+}
+
 /// Everything [`super::runner::run`] measured.
 #[derive(Debug, Clone)]
 pub struct BenchResult {
@@ -170,10 +249,21 @@ pub struct BenchResult {
     pub group: GroupResult,
     /// Verification outcome, when verifying.
     pub verify: Option<VerifySummary>,
+    /// Fault injection, when injecting (filled in by the caller that owns the
+    /// devices; [`super::runner::run`] leaves it `None`).
+    pub faults: Option<FaultSummary>,
     /// The run-wide options used.
     pub options: RunOptions,
     /// Wall-clock time when the run started.
     pub started: SystemTime,
     /// Wall time of the whole run including the ramp.
     pub elapsed: Duration,
+}
+
+impl BenchResult {
+    /// Whether the run passed: no job stopped with an error and no block failed
+    /// verification (`nvmf-bench` exits non-zero otherwise).
+    pub fn passed(&self) -> bool {
+        self.jobs.iter().all(|j| j.error.is_none()) && self.verify.is_none_or(|v| v.mismatches == 0)
+    }
 }

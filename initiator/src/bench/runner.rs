@@ -106,6 +106,7 @@ pub fn run_in_place(jobs: &mut [Job], opts: &RunOptions, stop: Option<&AtomicBoo
             verified: t.verified,
             mismatches: t.mismatches,
         }),
+        faults: None,
         options: opts.clone(),
         started,
         elapsed: end - start,

@@ -11,9 +11,10 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use clap::Parser;
-use nvmf_initiator::bench::{report, run_in_place, BenchArgs, Job, OutputFormat};
+use nvmf_initiator::bench::{report, run_in_place, BenchArgs, FaultSummary, Job, OutputFormat};
 use nvmf_initiator::{HostOptions, QueueEngine, SyncHost};
 use nvmf_target::config::TargetConfig;
+use transport::soft::FaultConfig;
 
 /// Subsystem NQN of the embedded target.
 const EMBEDDED_NQN: &str = "nqn.2026-11.io.nvmf-rdma:bench";
@@ -57,7 +58,7 @@ struct Embedded {
     _dir: tempfile::TempDir,
 }
 
-fn start_embedded(args: &BenchArgs) -> Result<Embedded, String> {
+fn start_embedded(args: &BenchArgs, faults: Option<FaultConfig>) -> Result<Embedded, String> {
     let parent = args.embedded_dir_or_default();
     let dir = tempfile::Builder::new()
         .prefix("nvmf-bench.")
@@ -82,7 +83,7 @@ fn start_embedded(args: &BenchArgs) -> Result<Embedded, String> {
     for pair in 0..16u8 {
         let tip = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2 + 2 * pair));
         let cfg = TargetConfig::default_for(tip, EMBEDDED_NQN, &path, size);
-        match nvmf_target::start(&cfg) {
+        match nvmf_target::server::start_with_faults(&cfg, faults) {
             Ok(target) => {
                 let host_ip = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 3 + 2 * pair));
                 return Ok(Embedded {
@@ -106,14 +107,20 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let args = BenchArgs::parse();
+    // --inject-*: on the embedded target's device and the host's (refused with --traddr).
+    let faults = match args.fault_config() {
+        Ok(f) => f,
+        Err(e) => return fail(e),
+    };
     let (embedded, mut opts) = match &args.traddr {
         None => {
-            let e = match start_embedded(&args) {
+            let e = match start_embedded(&args, faults) {
                 Ok(e) => e,
                 Err(m) => return fail(m),
             };
             let mut o = HostOptions::new(e.target.listen_addr(), EMBEDDED_NQN);
             o.local_ip = Some(e.host_ip);
+            o.faults = faults;
             (Some(e), o)
         }
         Some(addr) => {
@@ -157,6 +164,7 @@ fn main() -> ExitCode {
         Ok(s) => s,
         Err(e) => return fail(e),
     };
+    let host_dev = host.device().clone();
     let (queues, keeper) = host.into_io_queues();
     if queues.len() < specs.len() {
         return fail(format!(
@@ -172,8 +180,16 @@ fn main() -> ExitCode {
             Err(e) => return fail(e),
         }
     }
-    let result = run_in_place(&mut jobs, &args.run_options(), None);
+    let mut result = run_in_place(&mut jobs, &args.run_options(), None);
     drop(jobs);
+    if let (Some(f), Some(e)) = (&faults, &embedded) {
+        let target = e.target.device().counters().snapshot();
+        let host = host_dev.counters().snapshot();
+        result.faults = Some(FaultSummary::from_devices(
+            f,
+            &[("target", target), ("host", host)],
+        ));
+    }
     if let Err(e) = report::write_report(&result, &args) {
         return fail(format!("writing the report: {e}"));
     }
@@ -190,7 +206,16 @@ fn main() -> ExitCode {
         }
         e.target.shutdown();
     }
-    if result.jobs.iter().any(|j| j.error.is_some()) {
+    if let Some(v) = result.verify {
+        // The text report on stdout already ends with this line.
+        if args.output_format != OutputFormat::Normal || args.output.is_some() {
+            eprintln!(
+                "verify: {} blocks verified, {} mismatches",
+                v.verified, v.mismatches
+            );
+        }
+    }
+    if !result.passed() {
         return ExitCode::FAILURE;
     }
     ExitCode::SUCCESS

@@ -8,9 +8,33 @@ use zerocopy::IntoBytes;
 use super::*;
 use crate::verbs::Mtu;
 use crate::wire::cm::tests::golden;
+use crate::wire::cm::*;
 use crate::wire::mad::*;
 
 const T0: Timestamp = Timestamp(1_000_000_000);
+
+/// The host's REQ interval for the REQ of `connect_params` (ACK timeout 0x13, CM
+/// response timeout 20): 2 x 1024 + 4096 ms, as Linux.
+fn req_iv() -> std::time::Duration {
+    timer::req_interval(timer::packet_life_time(0x13), 20)
+}
+
+/// The target's REP/DREQ interval for that REQ (its Local CM Response Timeout 20).
+fn rep_iv() -> std::time::Duration {
+    timer::cm_convert(20)
+}
+
+/// The TimeWait period of both sides for that REQ (ACK timeout 0x13, ACK delay 15).
+fn timewait() -> std::time::Duration {
+    timer::cm_convert(0x13)
+}
+
+fn est(id: ConnId) -> CmEvent {
+    CmEvent::Established {
+        id,
+        peer_selective_retransmit: true,
+    }
+}
 
 fn ip(s: &str) -> IpAddr {
     s.parse().expect("ip")
@@ -94,9 +118,9 @@ fn to_rep_rcvd(h: &mut Cm, t: &mut Cm) -> (ConnId, ConnId) {
 fn establish(h: &mut Cm, t: &mut Cm) -> (ConnId, ConnId) {
     let (hid, tid) = to_rep_rcvd(h, t);
     h.send_rtu(T0, hid).unwrap();
-    assert_eq!(events(h), vec![CmEvent::Established { id: hid }]);
+    assert_eq!(events(h), vec![est(hid)]);
     assert_eq!(pump(T0, h, t), 1);
-    assert_eq!(events(t), vec![CmEvent::Established { id: tid }]);
+    assert_eq!(events(t), vec![est(tid)]);
     (hid, tid)
 }
 
@@ -105,7 +129,7 @@ fn connect_accept_rtu_established_on_both() {
     let (mut h, mut t) = (host(), target());
     let hid = h.connect(T0, connect_params(t.local_ip())).unwrap();
     assert_eq!(h.conn_info(hid).unwrap().state, CmState::ReqSent);
-    assert_eq!(h.poll_timeout(), Some(T0 + CM_RETRY_INTERVAL));
+    assert_eq!(h.poll_timeout(), Some(T0 + req_iv()));
     assert_eq!(pump(T0, &mut h, &mut t), 1);
     let ev = events(&mut t);
     let [CmEvent::ConnectRequest {
@@ -122,11 +146,17 @@ fn connect_accept_rtu_established_on_both() {
         retry_count,
         rnr_retry_count,
         flow_label,
+        traffic_class,
+        hop_limit,
+        srq,
+        peer_selective_retransmit,
         private_data,
     }] = ev.as_slice()
     else {
         panic!("expected one ConnectRequest, got {ev:?}")
     };
+    assert_eq!((*traffic_class, *hop_limit, *srq), (0, 64, false));
+    assert!(*peer_selective_retransmit);
     let tid = *tid;
     assert_eq!(*remote_ip, ip("10.0.0.1"));
     assert_eq!((*remote_port, *local_port), (47554, 4420));
@@ -154,11 +184,15 @@ fn connect_accept_rtu_established_on_both() {
         initiator_depth,
         rnr_retry_count,
         flow_label,
+        target_ack_delay,
+        peer_selective_retransmit,
         private_data,
     }] = ev.as_slice()
     else {
         panic!("expected one ConnectReply, got {ev:?}")
     };
+    assert_eq!(*target_ack_delay, 15);
+    assert!(*peer_selective_retransmit);
     assert_eq!(*id, hid);
     assert_eq!((*remote_qpn, *remote_psn), (0x22, 0x29864d));
     assert_eq!(
@@ -172,9 +206,9 @@ fn connect_accept_rtu_established_on_both() {
     assert_eq!(h.poll_timeout(), None, "REP stops the REQ timer");
 
     h.send_rtu(T0, hid).unwrap();
-    assert_eq!(events(&mut h), vec![CmEvent::Established { id: hid }]);
+    assert_eq!(events(&mut h), vec![est(hid)]);
     assert_eq!(pump(T0, &mut h, &mut t), 1);
-    assert_eq!(events(&mut t), vec![CmEvent::Established { id: tid }]);
+    assert_eq!(events(&mut t), vec![est(tid)]);
     assert_eq!(t.poll_timeout(), None, "RTU stops the REP timer");
 
     let hi = h.conn_info(hid).unwrap();
@@ -192,82 +226,6 @@ fn connect_accept_rtu_established_on_both() {
     assert_eq!((ti.local_qpn, ti.flow_label), (0x22, 0x68fc2));
     // Both sides' RC packets leave from the UDP port Linux uses for this flow label.
     assert_eq!((hi.udp_sport(), ti.udp_sport()), (53208, 53208));
-}
-
-/// Our REQ for Linux's parameters is Linux's REQ (capture frame 4) byte for byte, apart
-/// from the IDs each side picks (communication ID, TransactionID).
-#[test]
-fn req_matches_linux_nvme_host() {
-    let mut h = Cm::new(ip("192.168.77.11"), 7);
-    h.set_local_ca_guid(0x5054_00ff_fe77_000b);
-    let id = h.connect(T0, connect_params(ip("192.168.77.10"))).unwrap();
-    let [(dest, mad)] = drain_tx(&mut h)[..] else {
-        panic!("one REQ")
-    };
-    assert_eq!(dest, ip("192.168.77.10"));
-    let mut want = golden("linux-nvme-rdma-rxe.pcap", 4);
-    want[8..16].copy_from_slice(&mad[8..16]); // TransactionID
-    want[24..28].copy_from_slice(&id.0.to_be_bytes()); // Local Communication ID
-    assert_eq!(mad, want);
-    // TransactionID = hi << 32 | local communication ID, as Linux's cm_form_tid.
-    assert_eq!(
-        u64::from_be_bytes(mad[8..16].try_into().unwrap()) as u32,
-        id.0
-    );
-}
-
-/// Linux's REQ (frame 4) into our passive side: the REP we answer with is Linux's REP
-/// (frame 5) apart from our communication ID, and Linux's RTU (frame 6) establishes.
-#[test]
-fn linux_req_gets_linux_rep() {
-    let mut t = Cm::new(ip("192.168.77.10"), 9);
-    t.set_local_ca_guid(0x5054_00ff_fe77_000a);
-    t.listen(4420).unwrap();
-    t.handle_mad(
-        T0,
-        ip("192.168.77.11"),
-        &golden("linux-nvme-rdma-rxe.pcap", 4),
-    );
-    let tid = match events(&mut t).as_slice() {
-        [CmEvent::ConnectRequest {
-            id,
-            remote_port,
-            flow_label,
-            ..
-        }] => {
-            assert_eq!((*remote_port, *flow_label), (0xb9c2, 0x68fc2));
-            *id
-        }
-        other => panic!("expected one ConnectRequest, got {other:?}"),
-    };
-    let mut p = accept_params();
-    p.local_qpn = 0x11;
-    t.accept(T0, tid, p).unwrap();
-    let [(dest, mad)] = drain_tx(&mut t)[..] else {
-        panic!("one REP")
-    };
-    assert_eq!(dest, ip("192.168.77.11"));
-    let mut want = golden("linux-nvme-rdma-rxe.pcap", 5);
-    want[24..28].copy_from_slice(&tid.0.to_be_bytes());
-    assert_eq!(mad, want);
-
-    let mut rtu = golden("linux-nvme-rdma-rxe.pcap", 6);
-    rtu[28..32].copy_from_slice(&tid.0.to_be_bytes());
-    t.handle_mad(T0, ip("192.168.77.11"), &rtu);
-    assert_eq!(events(&mut t), vec![CmEvent::Established { id: tid }]);
-
-    // Linux's DREQ (frame 87, patched to our ID) -> DREP echoing its TransactionID.
-    let mut dreq = golden("linux-nvme-rdma-rxe.pcap", 87);
-    dreq[28..32].copy_from_slice(&tid.0.to_be_bytes());
-    t.handle_mad(T0, ip("192.168.77.11"), &dreq);
-    assert_eq!(events(&mut t), vec![CmEvent::Disconnected { id: tid }]);
-    let [(_, drep)] = drain_tx(&mut t)[..] else {
-        panic!("one DREP")
-    };
-    let mut want = golden("linux-nvme-rdma-rxe.pcap", 88);
-    want[24..28].copy_from_slice(&tid.0.to_be_bytes());
-    assert_eq!(drep, want);
-    assert_eq!(t.conn_count(), 0);
 }
 
 #[test]
@@ -290,6 +248,8 @@ fn reject_with_private_data() {
     };
     assert_eq!(rej.message_rejected(), CM_MSG_REQ);
     assert_eq!(rej.remote_comm_id.get(), hid.0);
+    // Linux cm_format_rej from REQ_RCVD: Local Communication ID 0.
+    assert_eq!(rej.local_comm_id.get(), 0);
     h.handle_mad(T0, t.local_ip(), &mad);
     let ev = events(&mut h);
     let [CmEvent::Rejected {
@@ -339,8 +299,9 @@ fn req_to_unlistened_port_gets_rej_invalid_service_id() {
     let (hdr, CmMessage::Rej(rej)) = CmMessage::decode(&mad).unwrap() else {
         panic!("REJ")
     };
-    // As Linux (e-roce-probe.pcap frame 6): local ID 0, REQ's TransactionID echoed.
-    assert_eq!(rej.local_comm_id.get(), 0);
+    // As Linux cm_issue_rej (e-roce-probe.pcap frame 6): the REQ's bytes 4..8 (its
+    // vendor ID word, 0 from Linux) as Local Communication ID, TransactionID echoed.
+    assert_eq!(rej.local_comm_id.get(), VENDOR_ID_SR_REQ);
     assert_eq!(hdr.transaction_id.get() as u32, hid.0);
     assert_eq!(rej.reason.get(), CM_REJ_INVALID_SERVICE_ID);
     h.handle_mad(T0, t.local_ip(), &mad);
@@ -351,8 +312,9 @@ fn req_to_unlistened_port_gets_rej_invalid_service_id() {
     assert_eq!(h.conn_count(), 0);
 }
 
-/// The REP is lost: the target resends it after the retry interval, once per timeout.
-/// Then the RTU is lost: the next REP resend makes the host resend its RTU.
+/// The REP is lost: the target resends it after its interval (the REQ's Local CM
+/// Response Timeout). A REQ resent meanwhile is dropped (Linux answers nothing in
+/// REP_SENT). Then the RTU is lost: the next REP resend makes the host resend its RTU.
 #[test]
 fn lost_rep_and_lost_rtu_are_repaired() {
     let (mut h, mut t) = (host(), target());
@@ -365,7 +327,7 @@ fn lost_rep_and_lost_rtu_are_repaired() {
     let lost = drain_tx(&mut t);
     assert_eq!(lost.len(), 1);
     // Nothing before the deadline.
-    let t1 = T0 + CM_RETRY_INTERVAL;
+    let t1 = T0 + rep_iv();
     assert_eq!(t.poll_timeout(), Some(t1));
     t.handle_timeout(Timestamp(t1.0 - 1));
     assert!(drain_tx(&mut t).is_empty());
@@ -373,43 +335,81 @@ fn lost_rep_and_lost_rtu_are_repaired() {
     let resent = drain_tx(&mut t);
     assert_eq!(resent, lost, "the same REP again");
     assert_eq!(t.stats().retransmits, 1);
-    // The host's REQ timer may also have fired meanwhile: a REQ duplicate makes the
-    // target resend the REP, not a second ConnectRequest.
-    h.handle_timeout(t1);
-    assert_eq!(pump(t1, &mut h, &mut t), 1);
+    // The host's REQ timer fires: the duplicate REQ gets no answer in RepSent.
+    let t2 = T0 + req_iv();
+    h.handle_timeout(t2);
+    assert_eq!(pump(t2, &mut h, &mut t), 1);
     assert!(events(&mut t).is_empty());
-    assert_eq!(drain_tx(&mut t), lost);
+    assert!(drain_tx(&mut t).is_empty());
+    assert_eq!(t.stats().duplicates, 1);
     for (_, mad) in &resent {
-        h.handle_mad(t1, t.local_ip(), mad);
+        h.handle_mad(t2, t.local_ip(), mad);
     }
     assert_eq!(events(&mut h).len(), 1, "one ConnectReply");
-    h.send_rtu(t1, hid).unwrap();
+    h.send_rtu(t2, hid).unwrap();
     events(&mut h);
     let rtu = drain_tx(&mut h);
     assert_eq!(rtu.len(), 1); // ... and lost.
-    let t2 = t1 + CM_RETRY_INTERVAL;
-    t.handle_timeout(t2);
-    assert_eq!(pump(t2, &mut t, &mut h), 1, "REP resent");
+    let t3 = t1 + rep_iv();
+    t.handle_timeout(t3);
+    assert_eq!(pump(t3, &mut t, &mut h), 1, "REP resent");
     assert_eq!(drain_tx(&mut h), rtu, "RTU resent for the duplicate REP");
     for (_, mad) in &rtu {
-        t.handle_mad(t2, h.local_ip(), mad);
+        t.handle_mad(t3, h.local_ip(), mad);
     }
-    assert_eq!(events(&mut t), vec![CmEvent::Established { id: tid }]);
+    assert_eq!(events(&mut t), vec![est(tid)]);
     assert_eq!(t.poll_timeout(), None);
 }
 
+/// A REQ repeated while the application has not answered gets an MRA (rdma_cm's
+/// delayed MRA, service timeout 24), and the same MRA for every further repeat; the
+/// host then waits 2^16 + 2^11 ms before resending. Accepting still works.
 #[test]
-fn duplicate_req_before_accept_is_ignored() {
+fn duplicate_req_before_accept_gets_mra() {
     let (mut h, mut t) = (host(), target());
-    h.connect(T0, connect_params(t.local_ip())).unwrap();
+    let hid = h.connect(T0, connect_params(t.local_ip())).unwrap();
     let req = drain_tx(&mut h);
+    for (_, mad) in req.iter() {
+        t.handle_mad(T0, h.local_ip(), mad);
+    }
+    let Some(CmEvent::ConnectRequest { id: tid, .. }) = t.poll_event() else {
+        panic!("REQ")
+    };
+    assert!(drain_tx(&mut t).is_empty(), "no MRA before a duplicate");
     for (_, mad) in req.iter().chain(req.iter()) {
         t.handle_mad(T0, h.local_ip(), mad);
     }
-    assert_eq!(events(&mut t).len(), 1);
-    assert!(drain_tx(&mut t).is_empty());
-    assert_eq!(t.stats().duplicates, 1);
-    assert_eq!(t.conn_count(), 1);
+    assert!(events(&mut t).is_empty());
+    let mras = drain_tx(&mut t);
+    assert_eq!(mras.len(), 2);
+    assert_eq!(mras[0], mras[1]);
+    let (hdr, CmMessage::Mra(mra)) = CmMessage::decode(&mras[0].1).unwrap() else {
+        panic!("MRA")
+    };
+    assert_eq!(
+        hdr.transaction_id.get() as u32,
+        hid.0,
+        "echoes the REQ's TID"
+    );
+    assert_eq!(
+        (mra.local_comm_id.get(), mra.remote_comm_id.get()),
+        (tid.0, hid.0)
+    );
+    assert_eq!(
+        (mra.message_mraed(), mra.service_timeout()),
+        (CM_MSG_REQ, 24)
+    );
+    assert_eq!(t.conn_info(tid).unwrap().state, CmState::MraReqSent);
+    assert_eq!((t.stats().duplicates, t.stats().mras_sent), (2, 2));
+    h.handle_mad(T0, t.local_ip(), &mras[0].1);
+    assert_eq!(h.conn_info(hid).unwrap().state, CmState::MraReqRcvd);
+    assert_eq!(h.poll_timeout(), Some(T0 + timer::mra_interval(24, 0x13)));
+    t.accept(T0, tid, accept_params()).unwrap();
+    assert_eq!(pump(T0, &mut t, &mut h), 1);
+    assert!(matches!(
+        events(&mut h).as_slice(),
+        [CmEvent::ConnectReply { .. }]
+    ));
 }
 
 #[test]
@@ -417,35 +417,48 @@ fn established_before_rtu() {
     let (mut h, mut t) = (host(), target());
     let (_, tid) = to_rep_rcvd(&mut h, &mut t);
     t.established(tid);
-    assert_eq!(events(&mut t), vec![CmEvent::Established { id: tid }]);
+    assert_eq!(events(&mut t), vec![est(tid)]);
     assert_eq!(t.poll_timeout(), None);
     t.established(tid); // no second event
     assert!(events(&mut t).is_empty());
 }
 
 #[test]
-fn disconnect_from_host() {
+fn disconnect_from_host_then_timewait() {
     let (mut h, mut t) = (host(), target());
     let (hid, tid) = establish(&mut h, &mut t);
     h.disconnect(T0, hid).unwrap();
     assert_eq!(h.conn_info(hid).unwrap().state, CmState::DreqSent);
     let dreq = drain_tx(&mut h);
-    let CmMessage::Dreq(d) = decode(&dreq[0].1) else {
+    let (hdr, CmMessage::Dreq(d)) = CmMessage::decode(&dreq[0].1).unwrap() else {
         panic!("DREQ")
     };
     assert_eq!(d.remote_qpn(), 0x22);
+    // cm_form_tid: the host's own TID, the one of its REQ.
+    assert_eq!(hdr.transaction_id.get() as u32, hid.0);
     t.handle_mad(T0, h.local_ip(), &dreq[0].1);
     assert_eq!(events(&mut t), vec![CmEvent::Disconnected { id: tid }]);
-    assert!(t.conn_info(tid).is_none());
+    assert_eq!(t.conn_info(tid).unwrap().state, CmState::TimeWait);
     assert_eq!(pump(T0, &mut t, &mut h), 1);
     assert_eq!(events(&mut h), vec![CmEvent::Disconnected { id: hid }]);
+    assert_eq!(h.conn_info(hid).unwrap().state, CmState::TimeWait);
+    assert_eq!((h.live_conn_count(), t.live_conn_count()), (0, 0));
+    // Disconnecting again is a no-op.
+    assert_eq!(h.disconnect(T0, hid), Ok(()));
+    assert!(drain_tx(&mut h).is_empty());
+    // TimeWait: 2^(0x13-8) ms on both sides (ACK timeout 0x13, ACK delay 15).
+    assert_eq!(h.poll_timeout(), Some(T0 + timewait()));
+    assert_eq!(t.poll_timeout(), Some(T0 + timewait()));
+    h.handle_timeout(T0 + timewait());
+    t.handle_timeout(T0 + timewait());
     assert_eq!((h.conn_count(), t.conn_count()), (0, 0));
     assert_eq!(h.poll_timeout(), None);
+    assert!(events(&mut h).is_empty() && events(&mut t).is_empty());
     assert_eq!(h.disconnect(T0, hid), Err(CmError::UnknownConnection(hid)));
 }
 
 /// The target disconnects; its first DREP answer is lost, the DREQ is resent and the
-/// host, which already forgot the connection, answers again.
+/// host, in TimeWait, answers again with the same DREP.
 #[test]
 fn disconnect_from_target_with_lost_drep() {
     let (mut h, mut t) = (host(), target());
@@ -460,19 +473,22 @@ fn disconnect_from_target_with_lost_drep() {
     assert_eq!(events(&mut h), vec![CmEvent::Disconnected { id: hid }]);
     let lost_drep = drain_tx(&mut h);
     assert_eq!(lost_drep.len(), 1);
-    let t1 = T0 + CM_RETRY_INTERVAL;
+    let t1 = T0 + rep_iv();
     t.handle_timeout(t1);
     assert_eq!(drain_tx(&mut t), dreq);
     h.handle_mad(t1, t.local_ip(), &dreq[0].1);
     assert!(events(&mut h).is_empty());
     let drep = drain_tx(&mut h);
-    assert_eq!(
-        drep, lost_drep,
-        "the same DREP for the forgotten connection"
-    );
+    assert_eq!(drep, lost_drep, "the same DREP from TimeWait");
     t.handle_mad(t1, h.local_ip(), &drep[0].1);
     assert_eq!(events(&mut t), vec![CmEvent::Disconnected { id: tid }]);
-    assert_eq!((h.conn_count(), t.conn_count()), (0, 0));
+    assert_eq!((h.live_conn_count(), t.live_conn_count()), (0, 0));
+    // After TimeWait the host has forgotten the connection and still answers.
+    let late = t1 + timewait() + timewait();
+    h.handle_timeout(late);
+    assert_eq!(h.conn_count(), 0);
+    h.handle_mad(late, t.local_ip(), &dreq[0].1);
+    assert_eq!(drain_tx(&mut h), lost_drep);
 }
 
 #[test]
@@ -492,8 +508,10 @@ fn unanswered_req_gives_unreachable_after_15_retries() {
     assert!(h.conn_info(hid).is_none());
 }
 
+/// The REP goes unanswered through the REQ's Max CM Retries (15): Unreachable, and no
+/// REJ (Linux cm_process_send_error resets to idle without a message).
 #[test]
-fn unanswered_rep_gives_rej_timeout_and_unreachable() {
+fn unanswered_rep_gives_unreachable_without_rej() {
     let (mut h, mut t) = (host(), target());
     h.connect(T0, connect_params(t.local_ip())).unwrap();
     pump(T0, &mut h, &mut t);
@@ -501,19 +519,21 @@ fn unanswered_rep_gives_rej_timeout_and_unreachable() {
         panic!("REQ")
     };
     t.accept(T0, tid, accept_params()).unwrap();
-    let mut last = drain_tx(&mut t);
+    let first = drain_tx(&mut t);
+    let mut sent = first.len();
+    let mut last = T0;
     while let Some(now) = t.poll_timeout() {
+        assert_eq!(now, last + rep_iv());
+        last = now;
         t.handle_timeout(now);
-        last = drain_tx(&mut t);
+        for (_, mad) in drain_tx(&mut t) {
+            assert!(matches!(decode(&mad), CmMessage::Rep(_)));
+            sent += 1;
+        }
     }
-    let CmMessage::Rej(rej) = decode(&last[0].1) else {
-        panic!("REJ at the end")
-    };
-    assert_eq!(
-        (rej.reason.get(), rej.message_rejected()),
-        (CM_REJ_TIMEOUT, CM_MSG_REP)
-    );
+    assert_eq!(sent, 16);
     assert_eq!(events(&mut t), vec![CmEvent::Unreachable { id: tid }]);
+    assert_eq!(t.conn_count(), 0);
 }
 
 #[test]
@@ -525,14 +545,20 @@ fn mra_postpones_the_req_resend() {
     mra.local_comm_id.set(0x1234);
     mra.remote_comm_id.set(hid.0);
     mra.set_message_mraed(CM_MSG_REQ);
-    mra.set_service_timeout(20); // 4.3 s
+    mra.set_service_timeout(21); // 8.6 s
     h.handle_mad(T0, t.local_ip(), &mra.to_mad(7));
-    let want = T0 + CM_RETRY_INTERVAL + ib_timeout(20);
-    assert_eq!(h.poll_timeout(), Some(want));
-    h.handle_timeout(T0 + CM_RETRY_INTERVAL);
+    // Linux cm_mra_handler: service timeout + the ACK timeout (0x13), as ms.
+    let iv = std::time::Duration::from_millis(8192 + 2048);
+    assert_eq!(h.poll_timeout(), Some(T0 + iv));
+    h.handle_timeout(T0 + req_iv());
     assert!(drain_tx(&mut h).is_empty());
-    h.handle_timeout(want);
+    h.handle_timeout(T0 + iv);
     assert_eq!(drain_tx(&mut h).len(), 1);
+    // ... and the next retries keep the longer interval.
+    assert_eq!(h.poll_timeout(), Some(T0 + iv + iv));
+    // A second MRA is a duplicate.
+    h.handle_mad(T0, t.local_ip(), &mra.to_mad(7));
+    assert_eq!(h.stats().duplicates, 1);
 }
 
 #[test]
@@ -547,6 +573,14 @@ fn api_state_errors() {
     assert!(matches!(
         h.disconnect(T0, hid),
         Err(CmError::InvalidState { .. })
+    ));
+    assert!(matches!(
+        t.send_mra(T0, tid, 24),
+        Err(CmError::InvalidState { .. })
+    ));
+    assert!(matches!(
+        h.send_mra(T0, hid, 32),
+        Err(CmError::InvalidParameter(_))
     ));
     assert_eq!(
         h.send_rtu(T0, ConnId(1)),

@@ -22,7 +22,9 @@ pub struct ConnectParams {
     pub src_port: u16,
     /// The local RC QP number (24 bits).
     pub local_qpn: u32,
-    /// The PSN of this side's first request packet (24 bits).
+    /// The REQ's Starting PSN (24 bits). As Linux ib_cm uses it, it is the PSN this
+    /// side *expects to receive* first (the local QP's `rq_psn`) and the passive side
+    /// sends from (capture: REQ 0x29fa4c, the target's first packet has PSN 0x29fa4c).
     pub starting_psn: u32,
     /// RDMA READs/atomics this side accepts in flight as responder (`responder_resources`).
     pub responder_resources: u8,
@@ -47,7 +49,8 @@ pub struct ConnectParams {
 pub struct AcceptParams {
     /// The local RC QP number (24 bits).
     pub local_qpn: u32,
-    /// The PSN of this side's first request packet (24 bits).
+    /// The REP's Starting PSN (24 bits): as Linux ib_cm uses it, the PSN the passive
+    /// side expects to receive first (its `rq_psn`) and the active side sends from.
     pub starting_psn: u32,
     /// RDMA READs/atomics this side accepts in flight as responder.
     pub responder_resources: u8,
@@ -77,7 +80,8 @@ pub enum CmEvent {
         local_port: u16,
         /// The active side's QPN (the local QP's destination QPN).
         remote_qpn: u32,
-        /// The active side's starting PSN (the local QP's expected receive PSN).
+        /// The REQ's Starting PSN: as Linux ib_cm uses it, the PSN the local QP *sends*
+        /// from (its `sq_psn`; the active side expects it).
         remote_psn: u32,
         /// The active side's responder resources (bounds our initiator depth).
         responder_resources: u8,
@@ -93,6 +97,18 @@ pub enum CmEvent {
         rnr_retry_count: u8,
         /// The REQ's primary path flow label (feeds the QP's UDP source port).
         flow_label: u32,
+        /// Traffic class of the REQ's primary path (Linux: 0).
+        traffic_class: u8,
+        /// Hop limit of the REQ's primary path (Linux: 64).
+        hop_limit: u8,
+        /// The REQ's SRQ bit: the active side receives through a shared receive queue.
+        srq: bool,
+        /// Selective retransmission is negotiated: the REQ carried
+        /// [`VENDOR_ID_SR_REQ`](crate::wire::cm::VENDOR_ID_SR_REQ) and this CM is
+        /// configured for it ([`CmConfig::selective_retransmit`]), so the REP will carry
+        /// [`VENDOR_ID_SR_REP`](crate::wire::cm::VENDOR_ID_SR_REP). Set
+        /// `QpAttr::selective_retransmit` from it. Always false for a Linux peer.
+        peer_selective_retransmit: bool,
         /// User private data after the CMA header, 56 bytes.
         private_data: Vec<u8>,
     },
@@ -103,7 +119,8 @@ pub enum CmEvent {
         id: ConnId,
         /// The passive side's QPN.
         remote_qpn: u32,
-        /// The passive side's starting PSN.
+        /// The REP's Starting PSN: the PSN the local QP sends from (its `sq_psn`), as
+        /// Linux ib_cm uses it.
         remote_psn: u32,
         /// The passive side's responder resources.
         responder_resources: u8,
@@ -113,6 +130,13 @@ pub enum CmEvent {
         rnr_retry_count: u8,
         /// The flow label this side put in its REQ.
         flow_label: u32,
+        /// The passive side's Target ACK Delay (4.096 us x 2^value; Linux rxe: 15).
+        target_ack_delay: u8,
+        /// Selective retransmission is negotiated: our REQ offered it and the REP
+        /// carried [`VENDOR_ID_SR_REP`](crate::wire::cm::VENDOR_ID_SR_REP) (an echo of
+        /// our REQ's marker, as librdmacm's `rdma_accept` sends, does not count). Set
+        /// `QpAttr::selective_retransmit` from it. Always false for a Linux peer.
+        peer_selective_retransmit: bool,
         /// The REP's private data, 196 bytes.
         private_data: Vec<u8>,
     },
@@ -122,21 +146,29 @@ pub enum CmEvent {
     Established {
         /// The connection.
         id: ConnId,
+        /// Whether selective retransmission is negotiated (both markers exchanged).
+        peer_selective_retransmit: bool,
     },
     /// The peer rejected our REQ or REP (IBTA §12.6.7); `reason` is a `CM_REJ_*` code,
     /// `private_data` the REJ's 148 bytes. The connection is gone.
     Rejected {
+        /// The connection.
         id: ConnId,
+        /// The REJ's Reason (`CM_REJ_*`, IBTA Table 112).
         reason: u16,
+        /// The REJ's private data, 148 bytes (NVMe/RDMA: the RDMA_CM_REJECT record).
         private_data: Vec<u8>,
     },
-    /// A REQ, REP or DREQ went unanswered through all retries. The connection is gone.
+    /// A REQ or REP went unanswered through all retries (Linux `IB_CM_REQ_ERROR` /
+    /// `IB_CM_REP_ERROR`, rdma_cm `RDMA_CM_EVENT_UNREACHABLE`). The connection is gone.
     Unreachable {
         /// The connection.
         id: ConnId,
     },
-    /// A DREQ arrived (and was answered with a DREP), or our DREQ was answered. The
-    /// connection is gone.
+    /// The connection ended: a DREQ arrived (and was answered with a DREP), our DREQ
+    /// was answered or went unanswered through all retries, or the peer rejected an
+    /// established connection. The connection is in TimeWait (its local communication
+    /// ID and QPN are not reused until TimeWait ends); the QP may be moved to Error.
     Disconnected {
         /// The connection.
         id: ConnId,
@@ -148,8 +180,16 @@ pub enum CmEvent {
 pub enum CmState {
     /// Active: REQ sent, waiting for REP/REJ.
     ReqSent,
+    /// Active: the peer sent an MRA for our REQ (longer REQ timer).
+    MraReqRcvd,
     /// Passive: REQ received, waiting for the application's accept/reject.
     ReqRcvd,
+    /// Passive: REQ received and an MRA sent for it (the application takes long).
+    MraReqSent,
+    /// Passive: REP sent, the peer sent an MRA for it (longer REP timer).
+    MraRepRcvd,
+    /// Active: REP received and an MRA sent for it.
+    MraRepSent,
     /// Passive: REP sent, waiting for RTU.
     RepSent,
     /// Active: REP received, waiting for the application's `send_rtu`.
@@ -158,6 +198,10 @@ pub enum CmState {
     Established,
     /// DREQ sent, waiting for DREP.
     DreqSent,
+    /// The connection is over; its local communication ID and QPN stay reserved for
+    /// the TimeWait period (Linux ib_cm `IB_CM_TIMEWAIT`), and a REQ that names it gets
+    /// REJ "stale connection".
+    TimeWait,
 }
 
 /// Which side of the connection establishment this side is.
@@ -190,6 +234,8 @@ pub struct ConnInfo {
     pub local_port: u16,
     /// The peer's RDMA CM port.
     pub remote_port: u16,
+    /// Whether selective retransmission is negotiated (both markers exchanged).
+    pub peer_selective_retransmit: bool,
 }
 
 impl ConnInfo {
@@ -197,6 +243,39 @@ impl ConnInfo {
     /// rxe derives it (`rdma_get_udp_sport`).
     pub fn udp_sport(&self) -> u16 {
         crate::wire::udp_sport_from_flow_label(self.flow_label)
+    }
+}
+
+/// Tunables of one [`Cm`](super::Cm); the defaults are Linux rdma_cm's / rxe's values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CmConfig {
+    /// Local and remote CM Response Timeout put in our REQs (4.096 us x 2^value; 5
+    /// bits). Default 20 (4.3 s, Linux `CMA_CM_RESPONSE_TIMEOUT`). The peer resends its
+    /// REP every `2^(value-8)` ms; our REQ timer is derived from it as ib_cm does.
+    pub cm_response_timeout: u8,
+    /// Max CM Retries put in our REQs (4 bits): how often each side resends a REQ, REP
+    /// or DREQ. Default 15 (Linux `CMA_MAX_CM_RETRIES`).
+    pub max_cm_retries: u8,
+    /// Our CA ACK delay (Target ACK Delay in REPs; 5 bits). Default 15, as Linux rxe.
+    pub ca_ack_delay: u8,
+    /// Service Timeout of the MRA sent for a duplicate REQ or REP while the application
+    /// has not answered (5 bits). Default 24 (67 s), rdma_cm's `CMA_CM_MRA_SETTING`.
+    pub mra_service_timeout: u8,
+    /// Put the selective-retransmission markers in our REQs and REPs
+    /// ([`VENDOR_ID_SR_REQ`](crate::wire::cm::VENDOR_ID_SR_REQ) /
+    /// [`VENDOR_ID_SR_REP`](crate::wire::cm::VENDOR_ID_SR_REP)). Default true.
+    pub selective_retransmit: bool,
+}
+
+impl Default for CmConfig {
+    fn default() -> Self {
+        CmConfig {
+            cm_response_timeout: 20,
+            max_cm_retries: 15,
+            ca_ack_delay: 15,
+            mra_service_timeout: 24,
+            selective_retransmit: true,
+        }
     }
 }
 
@@ -217,6 +296,12 @@ pub struct CmStats {
     pub retransmits: u64,
     /// MADs queued for transmission.
     pub mads_sent: u64,
+    /// MRAs sent (explicit, or for a duplicate REQ/REP while the application decides).
+    pub mras_sent: u64,
+    /// REJs "stale connection" sent.
+    pub stale_rejects: u64,
+    /// Connections that entered TimeWait.
+    pub timewaits: u64,
 }
 
 /// Why an application call to the connection manager failed.
@@ -241,6 +326,10 @@ pub enum CmError {
     /// The destination's address family differs from the local address's.
     #[error("destination {dest} is not of the local address family ({local})")]
     AddressFamilyMismatch { local: IpAddr, dest: IpAddr },
+    /// The local QPN belongs to a connection still in TimeWait (IBTA §12.9.8.4.3): wait
+    /// for TimeWait to end or use another QP.
+    #[error("QPN {0:#x} is still in TimeWait")]
+    QpnInTimeWait(u32),
     /// A parameter out of its wire range (QPN or PSN over 24 bits, retry counts over 3
     /// bits, ACK timeout over 5 bits).
     #[error("invalid parameter: {0}")]

@@ -38,11 +38,14 @@ impl RcQp {
             self.progress(now);
         }
         if let Some(t) = target {
-            self.implicit_retry(t);
+            self.implicit_retry(now, t);
         }
     }
 
-    /// Forward progress: reset the retry counters and restart the ACK timer.
+    /// Forward progress: reset the retry counters, take a round-trip sample if the
+    /// timed packet is now acknowledged (Karn: only packets sent once are timed), open
+    /// the resend pacing window by the PSNs acknowledged (slow start) and restart both
+    /// retransmission timers.
     fn progress(&mut self, now: Timestamp) {
         let r = &mut self.req;
         r.retries_left = self.a.retry_cnt;
@@ -52,27 +55,95 @@ impl RcQp {
             let una = r.una;
             r.seek(una);
         }
-        r.ack_deadline = if psn_lt(r.una, r.psn_next) {
-            ack_timeout(self.a.timeout).map(|d| now + d)
-        } else {
-            None
-        };
+        // Karn / RFC 6298 §5.7: a backed-off timeout stays until a new valid sample.
+        if let Some((p, t)) = r.timed {
+            if psn_lt(p, r.una) {
+                r.rtt.sample(now.since(t));
+                r.rtt.reset_backoff();
+                r.timed = None;
+            }
+        }
+        let acked = psn_diff(r.una, r.una_seen).max(0) as u32;
+        r.una_seen = r.una;
+        if let Some(w) = r.cwnd {
+            r.cwnd = if psn_lt(r.una, r.recover) {
+                Some(w.saturating_add(acked))
+            } else {
+                None
+            };
+        }
+        // Sent and unacknowledged (after a go-back-N restart the cursor may lag).
+        let outstanding = psn_lt(r.una, r.psn_high);
+        let t = ack_timeout(self.a.timeout).filter(|_| outstanding);
+        self.req.ack_deadline = t.map(|d| now + d);
+        self.req.rto_deadline = self.rto_now().filter(|_| outstanding).map(|d| now + d);
         let mtu = self.mtu();
         self.req.recount_inflight(mtu);
     }
 
-    /// Go-back-N to `psn`.
-    fn rewind(&mut self, psn: u32) {
+    /// Go-back-N to `psn`; the IBTA local ACK timer restarts.
+    fn rewind(&mut self, now: Timestamp, psn: u32) {
+        self.req.ack_deadline = ack_timeout(self.a.timeout).map(|d| now + d);
+        self.rewind_keep_timer(now, psn);
+    }
+
+    /// Go-back-N to `psn`, leaving the IBTA local ACK timer running (adaptive timer
+    /// expiries must not postpone the retry accounting); the adaptive timer restarts
+    /// with the current (backed-off) timeout. Starts resend pacing: at most
+    /// `recovery_window_pkts` PSNs beyond the restart point, and ends the round-trip
+    /// measurement (Karn).
+    fn rewind_keep_timer(&mut self, now: Timestamp, psn: u32) {
         self.req.seek(psn);
-        self.req.ack_deadline = None;
+        self.req.rto_deadline = self.rto_now().map(|d| now + d);
+        self.req.timed = None;
         self.req.rewound_at = Some(psn);
+        if self.cfg.recovery_window_pkts > 0 {
+            let before = psn_diff(psn, self.req.una).max(0) as u32;
+            self.req.cwnd = Some(self.cfg.recovery_window_pkts.saturating_add(before));
+            self.req.recover = self.req.psn_high;
+        }
         self.counters.completer_retry_err += 1;
     }
 
+    /// Selective retransmission (negotiated peers only): the PSN sequence error NAK
+    /// names the responder's expected PSN (a cumulative acknowledgement of what is
+    /// before it, as in IBTA), and the responder kept the packets after it: resend that
+    /// one packet. No retry is used up (the IBTA timer still bounds the time without
+    /// progress). A missing PSN inside an RDMA READ falls back to go-back-N from that
+    /// READ.
+    fn selective_nak(&mut self, now: Timestamp, p: u32) {
+        if psn_lt(p, self.req.una) || !psn_lt(p, self.req.psn_high) {
+            return;
+        }
+        let Some(idx) = self.req.idx_containing(p) else {
+            return;
+        };
+        let e = &self.req.sq[idx];
+        if e.is_read() {
+            let t = if e.issued { e.req_psn } else { e.rd_next };
+            if self.req.rewound_at != Some(t) && !psn_lt(self.req.psn_next, t) {
+                self.rewind(now, t);
+            }
+            return;
+        }
+        // A repeated NAK for a PSN resent less than a smoothed round trip ago cannot
+        // have seen that resend yet: ignore it.
+        let recent = match (self.req.sr_last, self.req.rtt.srtt()) {
+            (Some((q, t)), Some(srtt)) => q == p && now < t + srtt,
+            _ => false,
+        };
+        if !recent && !self.req.sr_resend.contains(&p) {
+            self.req.sr_resend.push_back(p);
+        }
+        // The NAK shows the responder alive and receiving; the resend needs a round
+        // trip, so the adaptive timer restarts (the IBTA timer does not).
+        self.req.rto_deadline = self.rto_now().map(|d| now + d);
+    }
+
     /// Go-back-N after evidence of a lost READ response, once per restart point.
-    fn implicit_retry(&mut self, psn: u32) {
+    fn implicit_retry(&mut self, now: Timestamp, psn: u32) {
         if self.req.rewound_at != Some(psn) {
-            self.rewind(psn);
+            self.rewind(now, psn);
         }
     }
 
@@ -82,7 +153,7 @@ impl RcQp {
             self.progress(now);
         }
         if let Some(t) = target {
-            self.implicit_retry(t);
+            self.implicit_retry(now, t);
             return;
         }
         let mtu = self.mtu();
@@ -96,16 +167,21 @@ impl RcQp {
         if p != e.rd_next {
             let t = e.rd_next;
             if psn_lt(t, p) {
-                self.implicit_retry(t);
+                self.implicit_retry(now, t);
             }
             return;
         }
         let i = psn_diff(p, e.req_psn);
         let n = psn_diff(e.last_psn, e.req_psn) + 1;
-        if i < 0 || pos != pos_of(i as u32, n as u32) {
+        let k = psn_diff(p, e.first_psn) as u32;
+        let total = psn_diff(e.last_psn, e.first_psn) as u32 + 1;
+        // The answer to a READ re-issued from the middle (req_psn > first_psn) starts
+        // with First/Only by the request's own count; Linux rxe replays it with the
+        // original message's positions instead (Middle .. Last, rxe_resp.c read_reply),
+        // so accept either.
+        if i < 0 || (pos != pos_of(i as u32, n as u32) && pos != pos_of(k, total)) {
             return;
         }
-        let k = psn_diff(p, e.first_psn) as u32;
         if payload.len() as u64 != e.bytes(k, k + 1, mtu) {
             return;
         }
@@ -134,7 +210,7 @@ impl RcQp {
             self.progress(now);
         }
         if let Some(t) = target {
-            self.implicit_retry(t);
+            self.implicit_retry(now, t);
             return;
         }
         if self.req.rnr_retries_left == 0 {
@@ -152,7 +228,11 @@ impl RcQp {
         }
         self.req.seek(p);
         self.req.ack_deadline = None;
-        self.req.rewound_at = None;
+        self.req.rto_deadline = None;
+        self.req.timed = None;
+        // The wait goes back to `p`: a PSN sequence NAK for `p` drawn by the packets
+        // already sent behind it is a repeat, not a loss (costs no retry).
+        self.req.rewound_at = Some(p);
         self.req.rnr_until = Some(now + rnr_timer(timer));
     }
 
@@ -162,6 +242,14 @@ impl RcQp {
             self.progress(now);
         }
         let status = match code {
+            NakCode::PsnSequenceError if self.a.selective => {
+                self.counters.rcvd_seq_err += 1;
+                match target {
+                    Some(t) => self.implicit_retry(now, t),
+                    None => self.selective_nak(now, p),
+                }
+                return;
+            }
             NakCode::PsnSequenceError => {
                 self.counters.rcvd_seq_err += 1;
                 let t = target.unwrap_or(p);
@@ -172,7 +260,7 @@ impl RcQp {
                     WcStatus::RetryExcErr
                 } else {
                     self.req.retries_left -= 1;
-                    self.rewind(t);
+                    self.rewind(now, t);
                     return;
                 }
             }
@@ -193,24 +281,34 @@ impl RcQp {
         self.fail_wr(idx, status);
     }
 
-    /// Timer expiries: end of an RNR wait; local ACK timeout (go-back-N from the oldest
-    /// unacknowledged PSN, or IBV_WC_RETRY_EXC_ERR once `retry_cnt` retries are spent).
+    /// Timer expiries: end of an RNR wait; the adaptive retransmission timer
+    /// (go-back-N from the oldest unacknowledged PSN, timeout doubled, no retry used
+    /// up); the IBTA local ACK timer (go-back-N and one retry used up, or
+    /// IBV_WC_RETRY_EXC_ERR once `retry_cnt` retries are spent).
     pub(crate) fn requester_timeout(&mut self, now: Timestamp) {
         if self.req.rnr_until.is_some_and(|t| now >= t) {
             self.req.rnr_until = None;
         }
-        let Some(t) = self.req.ack_deadline else {
+        let ibta_due = self.req.ack_deadline.is_some_and(|t| now >= t);
+        let rto_due = self.req.rto_deadline.is_some_and(|t| now >= t);
+        if !ibta_due && !rto_due {
             return;
-        };
-        if now < t {
+        }
+        let active = matches!(self.state, QpState::Rts | QpState::Sqd | QpState::SqError)
+            && psn_lt(self.req.una, self.req.psn_high);
+        if !active {
+            self.req.ack_deadline = None;
+            self.req.rto_deadline = None;
+            return;
+        }
+        self.req.rtt.back_off();
+        if !ibta_due {
+            self.counters.rto_timeouts += 1;
+            let una = self.req.una;
+            self.rewind_keep_timer(now, una);
             return;
         }
         self.req.ack_deadline = None;
-        if !matches!(self.state, QpState::Rts | QpState::Sqd | QpState::SqError)
-            || !psn_lt(self.req.una, self.req.psn_next)
-        {
-            return;
-        }
         self.counters.local_ack_timeout_err += 1;
         if self.req.retries_left == 0 {
             self.counters.retry_exceeded_err += 1;
@@ -220,6 +318,6 @@ impl RcQp {
         }
         self.req.retries_left -= 1;
         let una = self.req.una;
-        self.rewind(una);
+        self.rewind(now, una);
     }
 }

@@ -7,11 +7,13 @@ pub struct QpCounters {
     pub sent_pkts: u64,
     /// Packets accepted by `handle_packet` (addressed to this QP in a receiving state).
     pub rcvd_pkts: u64,
-    /// Responder: duplicate requests (PSN before the expected PSN), re-ACKed or, for
-    /// RDMA READ, answered again, never re-executed.
+    /// Responder: duplicate requests (PSN before the expected PSN, or a second copy of
+    /// a kept out-of-order packet), re-ACKed or, for RDMA READ, answered again, never
+    /// re-executed.
     pub duplicate_request: u64,
-    /// Responder: requests ahead of the expected PSN (dropped; one PSN sequence error
-    /// NAK per gap).
+    /// Responder: requests ahead of the expected PSN (go-back-N: dropped, one PSN
+    /// sequence error NAK per gap; selective retransmission: kept, the gap NAKed as in
+    /// go-back-N and again every 64 arrivals while it stays open).
     pub out_of_seq_request: u64,
     /// Requester: RNR NAKs received.
     pub rcvd_rnr_err: u64,
@@ -19,23 +21,37 @@ pub struct QpCounters {
     pub send_rnr_err: u64,
     /// Requester: PSN sequence error NAKs received.
     pub rcvd_seq_err: u64,
-    /// Responder: ACKs merged into a later ACK (coalescing).
+    /// Responder: ACKs merged into a later ACK (coalescing). rxe counts under this
+    /// name (RXE_CNT_COMPLETER_SCHED) responses whose processing its completer had to
+    /// defer; a sans-IO core processes every response at once, so the name is kept for
+    /// the closest deferral it has.
     pub ack_deferred: u64,
     /// Requester: WRs completed with IBV_WC_RETRY_EXC_ERR.
     pub retry_exceeded_err: u64,
     /// Requester: WRs completed with IBV_WC_RNR_RETRY_EXC_ERR.
     pub retry_rnr_exceeded_err: u64,
-    /// Requester: go-back-N retransmissions started (timeout, sequence NAK, missing
-    /// READ response).
+    /// Requester: go-back-N retransmissions started (either timer, sequence NAK,
+    /// missing READ response), as rxe's RXE_CNT_COMP_RETRY.
     pub completer_retry_err: u64,
-    /// Requester: WRs completed with an error status other than flush.
+    /// Requester: WRs completed with an error status other than flush. (rxe counts
+    /// failed transmissions here; the core sees no socket, the soft provider counts
+    /// those per device as `tx_dropped_pkts`.)
     pub send_err: u64,
     /// Requester: RDMA WRITE and READ Request packets sent.
     pub rdma_sends: u64,
     /// Responder: RDMA WRITE and READ Request packets executed.
     pub rdma_recvs: u64,
-    /// Requester: local ACK timer expiries.
+    /// Requester: IBTA local ACK timer expiries (each uses up one of `retry_cnt`).
     pub local_ack_timeout_err: u64,
     /// NAKs sent by the responder (sequence, invalid request, access, operational).
     pub sent_naks: u64,
+    /// Requester: adaptive retransmission timer expiries (go-back-N before the IBTA
+    /// local ACK timeout; no retry used up). Not an rxe counter.
+    pub rto_timeouts: u64,
+    /// Requester: packets resent alone after a selective NAK (selective retransmission
+    /// negotiated). Not an rxe counter.
+    pub sr_retransmits: u64,
+    /// Responder: out-of-order request packets kept for in-order execution (selective
+    /// retransmission negotiated). Not an rxe counter.
+    pub sr_buffered: u64,
 }

@@ -2,6 +2,7 @@
 //! sans-IO driver interface. The requester/completer lives in `requester.rs`, the
 //! responder in `responder.rs`.
 use std::collections::VecDeque;
+use std::time::Duration;
 
 use crate::time::Timestamp;
 use crate::verbs::{
@@ -32,6 +33,21 @@ pub struct RcConfig {
     /// Set AckReq on every N-th packet inside long messages (always on the last packet
     /// of a message). Default 16; 0 means only on the last.
     pub ack_req_every_packets: u32,
+    /// Lower bound of the adaptive retransmission timeout (the upper bound is the
+    /// QP's IBTA local ACK timeout). Default 200 us.
+    pub min_rto: Duration,
+    /// Adaptive retransmission timeout before the first round-trip sample (still
+    /// clamped to the IBTA local ACK timeout). Default 1 ms.
+    pub initial_rto: Duration,
+    /// Resend pacing: after a go-back-N restart at most this many request packets are
+    /// outstanding; each acknowledged packet allows one more (slow start) until the
+    /// loss is repaired. 0 disables pacing. Default 16.
+    pub recovery_window_pkts: u32,
+    /// Selective retransmission (only when negotiated, `QpAttr::selective_retransmit`):
+    /// most bytes of out-of-order request packets the responder keeps for in-order
+    /// execution (payload plus 64 bytes per packet). In practice the peer's window
+    /// (`max_inflight_bytes`) bounds what is kept. Default 2 MiB.
+    pub sr_buffer_bytes: u64,
 }
 
 impl Default for RcConfig {
@@ -40,6 +56,10 @@ impl Default for RcConfig {
             max_inflight_bytes: 1 << 20,
             max_read_inflight_bytes: 4 << 20,
             ack_req_every_packets: 16,
+            min_rto: Duration::from_micros(200),
+            initial_rto: Duration::from_millis(1),
+            recovery_window_pkts: 16,
+            sr_buffer_bytes: 2 << 20,
         }
     }
 }
@@ -80,6 +100,8 @@ pub(crate) struct Attrs {
     pub retry_cnt: u8,
     pub rnr_retry: u8,
     pub ah: Option<AhAttr>,
+    /// Selective retransmission negotiated with the peer (see `docs/reliability.md`).
+    pub selective: bool,
 }
 
 /// A Reliable Connection QP (IBTA Vol 1 ch. 9.5-9.9): requester, completer and
@@ -122,6 +144,7 @@ impl RcQp {
             retry_cnt: 7,
             rnr_retry: 7,
             ah: None,
+            selective: false,
         };
         RcQp {
             qpn: qpn & PSN_MASK,
@@ -199,6 +222,7 @@ impl RcQp {
             rnr_retry: Some(a.rnr_retry),
             ah_attr: a.ah,
             qkey: None,
+            selective_retransmit: Some(a.selective),
         }
     }
 
@@ -207,9 +231,11 @@ impl RcQp {
     /// Rtr->Rts (needs sq_psn), Rts->Rts, Rts<->Sqd, SqError->Rts, any->Error (flushes
     /// every outstanding send WR and posted own-RQ receive WR with IBV_WC_WR_FLUSH_ERR),
     /// any->Reset (discards everything without completions). Without `qp_state` the
-    /// attributes change in place. Errors: `InvalidState` (transition not allowed),
-    /// `InvalidArgument` (missing required attribute, retry counts above 7, timer code
-    /// above 31).
+    /// attributes change in place. `selective_retransmit` may be set in any state (the
+    /// connection layer sets it with RTR/RTS once both CM messages carried the
+    /// capability; see `docs/reliability.md`); it must be the same on both ends.
+    /// Errors: `InvalidState` (transition not allowed), `InvalidArgument` (missing
+    /// required attribute, retry counts above 7, timer code above 31).
     pub fn modify(&mut self, attr: &QpAttr) -> Result<(), VerbsError> {
         use QpState::*;
         let to = attr.qp_state.unwrap_or(self.state);
@@ -257,6 +283,14 @@ impl RcQp {
                 return Ok(());
             }
             _ => {}
+        }
+        if attr
+            .selective_retransmit
+            .is_some_and(|v| v != self.a.selective)
+        {
+            // Switching modes forgets selective state (kept packets, queued resends).
+            self.resp.drop_kept();
+            self.req.sr_resend.clear();
         }
         self.apply(attr);
         if to == Rtr && self.state == Init {
@@ -317,6 +351,9 @@ impl RcQp {
         if attr.ah_attr.is_some() {
             a.ah = attr.ah_attr;
         }
+        if let Some(v) = attr.selective_retransmit {
+            a.selective = v;
+        }
     }
 
     fn reset(&mut self) {
@@ -338,6 +375,7 @@ impl RcQp {
     /// keep their status), the receive in progress and the own receive queue.
     pub(crate) fn enter_error(&mut self) {
         self.state = QpState::Error;
+        self.resp.drop_kept();
         self.flush_send_queue();
         if let Some(wr_id) = self.resp.take_recv_in_progress() {
             self.push_recv_wc(WorkCompletion::new(
@@ -456,9 +494,10 @@ impl RcQp {
         }
     }
 
-    /// Handles expired timers (call when `now >= poll_timeout()`): the local ACK
-    /// timeout (go-back-N retransmission or IBV_WC_RETRY_EXC_ERR) and the end of an RNR
-    /// wait.
+    /// Handles expired timers (call when `now >= poll_timeout()`): the adaptive
+    /// retransmission timer (go-back-N, no retry used up), the IBTA local ACK timeout
+    /// (go-back-N using up one of `retry_cnt`, or IBV_WC_RETRY_EXC_ERR) and the end of
+    /// an RNR wait. See `docs/reliability.md`.
     pub fn handle_timeout(&mut self, now: Timestamp, _env: &mut RcEnv<'_>) {
         self.requester_timeout(now);
     }
@@ -466,10 +505,27 @@ impl RcQp {
     /// The earliest time at which [`RcQp::handle_timeout`] has work; `None` if no timer
     /// is armed.
     pub fn poll_timeout(&self) -> Option<Timestamp> {
-        match (self.req.ack_deadline, self.req.rnr_until) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [
+            self.req.ack_deadline,
+            self.req.rto_deadline,
+            self.req.rnr_until,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    /// The requester's round-trip estimate (RFC 6298 SRTT / RTTVAR over packets sent
+    /// once).
+    pub fn rtt(&self) -> &super::rtt::RttEstimator {
+        &self.req.rtt
+    }
+
+    /// The adaptive retransmission timeout in force now: the RFC 6298 estimate with
+    /// back-off, clamped to `[RcConfig::min_rto, local ACK timeout]`; `None` when the
+    /// QP's `timeout` is 0 (no timer, IBTA Vol 1 §9.7.6.1.3).
+    pub fn rto(&self) -> Option<Duration> {
+        self.rto_now()
     }
 
     /// The next packet to send: responder output (ACKs, NAKs, READ responses) first,

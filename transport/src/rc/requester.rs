@@ -14,6 +14,7 @@ use super::ops::{ack_timeout, pos_of, send_opcode, write_opcode, Pos};
 use super::payload::{gather, TxPacket};
 use super::psn::{psn_add, psn_diff, psn_in, psn_lt};
 use super::qp::{packets_for, RcEnv, RcQp};
+use super::rtt::RttEstimator;
 use crate::verbs::QpState;
 
 /// The completion opcode of a send WR.
@@ -105,6 +106,25 @@ pub(crate) struct ReqState {
     pub(crate) rnr_until: Option<Timestamp>,
     /// PSN of the last go-back-N restart without progress since (suppresses repeats).
     pub(super) rewound_at: Option<u32>,
+    /// First PSN never transmitted (high-water mark of `psn_next`).
+    pub(super) psn_high: u32,
+    /// Round-trip estimator for the adaptive retransmission timer.
+    pub(crate) rtt: RttEstimator,
+    /// The request packet being timed for a round-trip sample: PSN and time sent.
+    pub(super) timed: Option<(u32, Timestamp)>,
+    /// Adaptive retransmission deadline (go-back-N without using up `retry_cnt`).
+    pub(crate) rto_deadline: Option<Timestamp>,
+    /// Resend pacing: most request PSNs outstanding while a loss is being repaired;
+    /// `None` outside recovery.
+    pub(super) cwnd: Option<u32>,
+    /// Recovery ends when `una` passes this PSN (`psn_high` at the restart).
+    pub(super) recover: u32,
+    /// `una` at the last forward progress (to count newly acknowledged PSNs).
+    pub(super) una_seen: u32,
+    /// PSNs to resend alone (selective retransmission, when negotiated).
+    pub(super) sr_resend: VecDeque<u32>,
+    /// The last selective resend: PSN and time.
+    pub(super) sr_last: Option<(u32, Timestamp)>,
 }
 
 impl ReqState {
@@ -123,6 +143,15 @@ impl ReqState {
             ack_deadline: None,
             rnr_until: None,
             rewound_at: None,
+            psn_high: 0,
+            rtt: RttEstimator::default(),
+            timed: None,
+            rto_deadline: None,
+            cwnd: None,
+            recover: 0,
+            una_seen: 0,
+            sr_resend: VecDeque::new(),
+            sr_last: None,
         }
     }
 
@@ -131,6 +160,9 @@ impl ReqState {
         self.psn_next = sq_psn;
         self.psn_max = sq_psn;
         self.una = sq_psn;
+        self.psn_high = sq_psn;
+        self.una_seen = sq_psn;
+        self.recover = sq_psn;
         self.retries_left = retry_cnt;
         self.rnr_retries_left = rnr_retry;
     }
@@ -242,6 +274,10 @@ impl RcQp {
             }
             self.req.rnr_until = None;
         }
+        if let Some(pkt) = self.selective_resend(now) {
+            self.arm_timers(now);
+            return Some(pkt);
+        }
         loop {
             let idx = self.req.tx_idx;
             let e = self.req.sq.get(idx)?;
@@ -271,12 +307,57 @@ impl RcQp {
                     }
                 }
             }
-            let pkt = self.emit(idx)?;
-            if self.req.ack_deadline.is_none() {
-                self.req.ack_deadline = ack_timeout(self.a.timeout).map(|d| now + d);
-            }
+            let pkt = self.emit(idx, now)?;
+            self.arm_timers(now);
             return Some(pkt);
         }
+    }
+
+    /// Arms the IBTA local ACK timer and the adaptive retransmission timer if they are
+    /// not running (a request is outstanding once a packet left). With `timeout` 0
+    /// neither runs (IBTA §9.7.6.1.3: no timer).
+    fn arm_timers(&mut self, now: Timestamp) {
+        let Some(t) = ack_timeout(self.a.timeout) else {
+            return;
+        };
+        if self.req.ack_deadline.is_none() {
+            self.req.ack_deadline = Some(now + t);
+        }
+        if self.req.rto_deadline.is_none() {
+            self.req.rto_deadline = Some(now + self.rto_now().unwrap_or(t));
+        }
+    }
+
+    /// The adaptive retransmission timeout now (RFC 6298 estimate clamped to
+    /// `[RcConfig::min_rto, IBTA local ACK timeout]`); `None` with `timeout` 0.
+    pub(crate) fn rto_now(&self) -> Option<std::time::Duration> {
+        let t = ack_timeout(self.a.timeout)?;
+        Some(self.req.rtt.rto(self.cfg.initial_rto, self.cfg.min_rto, t))
+    }
+
+    /// The next queued selective resend that is still unacknowledged (SEND/WRITE
+    /// packets only; READs recover by go-back-N). Sets AckReq so the responder reports
+    /// the repaired sequence at once.
+    fn selective_resend(&mut self, now: Timestamp) -> Option<TxPacket> {
+        while let Some(p) = self.req.sr_resend.pop_front() {
+            // Acknowledged meanwhile, or the go-back-N cursor will send it anyway.
+            if psn_lt(p, self.req.una) || !psn_lt(p, self.req.psn_next) {
+                continue;
+            }
+            let Some(idx) = self.req.idx_containing(p) else {
+                continue;
+            };
+            if self.req.sq[idx].is_read() {
+                continue;
+            }
+            if let Some((pkt, _)) = self.build(idx, p, true) {
+                self.req.timed = None; // Karn: a resend makes later ACKs ambiguous
+                self.req.sr_last = Some((p, now));
+                self.counters.sr_retransmits += 1;
+                return Some(pkt);
+            }
+        }
+        None
     }
 
     /// Processes a WR reached for the first time: runs local operations (`Ok(false)`)
@@ -329,9 +410,9 @@ impl RcQp {
         Ok(true)
     }
 
-    /// Builds the packet at the cursor (inside `sq[idx]`); `None` when the window or the
-    /// READ limits block it.
-    fn emit(&mut self, idx: usize) -> Option<TxPacket> {
+    /// Builds the packet at the cursor (inside `sq[idx]`); `None` when the window, the
+    /// resend pacing or the READ limits block it.
+    fn emit(&mut self, idx: usize, now: Timestamp) -> Option<TxPacket> {
         let (mtu, cfg, ord) = (self.mtu(), self.cfg, self.a.max_rd_atomic.max(1) as u32);
         let psn = self.req.psn_next;
         let e = self.req.sq.get(idx)?;
@@ -341,6 +422,12 @@ impl RcQp {
             self.req.tx_idx += 1;
             return None;
         }
+        if let Some(w) = self.req.cwnd {
+            if psn_diff(psn, self.req.una) >= w.max(1) as i32 {
+                return None;
+            }
+        }
+        let fresh = !psn_lt(psn, self.req.psn_high);
         let i = i as u32;
         let off = i as u64 * mtu as u64;
         if let SendOp::RdmaRead { remote_addr, rkey } = e.wr.op {
@@ -368,6 +455,7 @@ impl RcQp {
             self.req.psn_next = psn_add(last, 1);
             self.req.tx_idx += 1;
             self.counters.rdma_sends += 1;
+            self.note_sent(psn, self.req.psn_next, fresh, now);
             return Some(TxPacket {
                 hdr,
                 payload: Default::default(),
@@ -377,10 +465,60 @@ impl RcQp {
         if self.req.inflight_bytes > 0 && self.req.inflight_bytes + plen > cfg.max_inflight_bytes {
             return None;
         }
+        // AckReq also where the window or the resend pacing closes after this packet,
+        // so the ACK that reopens it is not left to the timer.
+        let window_full = self.req.inflight_bytes + plen + mtu as u64 > cfg.max_inflight_bytes
+            || self
+                .req
+                .cwnd
+                .is_some_and(|w| psn_diff(psn_add(psn, 1), self.req.una) >= w.max(1) as i32);
+        let (pkt, last) = self.build(idx, psn, window_full)?;
+        if last {
+            self.req.tx_idx += 1;
+        }
+        self.req.psn_next = psn_add(psn, 1);
+        self.req.inflight_bytes += plen;
+        if matches!(
+            self.req.sq[idx].wr.op,
+            SendOp::RdmaWrite { .. } | SendOp::RdmaWriteWithImm { .. }
+        ) {
+            self.counters.rdma_sends += 1;
+        }
+        let timed = pkt.hdr.bth.ack_req;
+        self.note_sent(psn, self.req.psn_next, fresh && timed, now);
+        Some(pkt)
+    }
+
+    /// Bookkeeping of a request packet for `psn` sent (`next`: the PSN after it):
+    /// raises the high-water mark and, for a first transmission that asks for an ACK,
+    /// starts a round-trip measurement if none is running (Karn).
+    fn note_sent(&mut self, psn: u32, next: u32, time_it: bool, now: Timestamp) {
+        if psn_lt(self.req.psn_high, next) {
+            self.req.psn_high = next;
+        }
+        if time_it && self.req.timed.is_none() {
+            self.req.timed = Some((psn, now));
+        }
+    }
+
+    /// The SEND / RDMA WRITE packet for `psn` of `sq[idx]` (regenerated from the WR and
+    /// registered memory), with AckReq when it ends the message, every
+    /// `ack_req_every_packets`, or with `force_ack`. Also returns whether it is the last
+    /// packet of the message. `None` for a READ or a PSN outside the WR.
+    fn build(&self, idx: usize, psn: u32, force_ack: bool) -> Option<(TxPacket, bool)> {
+        let (mtu, cfg) = (self.mtu(), self.cfg);
+        let e = self.req.sq.get(idx)?;
+        let i = psn_diff(psn, e.first_psn);
+        if i < 0 || i as u32 >= e.npkts || e.is_read() {
+            return None;
+        }
+        let i = i as u32;
+        let off = i as u64 * mtu as u64;
+        let plen = e.bytes(i, i + 1, mtu);
         let pos = pos_of(i, e.npkts);
         let last = matches!(pos, Pos::Last | Pos::Only);
         let every = cfg.ack_req_every_packets;
-        let ack_req = last || (every > 0 && i % every == every - 1);
+        let ack_req = force_ack || last || (every > 0 && i % every == every - 1);
         let (opcode, reth, imm, ieth) = match e.wr.op {
             SendOp::Send => (send_opcode(pos, false, false), None, None, None),
             SendOp::SendWithImm { imm_data } => {
@@ -428,15 +566,7 @@ impl RcQp {
             hdr.imm = imm;
             hdr.ieth = ieth;
         }
-        if reth.is_some() {
-            self.counters.rdma_sends += 1;
-        }
-        if i + 1 == e.npkts {
-            self.req.tx_idx += 1;
-        }
-        self.req.psn_next = psn_add(psn, 1);
-        self.req.inflight_bytes += plen;
-        Some(TxPacket { hdr, payload })
+        Some((TxPacket { hdr, payload }, last))
     }
 
     /// Pops finished WRs from the front of the SQ, producing their completions (signaled

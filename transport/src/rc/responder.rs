@@ -3,7 +3,9 @@
 //!
 //! Error choices (documented, following IBTA Table 59/60 and Linux rxe):
 //! - Out-of-sequence request: one PSN sequence error NAK per gap (cleared when the
-//!   expected PSN arrives); counted in `out_of_seq_request`.
+//!   expected PSN arrives); counted in `out_of_seq_request`. With selective
+//!   retransmission negotiated the packet is kept for in-order execution instead of
+//!   dropped (see `sr_keep`); the NAK still names the expected PSN.
 //! - No receive WQE for a SEND First/Only or a WRITE with immediate Last/Only: RNR NAK
 //!   with `min_rnr_timer`, PSN not advanced; counted in `send_rnr_err` (as rxe's
 //!   `RXE_CNT_SND_RNR`; the requester counts received ones in `rcvd_rnr_err`).
@@ -17,10 +19,10 @@
 //!   IBV_WC_LOC_PROT_ERR, QP to Error.
 //! - SEND with Invalidate whose rkey cannot be invalidated: NAK Invalid Request and a
 //!   receive completion IBV_WC_REM_INV_REQ_ERR (rxe's status), QP to Error.
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 
 use crate::verbs::{AccessFlags, WcOpcode, WcStatus, WorkCompletion, MAX_SGE};
-use crate::wire::{Aeth, NakCode, Opcode, Packet};
+use crate::wire::{Aeth, NakCode, Opcode, Packet, PacketHeaders};
 
 use super::mem::MemRef;
 use super::ops::{
@@ -76,6 +78,23 @@ struct ReadRecord {
     mem: MemRef,
 }
 
+/// An out-of-order request packet kept for in-order execution (selective
+/// retransmission).
+struct OooPacket {
+    hdr: PacketHeaders,
+    payload: Vec<u8>,
+}
+
+/// Bytes a kept packet is charged besides its payload (headers and bookkeeping), so
+/// that packets without payload are bounded too.
+const SR_PACKET_OVERHEAD: u64 = 64;
+/// Selective retransmission: the hole at the expected PSN is NAKed again after this
+/// many further out-of-order arrivals (its NAK or its resend may have been lost; at
+/// worst one duplicate packet).
+const SR_RENAK_EVERY: u32 = 64;
+/// Most PSNs ahead of the expected PSN a kept packet may be.
+const SR_MAX_AHEAD: i32 = 1 << 16;
+
 /// Responder state.
 #[derive(Default)]
 pub(crate) struct RespState {
@@ -85,6 +104,13 @@ pub(crate) struct RespState {
     msg: InMsg,
     pub(crate) out: VecDeque<RespItem>,
     reads: VecDeque<ReadRecord>,
+    /// Selective retransmission: packets after a gap, by PSN.
+    ooo: HashMap<u32, OooPacket>,
+    ooo_bytes: u64,
+    /// Selective retransmission: the expected PSN last NAKed.
+    sr_naked: Option<u32>,
+    /// Selective retransmission: packets kept since that NAK.
+    sr_kept_since_nak: u32,
 }
 
 impl RespState {
@@ -102,6 +128,18 @@ impl RespState {
             InMsg::Send(c) => Some(c.wr_id),
             _ => None,
         }
+    }
+
+    /// Forgets the out-of-order packets kept for selective retransmission.
+    pub(crate) fn drop_kept(&mut self) {
+        self.ooo = HashMap::new();
+        self.ooo_bytes = 0;
+    }
+
+    /// Bytes charged for the kept out-of-order packets.
+    #[cfg(test)]
+    pub(crate) fn kept_bytes(&self) -> u64 {
+        self.ooo_bytes
     }
 
     /// The expected PSN.
@@ -125,6 +163,9 @@ impl RcQp {
             self.duplicate(kind, p, pkt);
         } else if d > 0 {
             self.counters.out_of_seq_request += 1;
+            if self.a.selective {
+                return self.sr_keep(p, d, pkt);
+            }
             if !self.resp.nak_seq_sent {
                 self.resp.nak_seq_sent = true;
                 let e = self.resp.epsn;
@@ -133,6 +174,82 @@ impl RcQp {
         } else {
             self.resp.nak_seq_sent = false;
             self.execute(p, pkt, env);
+            // Drain only after progress (not after an RNR NAK or an error).
+            if self.a.selective && self.resp.epsn != p {
+                self.sr_drain(env);
+            }
+        }
+    }
+
+    /// Selective retransmission: keeps a request packet `d` PSNs ahead of the expected
+    /// PSN (within the buffer limits; otherwise it is dropped and the requester's timer
+    /// recovers it) and NAKs the expected PSN: once per expected PSN, and again every
+    /// [`SR_RENAK_EVERY`] arrivals while that hole stays open.
+    fn sr_keep(&mut self, p: u32, d: i32, pkt: &Packet<'_>) {
+        let r = &mut self.resp;
+        if r.ooo.contains_key(&p) {
+            self.counters.duplicate_request += 1;
+            return;
+        }
+        let len = pkt.payload.len() as u64 + SR_PACKET_OVERHEAD;
+        if d < SR_MAX_AHEAD && r.ooo_bytes + len <= self.cfg.sr_buffer_bytes {
+            r.ooo.insert(
+                p,
+                OooPacket {
+                    hdr: pkt.hdr,
+                    payload: pkt.payload.to_vec(),
+                },
+            );
+            r.ooo_bytes += len;
+            self.counters.sr_buffered += 1;
+        }
+        self.resp.sr_kept_since_nak += 1;
+        if self.resp.sr_kept_since_nak >= SR_RENAK_EVERY {
+            self.resp.sr_naked = None;
+        }
+        self.sr_nak_hole();
+    }
+
+    /// Selective retransmission: a PSN sequence error NAK for the expected PSN, the
+    /// first missing one, unless this expected PSN was NAKed already. Like every NAK
+    /// of this core it names the expected PSN, so it is valid IBTA go-back-N too.
+    fn sr_nak_hole(&mut self) {
+        let e = self.resp.epsn;
+        if self.resp.sr_naked != Some(e) {
+            self.resp.sr_naked = Some(e);
+            self.resp.sr_kept_since_nak = 0;
+            self.queue_nak(e, syndrome_nak(NakCode::PsnSequenceError));
+        }
+    }
+
+    /// Selective retransmission: executes kept packets that are now in sequence. Stops
+    /// (and forgets what is kept) when one does not advance the expected PSN (RNR NAK,
+    /// or an error that moved the QP to Error).
+    fn sr_drain(&mut self, env: &mut RcEnv<'_>) {
+        if self.resp.ooo.is_empty() {
+            return;
+        }
+        loop {
+            let e = self.resp.epsn;
+            let Some(k) = self.resp.ooo.remove(&e) else {
+                break;
+            };
+            let cost = k.payload.len() as u64 + SR_PACKET_OVERHEAD;
+            self.resp.ooo_bytes = self.resp.ooo_bytes.saturating_sub(cost);
+            let pkt = Packet {
+                hdr: k.hdr,
+                payload: &k.payload,
+            };
+            self.execute(e, &pkt, env);
+            if self.resp.epsn == e || self.state == crate::verbs::QpState::Error {
+                self.resp.drop_kept();
+                return;
+            }
+        }
+        // Packets are still kept beyond the expected PSN: the filled gap uncovered the
+        // next one, NAK it at once.
+        if !self.resp.ooo.is_empty() {
+            self.sr_nak_hole();
         }
     }
 
@@ -166,17 +283,48 @@ impl RcQp {
                 if psn_diff(rec.last_psn, p) + 1 != npkts as i32 {
                     return; // not the tail of the original response: malformed
                 }
+                let (first, last) = (rec.first_psn, rec.last_psn);
                 let msn = self.resp.msn;
-                self.resp.out.push_back(RespItem::Read {
+                let item = RespItem::Read {
                     mem,
                     first_psn: p,
                     npkts,
                     next: 0,
                     msn,
                     dup: true,
-                });
+                };
+                self.queue_read_replay(first, last, item);
             }
             _ => {}
+        }
+    }
+
+    /// Queues `item`, the answer to a duplicate request for the READ whose response
+    /// spans `first..=last`. A response of that READ still queued is replaced in place
+    /// (keeping its IRD accounting) and any further ones dropped, so repeated duplicate
+    /// requests restart the one response instead of growing the output without bound.
+    fn queue_read_replay(&mut self, first: u32, last: u32, mut item: RespItem) {
+        let same = |i: &RespItem| match i {
+            RespItem::Read { first_psn, .. } => psn_in(*first_psn, first, last),
+            RespItem::Ack { .. } => false,
+        };
+        let Some(at) = self.resp.out.iter().position(same) else {
+            self.resp.out.push_back(item);
+            return;
+        };
+        if let (RespItem::Read { dup: old, .. }, RespItem::Read { dup, .. }) =
+            (&self.resp.out[at], &mut item)
+        {
+            *dup = *old;
+        }
+        self.resp.out[at] = item;
+        let mut k = at + 1;
+        while k < self.resp.out.len() {
+            if same(&self.resp.out[k]) {
+                self.resp.out.remove(k);
+            } else {
+                k += 1;
+            }
         }
     }
 
@@ -450,11 +598,23 @@ impl RcQp {
     }
 
     /// A responder error that ends the connection: NAK `code` for `psn`, an optional
-    /// receive completion with an error status, QP to Error.
+    /// receive completion with an error status, QP to Error. The receive WQE of a
+    /// SEND in progress, unless `recv_wc` names it, completes with the error status of
+    /// `code` (as rxe): no WQE is lost (IBTA Vol 1 §10.3.1, found by fuzzing).
     fn fatal(&mut self, psn: u32, code: NakCode, recv_wc: Option<(u64, WcStatus)>) {
         self.queue_nak(psn, syndrome_nak(code));
+        let in_progress = self.resp.take_recv_in_progress();
         self.resp.msg = InMsg::None;
         if let Some((wr_id, status)) = recv_wc {
+            self.push_recv_wc(WorkCompletion::new(wr_id, status, WcOpcode::Recv, self.qpn));
+        }
+        if let Some(wr_id) = in_progress.filter(|&id| recv_wc.is_none_or(|(w, _)| w != id)) {
+            let status = match code {
+                NakCode::InvalidRequest => WcStatus::RemInvReqErr,
+                NakCode::RemoteAccessError => WcStatus::RemAccessErr,
+                NakCode::RemoteOperationalError => WcStatus::RemOpErr,
+                _ => WcStatus::WrFlushErr,
+            };
             self.push_recv_wc(WorkCompletion::new(wr_id, status, WcOpcode::Recv, self.qpn));
         }
         self.enter_error();

@@ -22,7 +22,7 @@ use socket2::{SockAddr, Socket};
 
 use super::device::SoftDevice;
 use super::socket::{bind_plain, send_gather, RxBatch, SocketError};
-use crate::cm::{AcceptParams, Cm, CmError, CmEvent, ConnId, ConnectParams};
+use crate::cm::{AcceptParams, Cm, CmConfig, CmError, CmEvent, ConnId, ConnectParams};
 use crate::time::Clock;
 use crate::wire::{
     self, Bth, Deth, IcrcIpInfo, Opcode, PacketHeaders, GSI_QKEY, ROCE_V2_QP1_UDP_SPORT,
@@ -39,7 +39,10 @@ enum Cmd {
     Accept(ConnId, AcceptParams, Sender<Result<(), CmError>>),
     Reject(ConnId, u16, Vec<u8>, Sender<Result<(), CmError>>),
     SendRtu(ConnId, Sender<Result<(), CmError>>),
+    SendMra(ConnId, u8, Sender<Result<(), CmError>>),
+    Established(ConnId),
     Disconnect(ConnId, Sender<Result<(), CmError>>),
+    Destroy(ConnId, Sender<Result<(), CmError>>),
 }
 
 struct Shared {
@@ -101,9 +104,19 @@ pub enum CmAgentError {
 }
 
 impl CmAgent {
-    /// Starts the agent of `dev` (once per device): it takes the device's QP1 receive
-    /// socket and binds `ip:55410` for sending.
+    /// Starts the agent of `dev` (once per device) with the default [`CmConfig`]
+    /// (Linux's timers): it takes the device's QP1 receive socket and binds `ip:55410`
+    /// for sending.
     pub fn start(dev: &Arc<SoftDevice>) -> Result<CmAgent, CmAgentError> {
+        Self::start_with_config(dev, CmConfig::default())
+    }
+
+    /// [`CmAgent::start`] with the connection manager's tunables `config` (e.g. a
+    /// shorter CM response timeout so that a lost MAD is resent sooner).
+    pub fn start_with_config(
+        dev: &Arc<SoftDevice>,
+        config: CmConfig,
+    ) -> Result<CmAgent, CmAgentError> {
         let rx = dev.take_cm_socket().ok_or(CmAgentError::AlreadyStarted)?;
         let ip = dev.ip();
         let tx = match bind_plain(ip, ROCE_V2_QP1_UDP_SPORT) {
@@ -132,7 +145,7 @@ impl CmAgent {
         let seed = rand::random::<u64>();
         let worker = Worker {
             dev: dev.clone(),
-            cm: Cm::new(ip, seed),
+            cm: Cm::with_config(ip, seed, config),
             rx,
             tx,
             cmds: cmd_rx,
@@ -198,9 +211,30 @@ impl CmAgent {
         Ok(self.call(|r| Cmd::SendRtu(id, r))??)
     }
 
-    /// Sends a DREQ.
+    /// Sends an MRA for a pending REQ or REP with `service_timeout` (4.096 us x
+    /// 2^value): the peer waits that much longer for our REP or RTU.
+    pub fn send_mra(&self, id: ConnId, service_timeout: u8) -> Result<(), CmAgentError> {
+        Ok(self.call(|r| Cmd::SendMra(id, service_timeout, r))??)
+    }
+
+    /// Passive side: the QP received traffic before the RTU; stands for the RTU
+    /// ([`Cm::established`]). Does not wait for the agent.
+    pub fn established(&self, id: ConnId) {
+        if self.shared.cmds.send(Cmd::Established(id)).is_ok() {
+            self.shared.wake();
+        }
+    }
+
+    /// Sends a DREQ for an established connection; also the call to make when the
+    /// connection's QP goes to Error. `Ok` if the connection is already disconnecting.
     pub fn disconnect(&self, id: ConnId) -> Result<(), CmAgentError> {
         Ok(self.call(|r| Cmd::Disconnect(id, r))??)
+    }
+
+    /// Abandons a connection in any state ([`Cm::destroy`]): REJ for a connection
+    /// being set up, DREQ for an established one. No further events arrive for it.
+    pub fn destroy(&self, id: ConnId) -> Result<(), CmAgentError> {
+        Ok(self.call(|r| Cmd::Destroy(id, r))??)
     }
 }
 
@@ -329,8 +363,19 @@ impl Worker {
             Cmd::SendRtu(id, r) => {
                 let _ = r.send(self.cm.send_rtu(now, id));
             }
+            Cmd::SendMra(id, timeout, r) => {
+                let _ = r.send(self.cm.send_mra(now, id, timeout));
+            }
+            Cmd::Established(id) => self.cm.established(id),
             Cmd::Disconnect(id, r) => {
                 let _ = r.send(self.cm.disconnect(now, id));
+            }
+            Cmd::Destroy(id, r) => {
+                let res = self.cm.destroy(now, id);
+                if res.is_ok() {
+                    self.conns.remove(&id.0);
+                }
+                let _ = r.send(res);
             }
         }
     }
@@ -412,7 +457,7 @@ fn event_id(ev: &CmEvent) -> u32 {
     match ev {
         CmEvent::ConnectRequest { id, .. }
         | CmEvent::ConnectReply { id, .. }
-        | CmEvent::Established { id }
+        | CmEvent::Established { id, .. }
         | CmEvent::Rejected { id, .. }
         | CmEvent::Unreachable { id }
         | CmEvent::Disconnected { id } => id.0,

@@ -102,11 +102,13 @@ impl std::fmt::Debug for Context {
 
 impl Context {
     pub(crate) fn new(dev: Arc<SoftDevice>, rxq: u32, rx_sock: Socket) -> Self {
+        // The device's receive fault layer, if it has one (soft::fault).
+        let rx = RxBatch::with_faults(dev.rx_faults(rxq));
         Context {
             dev,
             rxq,
             rx_sock,
-            rx: RxBatch::new(),
+            rx,
             clock: Clock::new(),
             qps: HashMap::default(),
             cqs: Vec::new(),

@@ -8,6 +8,7 @@ use parking_lot::Mutex;
 use socket2::Socket;
 
 use super::context::Context;
+use super::fault::{group_seed, FaultConfig, FaultCounters, RxFaults};
 use super::socket::{bind_rx_group, SocketError};
 use crate::rc::{KeyTable, MrKeys, MrMemory};
 use crate::verbs::{AccessFlags, Mtu, VerbsError};
@@ -21,6 +22,10 @@ pub struct DeviceConfig {
     pub rx_queues: u32,
     /// Interface MTU override; by default read from the interface that holds `ip`.
     pub netdev_mtu: Option<u32>,
+    /// Fault injection on the poll groups' receive path (see [`super::fault`]); `None`
+    /// (the default) for none at all. Counted in [`DeviceCountersSnapshot`]'s
+    /// `injected_*` fields.
+    pub faults: Option<FaultConfig>,
 }
 
 impl DeviceConfig {
@@ -30,6 +35,7 @@ impl DeviceConfig {
             ip,
             rx_queues: 1,
             netdev_mtu: None,
+            faults: None,
         }
     }
 }
@@ -57,6 +63,9 @@ pub struct DeviceCounters {
     pub tx_payload_bytes_zero_copy: AtomicU64,
     /// Payload bytes copied into a staging buffer before sending.
     pub tx_payload_bytes_copied: AtomicU64,
+    /// Faults the receive fault layer injected (all zero without
+    /// [`DeviceConfig::faults`]); shared with the poll groups' layers.
+    pub injected: Arc<FaultCounters>,
 }
 
 /// A snapshot of [`DeviceCounters`].
@@ -71,6 +80,15 @@ pub struct DeviceCountersSnapshot {
     pub tx_dropped_pkts: u64,
     pub tx_payload_bytes_zero_copy: u64,
     pub tx_payload_bytes_copied: u64,
+    /// Received datagrams the fault layer dropped.
+    pub injected_drops: u64,
+    /// Received datagrams the fault layer delivered twice.
+    pub injected_dups: u64,
+    /// Received datagrams the fault layer held back and delivered late.
+    pub injected_reorders: u64,
+    /// Received datagrams the fault layer flipped a bit of (then dropped and counted
+    /// in `icrc_errors` by the ICRC check).
+    pub injected_corruptions: u64,
 }
 
 impl DeviceCounters {
@@ -87,6 +105,10 @@ impl DeviceCounters {
             tx_dropped_pkts: r(&self.tx_dropped_pkts),
             tx_payload_bytes_zero_copy: r(&self.tx_payload_bytes_zero_copy),
             tx_payload_bytes_copied: r(&self.tx_payload_bytes_copied),
+            injected_drops: r(&self.injected.dropped),
+            injected_dups: r(&self.injected.duplicated),
+            injected_reorders: r(&self.injected.reordered),
+            injected_corruptions: r(&self.injected.corrupted),
         }
     }
 }
@@ -192,6 +214,7 @@ pub struct SoftDevice {
     rx_sockets: Mutex<Vec<Option<Socket>>>,
     next_qpn: Vec<AtomicU32>,
     counters: DeviceCounters,
+    faults: Option<FaultConfig>,
 }
 
 impl std::fmt::Debug for SoftDevice {
@@ -208,8 +231,13 @@ pub const FIRST_QPN: u32 = 0x11;
 
 impl SoftDevice {
     /// Opens the device: binds `ip:4791` (see [`super::socket::bind_rx_group`]).
-    /// Errors name the address and port (e.g. already in use).
+    /// Errors name the address and port (e.g. already in use), or the fault
+    /// configuration's range error ([`SocketError::Faults`]).
     pub fn open(cfg: DeviceConfig) -> Result<Arc<SoftDevice>, SocketError> {
+        if let Some(f) = &cfg.faults {
+            f.validate()
+                .map_err(|source| SocketError::Faults { ip: cfg.ip, source })?;
+        }
         let rx_queues = cfg.rx_queues.max(1);
         let socks = bind_rx_group(cfg.ip, rx_queues)?;
         let netdev_mtu = cfg
@@ -236,6 +264,7 @@ impl SoftDevice {
             rx_sockets: Mutex::new(socks.into_iter().map(Some).collect()),
             next_qpn,
             counters: DeviceCounters::default(),
+            faults: cfg.faults.filter(|f| !f.is_noop()),
         }))
     }
 
@@ -262,6 +291,19 @@ impl SoftDevice {
     /// Device counters.
     pub fn counters(&self) -> &DeviceCounters {
         &self.counters
+    }
+
+    /// The fault injection configured at open (`None` also when every probability
+    /// was 0).
+    pub fn faults(&self) -> Option<&FaultConfig> {
+        self.faults.as_ref()
+    }
+
+    /// The receive fault layer for poll group `rx_queue`, if faults are configured.
+    pub(crate) fn rx_faults(&self, rx_queue: u32) -> Option<RxFaults> {
+        let cfg = self.faults?;
+        let seed = group_seed(cfg.seed, self.ip, rx_queue);
+        Some(RxFaults::new(cfg, seed, self.counters.injected.clone()))
     }
 
     /// Allocates a protection domain (`ibv_alloc_pd`).

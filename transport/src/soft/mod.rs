@@ -3,13 +3,16 @@
 //!
 //! - [`SoftDevice`]: one local IP address, its sockets, memory keys and QP numbers;
 //! - [`Context`]: a poll group (one thread) driving its QPs' sans-IO RC cores;
-//! - [`CmAgent`]: QP1 and the connection manager, on a thread of its own.
+//! - [`CmAgent`]: QP1 and the connection manager, on a thread of its own;
+//! - [`fault`]: seeded drop, duplication, reordering and corruption on receive, for tests.
 mod cm_agent;
 mod context;
 mod device;
+pub mod fault;
 mod rx_check;
 pub mod socket;
 
 pub use cm_agent::*;
 pub use context::*;
 pub use device::*;
+pub use fault::{FaultConfig, FaultConfigError, FaultCounters, FaultCountersSnapshot};

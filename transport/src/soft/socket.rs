@@ -17,6 +17,7 @@ use std::os::fd::{AsRawFd, RawFd};
 
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
+use super::fault::{Delivery, RxFaults};
 use crate::wire::ROCE_V2_UDP_DPORT;
 
 const SO_ATTACH_REUSEPORT_CBPF: libc::c_int = 51;
@@ -30,7 +31,8 @@ pub const RX_SOCKET_BUFFER_BYTES: usize = 32 << 20;
 /// Send buffer asked for each per-QP socket (bytes).
 pub const TX_SOCKET_BUFFER_BYTES: usize = 8 << 20;
 
-/// Errors opening the device's sockets, each naming the address.
+/// Errors opening the device's sockets (or its receive fault layer), each naming the
+/// address.
 #[derive(Debug, thiserror::Error)]
 pub enum SocketError {
     #[error("UDP port {port} on {ip} is already in use (another RoCEv2 stack or nvmf process?)")]
@@ -46,6 +48,12 @@ pub enum SocketError {
         ip: IpAddr,
         what: &'static str,
         source: io::Error,
+    },
+    /// The device's fault injection configuration is out of range.
+    #[error("fault injection on {ip}: {source}")]
+    Faults {
+        ip: IpAddr,
+        source: super::fault::FaultConfigError,
     },
 }
 
@@ -240,7 +248,8 @@ pub const RX_BATCH: usize = 32;
 /// Bytes of each receive slot: the largest RoCEv2 packet at MTU 4096 plus headers.
 pub const RX_SLOT_BYTES: usize = 4096 + 128;
 
-/// A batch of receive slots for `recvmmsg`.
+/// A batch of receive slots for `recvmmsg`, optionally behind a fault layer
+/// ([`RxFaults`]), which then decides what [`RxBatch::recv`] delivers.
 pub struct RxBatch {
     bufs: Vec<u8>,
     addrs: Vec<libc::sockaddr_storage>,
@@ -250,6 +259,8 @@ pub struct RxBatch {
     /// Headers `0..stale` were written by the kernel (or never set up) and must be
     /// re-initialized before the next `recvmmsg`; the rest are still as set up.
     stale: usize,
+    /// The fault layer; `None` (the normal case) costs one test per `recv`/`get`.
+    faults: Option<Box<RxFaults>>,
 }
 
 // SAFETY: the raw pointers inside point into the batch's own vectors.
@@ -272,12 +283,47 @@ impl RxBatch {
             hdrs: vec![unsafe { zeroed() }; RX_BATCH],
             count: 0,
             stale: RX_BATCH,
+            faults: None,
+        }
+    }
+
+    /// A batch of [`RX_BATCH`] slots whose datagrams pass through `faults` (none: as
+    /// [`RxBatch::new`]).
+    pub fn with_faults(faults: Option<RxFaults>) -> Self {
+        RxBatch {
+            faults: faults.map(Box::new),
+            ..RxBatch::new()
         }
     }
 
     /// Non-blocking `recvmmsg` into the batch; returns how many datagrams arrived
-    /// (0 when none are waiting).
+    /// (0 when none are waiting). With a fault layer: how many are delivered, which
+    /// may differ either way (drops, duplicates, held datagrams released).
     pub fn recv(&mut self, fd: RawFd) -> io::Result<usize> {
+        let n = self.recv_kernel(fd)?;
+        let Self {
+            bufs,
+            addrs,
+            hdrs,
+            faults,
+            ..
+        } = self;
+        let Some(f) = faults.as_deref_mut() else {
+            return Ok(n);
+        };
+        let datagrams = bufs
+            .chunks_exact_mut(RX_SLOT_BYTES)
+            .zip(hdrs.iter())
+            .zip(addrs.iter())
+            .take(n)
+            .map(|((slot, h), a)| {
+                let len = (h.msg_len as usize).min(RX_SLOT_BYTES);
+                (sockaddr_to_std(a), &mut slot[..len])
+            });
+        Ok(f.apply(datagrams))
+    }
+
+    fn recv_kernel(&mut self, fd: RawFd) -> io::Result<usize> {
         // Only the headers the last call filled need setting up again (an empty poll,
         // the common case when busy polling, touches none).
         for i in 0..self.stale {
@@ -323,6 +369,13 @@ impl RxBatch {
     /// Datagram `i` of the last `recv`: source address and bytes. Truncated datagrams
     /// (MSG_TRUNC) are reported with the bytes that fit; the ICRC check drops them.
     pub fn get(&self, i: usize) -> Option<(SocketAddr, &[u8])> {
+        let i = match self.faults.as_deref() {
+            None => i,
+            Some(f) => match f.delivery(i)? {
+                Delivery::Slot(j) => j,
+                Delivery::Released(k) => return f.released(k),
+            },
+        };
         if i >= self.count {
             return None;
         }
@@ -437,5 +490,51 @@ pub fn send_many(sock: &Socket, dest: &SockAddr, msgs: &[&[&[u8]]]) -> io::Resul
     match e.raw_os_error() {
         Some(libc::EAGAIN) | Some(libc::ENOBUFS) => Ok(0),
         _ => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::soft::fault::{FaultConfig, FaultCounters};
+    use std::sync::Arc;
+
+    /// A real UDP socket behind the fault layer: every datagram duplicated, so the
+    /// batch delivers each twice with its source address, and the counter says so.
+    #[test]
+    fn rx_batch_applies_its_fault_layer_to_real_datagrams() {
+        let ip: IpAddr = "127.0.0.129".parse().unwrap();
+        let rx = udp_socket(ip).unwrap();
+        rx.bind(&SockAddr::from(SocketAddr::new(ip, 0))).unwrap();
+        let dest = rx.local_addr().unwrap();
+        let tx = udp_socket(ip).unwrap();
+        tx.bind(&SockAddr::from(SocketAddr::new(ip, 0))).unwrap();
+        let from = tx.local_addr().unwrap().as_socket().unwrap();
+        for i in 0..20u8 {
+            assert!(send_gather(&tx, &dest, &[&[i; 40]]).unwrap());
+        }
+        let counters = Arc::new(FaultCounters::default());
+        let cfg = FaultConfig {
+            duplicate: 1.0,
+            ..FaultConfig::with_seed(1)
+        };
+        let mut batch = RxBatch::with_faults(Some(RxFaults::new(cfg, 1, counters.clone())));
+        let mut got = Vec::new();
+        for _ in 0..1000 {
+            let n = batch.recv(rx.as_raw_fd()).unwrap();
+            for i in 0..n {
+                let (a, d) = batch.get(i).unwrap();
+                assert_eq!(a, from);
+                assert_eq!(d.len(), 40);
+                got.push(d[0]);
+            }
+            if got.len() >= 40 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        let want: Vec<u8> = (0..20u8).flat_map(|i| [i, i]).collect();
+        assert_eq!(got, want);
+        assert_eq!(counters.snapshot().duplicated, 20);
     }
 }

@@ -400,6 +400,12 @@ pub struct QpAttr {
     pub ah_attr: Option<AhAttr>,
     /// Q_Key (UD QPs).
     pub qkey: Option<u32>,
+    /// Selective retransmission (not an ibverbs attribute; see `docs/reliability.md`):
+    /// `Some(true)` only when the connection layer has learned, through a capability
+    /// exchange that a Linux peer ignores, that the peer is of this project. `None` or
+    /// `Some(false)`: strict go-back-N (IBTA Vol 1 §9.7.5.1.3), the default. The
+    /// `verbs` provider (real RNICs) ignores it.
+    pub selective_retransmit: Option<bool>,
 }
 
 /// Errors of verbs calls (the `errno` values ibverbs would return).

@@ -81,6 +81,21 @@ pub const CM_REJ_DUPLICATE_LOCAL_COMM_ID: u16 = 30;
 /// REJ reason: invalid class version.
 pub const CM_REJ_INVALID_CLASS_VERSION: u16 = 31;
 
+/// REJ reason: vendor option not supported (Linux `IB_CM_REJ_VENDOR_OPTION_NOT_SUPPORTED`).
+pub const CM_REJ_VENDOR_OPTION_NOT_SUPPORTED: u16 = 35;
+
+/// REQ VendorID meaning "this side's RC QPs do selective retransmission" (our
+/// extension; see [`CmReq::vendor_id`]). The value is a locally administered
+/// OUI-shaped number (bit 1 of the first octet set, so no IEEE-assigned vendor has it):
+/// 0x02 'S' 'R'. Linux kernel ULPs (nvme-rdma, nvmet-rdma) send 0 and never look at the
+/// field.
+pub const VENDOR_ID_SR_REQ: u32 = 0x02_53_52;
+/// REP VendorID meaning "this side's RC QPs do selective retransmission": 0x02 'S' 'A'.
+/// It differs from [`VENDOR_ID_SR_REQ`] on purpose: librdmacm's `rdma_accept` echoes
+/// the REQ's vendor ID in its REP (`ucma_copy_ece_param_to_kern_rep`), and an echo must
+/// not read as support.
+pub const VENDOR_ID_SR_REP: u32 = 0x02_53_41;
+
 /// RDMA CM port space TCP (`RDMA_PS_TCP`), the port space of RDMA_CM_ID with RC QPs.
 pub const RDMA_PS_TCP: u16 = 0x0106;
 /// RDMA CM port space UDP (`RDMA_PS_UDP`).
@@ -226,7 +241,8 @@ impl CmPath {
 pub struct CmReq {
     /// Local Communication ID of the sender.
     pub local_comm_id: U32,
-    reserved4: [u8; 4],
+    /// Reserved (8 bits), VendorID (24 bits): see [`CmReq::vendor_id`].
+    vendor_word: U32,
     /// ServiceID (RDMA CM: [`service_id_tcp`]).
     pub service_id: U64,
     /// Local CA GUID.
@@ -260,6 +276,12 @@ pub struct CmReq {
 const _: () = assert!(core::mem::size_of::<CmReq>() == MAD_DATA_LEN);
 
 impl CmReq {
+    bits32!(
+        /// VendorID, 24 bits (REQ bytes 5..8; IBTA §12.6.5, Linux `CM_REQ_VENDOR_ID`, the
+        /// "ECE" vendor ID). Linux's kernel consumers send 0 and ignore what they receive;
+        /// we use it for [`VENDOR_ID_SR_REQ`].
+        vendor_id, set_vendor_id, vendor_word, 0, 24, u32
+    );
     bits32!(
         /// Local QPN, 24 bits.
         local_qpn, set_local_qpn, qpn_resp_res, 8, 24, u32
@@ -410,11 +432,11 @@ pub struct CmRep {
     pub remote_comm_id: U32,
     /// Local Q_Key (0 for RC).
     pub local_qkey: U32,
-    /// Local QPN (24 bits), reserved (8).
+    /// Local QPN (24 bits), VendorID bits 23..16 (8).
     qpn_word: U32,
-    /// Local EEC number (24 bits), reserved (8).
+    /// Local EEC number (24 bits), VendorID bits 15..8 (8).
     eecn_word: U32,
-    /// Starting PSN (24 bits), reserved (8).
+    /// Starting PSN (24 bits), VendorID bits 7..0 (8).
     psn_word: U32,
     /// Responder Resources.
     pub responder_resources: u8,
@@ -433,6 +455,24 @@ pub struct CmRep {
 const _: () = assert!(core::mem::size_of::<CmRep>() == MAD_DATA_LEN);
 
 impl CmRep {
+    /// VendorID, 24 bits, spread over REP bytes 15, 19 and 23 (high, middle, low byte;
+    /// IBTA §12.6.8, Linux `CM_REP_VENDOR_ID_H/M/L`). Linux's kernel consumers send 0;
+    /// librdmacm's `rdma_accept` echoes the REQ's vendor ID. We use it for
+    /// [`VENDOR_ID_SR_REP`].
+    pub fn vendor_id(&self) -> u32 {
+        ((self.qpn_word.get() & 0xFF) << 16)
+            | ((self.eecn_word.get() & 0xFF) << 8)
+            | (self.psn_word.get() & 0xFF)
+    }
+
+    /// Sets the field read by [`Self::vendor_id`] (24 bits; higher bits are dropped).
+    pub fn set_vendor_id(&mut self, v: u32) {
+        let put = |w: &mut U32, byte: u32| w.set((w.get() & !0xFF) | (byte & 0xFF));
+        put(&mut self.qpn_word, v >> 16);
+        put(&mut self.eecn_word, v >> 8);
+        put(&mut self.psn_word, v);
+    }
+
     bits32!(
         /// Local QPN, 24 bits.
         local_qpn, set_local_qpn, qpn_word, 8, 24, u32
@@ -1044,7 +1084,7 @@ pub(crate) mod tests {
     /// The CM MADs (UD SEND Only to QP1) of a reference capture by frame number, `None`
     /// if the capture is not on this machine (`NVMF_CAPTURES_DIR` overrides the
     /// default `../../shared/captures`).
-    fn capture_mads(name: &str) -> Option<Vec<(usize, Vec<u8>)>> {
+    pub(crate) fn capture_mads(name: &str) -> Option<Vec<(usize, Vec<u8>)>> {
         let dir = std::env::var_os("NVMF_CAPTURES_DIR")
             .map(std::path::PathBuf::from)
             .unwrap_or_else(|| {

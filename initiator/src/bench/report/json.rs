@@ -15,7 +15,9 @@ use serde::Serialize as DeriveSerialize;
 
 use super::fmt::ctime_utc;
 use crate::bench::options::{JobSpec, RunOptions};
-use crate::bench::result::{bw_bytes_per_sec, iops, BenchResult, GroupResult, JobResult};
+use crate::bench::result::{
+    bw_bytes_per_sec, iops, BenchResult, FaultSummary, GroupResult, InjectedFaults, JobResult,
+};
 use crate::bench::stats::{
     DirStats, LatencyStats, FIO_LAT_BOUNDS, FIO_LAT_BUCKETS, FIO_PERCENTILES,
 };
@@ -261,6 +263,71 @@ pub struct VerifyJson {
     pub mismatches: u64,
 }
 
+/// One device's line of the non-fio `faults` object (see [`InjectedFaults`]).
+#[derive(Debug, Clone, DeriveSerialize)]
+pub struct InjectedFaultsJson {
+    /// `target` or `host`.
+    pub side: String,
+    /// Packets dropped.
+    pub dropped: u64,
+    /// Packets held back and delivered late.
+    pub reordered: u64,
+    /// Packets delivered twice.
+    pub duplicated: u64,
+    /// Packets with a bit flipped.
+    pub corrupted: u64,
+    /// Packets the ICRC check dropped.
+    pub icrc_errors: u64,
+    /// Packets received with a good ICRC.
+    pub rcvd_pkts: u64,
+    /// Packets sent.
+    pub sent_pkts: u64,
+}
+
+/// The non-fio `faults` object: `--inject-*` probabilities, seed and counts.
+#[derive(Debug, Clone, DeriveSerialize)]
+pub struct FaultsJson {
+    /// Drop probability per received packet.
+    pub loss: f64,
+    /// Reorder probability per received packet.
+    pub reorder: f64,
+    /// Duplication probability per received packet.
+    pub dup: f64,
+    /// Corruption probability per received packet.
+    pub corrupt: f64,
+    /// Seed of the decisions.
+    pub seed: u64,
+    /// All faults injected, every device together.
+    pub injected_total: u64,
+    /// Per device.
+    pub devices: Vec<InjectedFaultsJson>,
+}
+
+fn faults_json(f: &FaultSummary) -> FaultsJson {
+    FaultsJson {
+        loss: f.loss,
+        reorder: f.reorder,
+        dup: f.duplicate,
+        corrupt: f.corrupt,
+        seed: f.seed,
+        injected_total: f.total_injected(),
+        devices: f
+            .sides
+            .iter()
+            .map(|s: &InjectedFaults| InjectedFaultsJson {
+                side: s.side.clone(),
+                dropped: s.dropped,
+                reordered: s.reordered,
+                duplicated: s.duplicated,
+                corrupted: s.corrupted,
+                icrc_errors: s.icrc_errors,
+                rcvd_pkts: s.rcvd_pkts,
+                sent_pkts: s.sent_pkts,
+            })
+            .collect(),
+    }
+}
+
 /// The whole fio JSON document.
 #[derive(Debug, Clone, DeriveSerialize)]
 pub struct FioJson {
@@ -283,6 +350,9 @@ pub struct FioJson {
     /// Verification outcome (not in fio's layout).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub verify: Option<VerifyJson>,
+    /// Fault injection (not in fio's layout).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub faults: Option<FaultsJson>,
     /// Disk utilisation (none: the device is remote).
     pub disk_util: Vec<serde_json::Value>,
 }
@@ -440,6 +510,7 @@ pub fn fio_json(
             verified_blocks: v.verified,
             mismatches: v.mismatches,
         }),
+        faults: result.faults.as_ref().map(faults_json),
         disk_util: Vec::new(),
     }
 }
@@ -482,6 +553,38 @@ mod tests {
         assert_eq!(d["group"]["read"]["total_ios"], 2000);
         assert_eq!(d["group"]["read"]["runtime"], 1000);
         assert_eq!(d["group"]["read"]["iops"], 2000.0);
+    }
+
+    #[test]
+    fn faults_object_carries_probabilities_and_counts() {
+        assert!(doc().get("faults").is_none(), "absent without --inject-*");
+        let mut r = testdata::result();
+        let side = |name: &str, dropped| InjectedFaults {
+            side: name.into(),
+            dropped,
+            duplicated: 0,
+            reordered: 0,
+            corrupted: 1,
+            icrc_errors: 1,
+            rcvd_pkts: 100,
+            sent_pkts: 90,
+        };
+        r.faults = Some(FaultSummary {
+            loss: 0.001,
+            reorder: 0.0,
+            duplicate: 0.0,
+            corrupt: 0.0001,
+            seed: 3,
+            sides: vec![side("target", 4), side("host", 5)],
+        });
+        let d: serde_json::Value = serde_json::from_str(&render_json(&r, &[])).unwrap();
+        let f = &d["faults"];
+        assert_eq!(f["loss"], 0.001);
+        assert_eq!(f["seed"], 3);
+        assert_eq!(f["injected_total"], 11);
+        assert_eq!(f["devices"][0]["side"], "target");
+        assert_eq!(f["devices"][1]["dropped"], 5);
+        assert_eq!(f["devices"][1]["icrc_errors"], 1);
     }
 
     #[test]

@@ -111,6 +111,7 @@ pub(crate) mod testdata {
                 verified: 7,
                 mismatches: 0,
             }),
+            faults: None,
             options: RunOptions {
                 runtime: Duration::from_secs(1),
                 time_based: true,

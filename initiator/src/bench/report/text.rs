@@ -10,7 +10,7 @@ use std::fmt::Write as _;
 use std::time::SystemTime;
 
 use super::fmt::{ctime_utc, num2str, N2sUnit};
-use crate::bench::result::{bw_bytes_per_sec, BenchResult, JobError};
+use crate::bench::result::{bw_bytes_per_sec, BenchResult, FaultSummary, JobError};
 use crate::bench::stats::{DirStats, LatencyStats, FIO_PERCENTILES};
 
 /// fio's default `sig_figs`.
@@ -75,14 +75,40 @@ pub fn render_text(result: &BenchResult, pid: u32) -> String {
         );
     }
     render_group_status(&mut out, result);
+    if let Some(f) = &result.faults {
+        render_faults(&mut out, f);
+    }
     if let Some(v) = result.verify {
         let _ = writeln!(
             out,
-            "\nVerify (crc32c): {} blocks verified, {} mismatches",
+            "\nverify: {} blocks verified, {} mismatches",
             v.verified, v.mismatches
         );
     }
     out
+}
+
+/// The `--inject-*` summary: the probabilities, then one line per device.
+fn render_faults(out: &mut String, f: &FaultSummary) {
+    let _ = writeln!(
+        out,
+        "\nInjected faults (per received packet: loss={}, reorder={}, dup={}, corrupt={}; seed={}):",
+        f.loss, f.reorder, f.duplicate, f.corrupt, f.seed
+    );
+    for s in &f.sides {
+        let _ = writeln!(
+            out,
+            "  {}: dropped={}, reordered={}, duplicated={}, corrupted={}, icrc_errors={}, rcvd_pkts={}, sent_pkts={}",
+            s.side,
+            s.dropped,
+            s.reordered,
+            s.duplicated,
+            s.corrupted,
+            s.icrc_errors,
+            s.rcvd_pkts,
+            s.sent_pkts
+        );
+    }
 }
 
 fn render_block(out: &mut String, b: &Block<'_>, result: &BenchResult, pid: u32, time: &str) {
@@ -361,7 +387,35 @@ mod tests {
             s.next().unwrap(),
             "  WRITE: bw=4000KiB/s (4096kB/s), 4000KiB/s-4000KiB/s (4096kB/s-4096kB/s), io=2000KiB (2048kB), run=500-500msec"
         );
-        assert!(text.ends_with("Verify (crc32c): 7 blocks verified, 0 mismatches\n"));
+        assert!(text.ends_with("\nverify: 7 blocks verified, 0 mismatches\n"));
+    }
+
+    #[test]
+    fn injected_faults_are_listed_before_the_final_verify_line() {
+        let mut r = testdata::result();
+        r.faults = Some(FaultSummary {
+            loss: 0.01,
+            reorder: 0.0,
+            duplicate: 0.0,
+            corrupt: 0.0,
+            seed: 5,
+            sides: vec![crate::bench::result::InjectedFaults {
+                side: "target".into(),
+                dropped: 12,
+                duplicated: 0,
+                reordered: 0,
+                corrupted: 0,
+                icrc_errors: 0,
+                rcvd_pkts: 1188,
+                sent_pkts: 1300,
+            }],
+        });
+        let text = render_text(&r, 1);
+        assert!(
+            text.contains("Injected faults (per received packet: loss=0.01, reorder=0, dup=0, corrupt=0; seed=5):\n  target: dropped=12, reordered=0,"),
+            "{text}"
+        );
+        assert!(text.ends_with("\nverify: 7 blocks verified, 0 mismatches\n"));
     }
 
     #[test]

@@ -195,6 +195,7 @@ fn many_reads_respect_ord_and_window() {
         max_inflight_bytes: 8192,
         max_read_inflight_bytes: 16384,
         ack_req_every_packets: 4,
+        ..Default::default()
     };
     let mut n = Net::new(Opts {
         cfg,
@@ -378,4 +379,56 @@ fn state_machine_and_flush() {
         srq: None,
     };
     assert!(qp.poll_transmit(Timestamp(0), &mut env).is_none());
+}
+
+/// The AETH MSN counts messages the responder completed (IBTA §9.7.5.1.1): ACKs of
+/// three SENDs carry 1, 2, 3 (or the coalesced last), the READ response that follows
+/// carries 4 on its First and Last packets.
+#[test]
+fn aeth_carries_the_message_sequence_number() {
+    use std::cell::RefCell;
+    use std::rc::Rc;
+    let mut n = Net::new(Opts::default());
+    let seen: Rc<RefCell<Vec<(crate::wire::Opcode, u32)>>> = Rc::default();
+    let s2 = seen.clone();
+    n.filter = Box::new(move |d, tx| {
+        if let (Dir::BtoA, Some(a)) = (d, tx.hdr.aeth) {
+            s2.borrow_mut().push((tx.hdr.bth.opcode, a.msn));
+        }
+        Deliver::Yes
+    });
+    let (src, ks) = n.mr(n.b.pd, 3000, ALL, pattern(2));
+    let (dst, kd) = n.mr(n.a.pd, 3000, ALL, |_| 0);
+    for i in 0..3 {
+        n.b.post_recv(RecvWr {
+            wr_id: i,
+            sg_list: SgList::new(),
+        });
+        n.a.qp.post_send(&send_wr(i, SendOp::Send, &[])).unwrap();
+        n.pump();
+    }
+    n.a.qp
+        .post_send(&send_wr(
+            9,
+            SendOp::RdmaRead {
+                remote_addr: ks.addr,
+                rkey: ks.rkey,
+            },
+            &[sge(&kd, 0, 3000)],
+        ))
+        .unwrap();
+    n.run(0);
+    use crate::wire::Opcode::*;
+    assert_eq!(
+        *seen.borrow(),
+        vec![
+            (RcAcknowledge, 1),
+            (RcAcknowledge, 2),
+            (RcAcknowledge, 3),
+            (RcRdmaReadResponseFirst, 4),
+            (RcRdmaReadResponseLast, 4)
+        ]
+    );
+    assert_eq!(n.b.qp.msn(), 4);
+    assert_eq!(bytes(&dst), bytes(&src));
 }

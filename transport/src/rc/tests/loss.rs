@@ -52,7 +52,10 @@ fn dropped_middle_packet_recovers_by_sequence_nak() {
 fn dropped_last_packet_recovers_by_timeout() {
     let n = write5_dropping(4);
     let (ca, cb) = (n.a.qp.counters(), n.b.qp.counters());
-    assert_eq!(ca.local_ack_timeout_err, 1);
+    // The adaptive timer (initial 1 ms) fires long before the IBTA local ACK timeout
+    // (timeout 14: 67 ms), so no retry is used up.
+    assert_eq!(ca.rto_timeouts, 1);
+    assert_eq!(ca.local_ack_timeout_err, 0);
     assert_eq!(ca.rcvd_seq_err, 0);
     assert_eq!(cb.out_of_seq_request, 0);
     // Go-back-N from the oldest unacknowledged PSN: packets 0..3 (no AckReq, so never
@@ -164,10 +167,15 @@ fn dead_peer_retry_exceeded_after_eight_timeouts() {
         ]
     );
     let c = n.a.qp.counters();
+    // retry_cnt 7 is a count: the 8th IBTA local ACK timeout fails the QP.
     assert_eq!(c.local_ack_timeout_err, 8);
     assert_eq!(c.retry_exceeded_err, 1);
-    // 3 packets at first, then 7 go-back-N rounds of 3.
-    assert_eq!(c.sent_pkts, 3 * 8);
+    // The adaptive timer resends in between (backing off to the IBTA timeout), without
+    // using up retries: 3 packets at first, then one go-back-N round of 3 per expiry
+    // except the last IBTA one.
+    assert!(c.rto_timeouts > 0);
+    assert_eq!(c.sent_pkts, 3 * (1 + c.rto_timeouts + 7));
+    assert_eq!(c.completer_retry_err, c.rto_timeouts + 7);
     assert_eq!(n.a.qp.state(), QpState::Error);
     assert_eq!(n.a.qp.poll_timeout(), None);
 }
@@ -230,21 +238,43 @@ fn lost_last_read_response_recovers_by_timeout() {
     n.run(5);
     assert_eq!(n.a.send_wcs()[0].status, WcStatus::Success);
     assert_eq!(bytes(&dst), bytes(&src));
-    assert_eq!(n.a.qp.counters().local_ack_timeout_err, 1);
+    assert_eq!(n.a.qp.counters().rto_timeouts, 1);
+    assert_eq!(n.a.qp.counters().local_ack_timeout_err, 0);
 }
 
 /// Random loss and duplication in both directions over a mixed workload.
 #[test]
 fn random_loss_soak() {
     for seed in 0..8u64 {
-        soak(seed, true);
-        soak(seed, false);
+        soak(seed, true, [false, false]);
+        soak(seed, false, [false, false]);
+    }
+}
+
+/// The same soak with selective retransmission negotiated on both QPs.
+#[test]
+fn random_loss_soak_selective() {
+    for seed in 0..8u64 {
+        soak(seed, true, [true, true]);
+        soak(seed, false, [true, true]);
+    }
+}
+
+/// Selective retransmission on one side only (a connection layer bug, never the result
+/// of the negotiation): still exactly-once and byte-exact, since every NAK names the
+/// responder's expected PSN as in IBTA go-back-N.
+#[test]
+fn random_loss_soak_mismatched_modes() {
+    for seed in 0..4u64 {
+        soak(seed, false, [true, false]);
+        soak(seed, false, [false, true]);
     }
 }
 
 /// With `fence`, READs and WRITEs share B's target region and every WR is fenced;
-/// without, READs pipeline freely from a separate, unchanging region.
-fn soak(seed: u64, fence: bool) {
+/// without, READs pipeline freely from a separate, unchanging region. With
+/// `selective`, A (the requester) and B (the responder) use selective retransmission.
+fn soak(seed: u64, fence: bool, selective: [bool; 2]) {
     {
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
         let mut n = Net::new(Opts {
@@ -253,6 +283,13 @@ fn soak(seed: u64, fence: bool) {
             timeout: 10,
             ..Default::default()
         });
+        for (qp, on) in [(&mut n.a.qp, selective[0]), (&mut n.b.qp, selective[1])] {
+            qp.modify(&QpAttr {
+                selective_retransmit: Some(on),
+                ..Default::default()
+            })
+            .unwrap();
+        }
         let mut r2 = rand::rngs::StdRng::seed_from_u64(seed + 100);
         n.filter = Box::new(move |_, _| match r2.gen_range(0..100) {
             0..=4 => Deliver::Drop,
@@ -325,7 +362,7 @@ fn soak(seed: u64, fence: bool) {
         assert_eq!(s.len(), 30, "seed {seed}");
         assert!(
             s.iter().all(|w| w.status == WcStatus::Success),
-            "seed {seed}: {s:?}"
+            "seed {seed} {selective:?}: {s:?}"
         );
         assert_eq!(
             s.iter().map(|w| w.wr_id).collect::<Vec<_>>(),
@@ -343,4 +380,115 @@ fn soak(seed: u64, fence: bool) {
         assert_eq!(n.a.qp.state(), QpState::Rts);
         assert_eq!(n.b.qp.state(), QpState::Rts);
     }
+}
+
+/// Each NAK code ends the WR it names with the ibverbs status IBTA Table 43 implies;
+/// the QP goes to Error and the next WR is flushed.
+#[test]
+fn nak_codes_map_to_completion_statuses() {
+    use crate::wire::{Aeth, Packet};
+    for (code, status) in [
+        (1u8, WcStatus::RemInvReqErr),
+        (2, WcStatus::RemAccessErr),
+        (3, WcStatus::RemOpErr),
+        (4, WcStatus::RemInvRdReqErr),
+        (9, WcStatus::BadRespErr),
+    ] {
+        let mut n = Net::new(Opts::default());
+        n.filter = Box::new(|_, _| Deliver::Drop);
+        for i in 0..2 {
+            n.a.qp.post_send(&send_wr(i, SendOp::Send, &[])).unwrap();
+        }
+        n.pump();
+        assert!(n.a.send_wcs().is_empty());
+        let mut hdr = n.b.qp.headers(Opcode::RcAcknowledge, 0x1000, false, 0);
+        hdr.aeth = Some(Aeth {
+            syndrome: 0x60 | code,
+            msn: 0,
+        });
+        let pkt = Packet { hdr, payload: &[] };
+        let mut env = RcEnv {
+            keys: &n.keys,
+            srq: None,
+        };
+        n.a.qp.handle_packet(n.now, &pkt, &mut env);
+        n.collect();
+        let s: Vec<_> = n.a.send_wcs().iter().map(|w| (w.wr_id, w.status)).collect();
+        assert_eq!(
+            s,
+            vec![(0, status), (1, WcStatus::WrFlushErr)],
+            "code {code}"
+        );
+        assert_eq!(n.a.qp.state(), QpState::Error);
+        assert_eq!(n.a.qp.counters().send_err, 1);
+        assert_eq!(n.a.qp.poll_timeout(), None);
+    }
+}
+
+/// `timeout` 0 means no local ACK timer (IBTA §9.7.6.1.3): with every request lost,
+/// nothing is ever resent or failed, and no timer is armed.
+#[test]
+fn timeout_zero_arms_no_timer() {
+    let mut n = Net::new(Opts {
+        timeout: 0,
+        ..Default::default()
+    });
+    n.filter = Box::new(|d, _| {
+        if d == Dir::AtoB {
+            Deliver::Drop
+        } else {
+            Deliver::Yes
+        }
+    });
+    n.a.qp.post_send(&send_wr(1, SendOp::Send, &[])).unwrap();
+    n.run(10);
+    assert_eq!(n.a.qp.poll_timeout(), None);
+    assert_eq!(n.a.qp.rto(), None);
+    assert!(n.a.send_wcs().is_empty());
+    assert_eq!(n.a.qp.counters().sent_pkts, 1);
+    assert_eq!(n.a.qp.state(), QpState::Rts);
+}
+
+/// `retry_cnt` 0: the first local ACK timeout already fails the WR.
+#[test]
+fn retry_cnt_zero_fails_at_the_first_ibta_timeout() {
+    let mut n = Net::new(Opts {
+        retry_cnt: 0,
+        ..Default::default()
+    });
+    n.filter = Box::new(|d, _| {
+        if d == Dir::AtoB {
+            Deliver::Drop
+        } else {
+            Deliver::Yes
+        }
+    });
+    let start = n.now;
+    n.a.qp.post_send(&send_wr(1, SendOp::Send, &[])).unwrap();
+    n.run(100);
+    assert_eq!(n.a.send_wcs()[0].status, WcStatus::RetryExcErr);
+    let c = n.a.qp.counters();
+    assert_eq!((c.local_ack_timeout_err, c.retry_exceeded_err), (1, 1));
+    // One IBTA timeout (timeout 14) after the only transmission.
+    assert_eq!(n.now.since(start), crate::rc::ack_timeout(14).unwrap());
+}
+
+/// `rnr_retry` 7 retries forever: 41 RNR NAKs later the SEND still waits, and goes
+/// through once a receive is posted.
+#[test]
+fn rnr_retry_seven_is_forever() {
+    let mut n = Net::new(Opts::default());
+    n.a.qp.post_send(&send_wr(1, SendOp::Send, &[])).unwrap();
+    // The first attempt, then one per RNR wait (40 timer rounds).
+    n.run(39);
+    assert_eq!(n.a.qp.counters().rcvd_rnr_err, 41);
+    assert!(n.a.send_wcs().is_empty());
+    assert_eq!(n.a.qp.state(), QpState::Rts);
+    n.b.post_recv(RecvWr {
+        wr_id: 9,
+        sg_list: SgList::new(),
+    });
+    n.run(3);
+    assert_eq!(n.a.send_wcs()[0].status, WcStatus::Success);
+    assert_eq!(n.b.recv_wcs()[0].wr_id, 9);
 }

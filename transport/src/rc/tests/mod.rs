@@ -14,6 +14,11 @@ use crate::wire::{pad_for, parse};
 mod access;
 mod basic;
 mod loss;
+mod props;
+mod recovery;
+mod recovery_net;
+mod rxe_replay;
+mod sim;
 
 pub(super) const ALL: AccessFlags = AccessFlags::LOCAL_WRITE
     .union(AccessFlags::REMOTE_WRITE)

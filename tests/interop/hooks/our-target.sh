@@ -1,0 +1,56 @@
+#!/bin/bash
+# our-target.sh - run.sh host hook (-H) of the interop matrix: serves our nvmf-target
+# on the bridge address inside the run's network namespace, for the Linux host in the
+# VM (guest scenario interop-host.sh).
+#
+# Env from run.sh: LP_SHARE (results dir = the 9p share), LP_HOST_IP (192.168.77.1).
+# Env from run-matrix.sh:
+#   NVMF_TARGET_BIN  the nvmf-target executable
+#   INTEROP_IMG      backing file of namespace 1 (created sparse at INTEROP_NS_SIZE)
+#   INTEROP_NS_SIZE  namespace size (e.g. 64M)
+#   INTEROP_NQN      subsystem NQN
+# Touches $LP_SHARE/out/A/ready once the target listens; stops the target (SIGTERM)
+# when $LP_SHARE/out/stop appears, and writes its exit status to
+# $LP_SHARE/target.rc. The target's log is $LP_SHARE/target.log.
+set -u
+ip=${LP_HOST_IP:-192.168.77.1}
+log="$LP_SHARE/target.log"
+echo "$(date +%T) starting $NVMF_TARGET_BIN on $ip:4420 ($INTEROP_NQN, $INTEROP_IMG, $INTEROP_NS_SIZE)"
+NO_COLOR=1 RUST_LOG="${INTEROP_TARGET_LOG:-info}" "$NVMF_TARGET_BIN" --addr "$ip" --port 4420 \
+    --nqn "$INTEROP_NQN" --file "$INTEROP_IMG" --size "$INTEROP_NS_SIZE" >"$log" 2>&1 &
+pid=$!
+stop_target() {
+    if kill -0 "$pid" 2>/dev/null; then
+        kill -TERM "$pid" 2>/dev/null
+        for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+        kill -0 "$pid" 2>/dev/null && { echo "target ignored SIGTERM for 5 s, SIGKILL"; kill -KILL "$pid"; }
+    fi
+    wait "$pid" 2>/dev/null
+    echo $? >"$LP_SHARE/target.rc"
+    echo "$(date +%T) target exited with status $(cat "$LP_SHARE/target.rc")"
+}
+trap 'stop_target; exit 0' TERM INT
+
+for _ in $(seq 1 100); do
+    grep -q "serving" "$log" 2>/dev/null && break
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+done
+if ! grep -q "serving" "$log" 2>/dev/null; then
+    echo "$(date +%T) nvmf-target did not come up:"; cat "$log"
+    stop_target
+    exit 1
+fi
+mkdir -p "$LP_SHARE/out/A"
+touch "$LP_SHARE/out/A/ready"
+echo "$(date +%T) target ready"
+while [ ! -e "$LP_SHARE/out/stop" ]; do
+    if ! kill -0 "$pid" 2>/dev/null; then
+        echo "$(date +%T) nvmf-target died during the run"
+        stop_target
+        exit 1
+    fi
+    sleep 0.2
+done
+echo "$(date +%T) out/stop seen"
+stop_target

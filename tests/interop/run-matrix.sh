@@ -1,0 +1,199 @@
+#!/bin/bash
+# run-matrix.sh - the interop matrix against Linux 6.1 in QEMU (issue 3 §4).
+#
+#   tests/interop/run-matrix.sh            (as root; tests/interop.rs runs it)
+#
+# Cells (each prints `cell <name> PASS|FAIL <reason>`):
+#   linux-host/*    Linux's NVMe/RDMA host (nvme-cli, fio) in a VM -> our nvmf-target on
+#                   the bridge (192.168.77.1): discover, connect, list, id-ctrl, id-ns,
+#                   fio randrw verify=crc32c at 4k/128k x QD1/QD32, flush, read-back,
+#                   blkdiscard reads as zeroes, disconnect; data-intact compares what the
+#                   guest wrote with our backing file afterwards; target-exit.
+#   linux-target/*  our initiator (nvmf-bench --verify crc32c, randrw 4k/128k x QD1/QD32)
+#                   -> Linux nvmet-rdma in a VM (192.168.77.10): connect, identify,
+#                   verified I/O, disconnect.
+#   tshark/*        tshark's verdict on the capture of each run (check-capture.sh).
+# Exit status: 0 all cells passed, 1 a cell failed, 2 the matrix cannot run here (no
+# root, no network namespaces, no QEMU/tcpdump/tshark, no guest image) - with the reason.
+#
+# Env (all optional):
+#   NVMF_TARGET_BIN, NVMF_BENCH_BIN  executables (default build/debug/{nvmf-target,nvmf-bench})
+#   LP_DIR      the linux-peer harness (default ../shared/linux-peer beside the repository)
+#   LP_OUT      guest kernel + initramfs; built with $LP_DIR/build.sh when missing
+#               (default /tmp/linux-peer)
+#   INTEROP_OUT results (default /tmp/nvmf-interop/run-<time>, the last 3 kept): logs,
+#               pcaps (~120 MB), cells.txt
+#   INTEROP_GROUPS  which groups to run (default "linux-host linux-target")
+#   INTEROP_PARALLEL=1  run the two VM groups at once (default: one after the other)
+set -u
+REPO="$(cd "$(dirname "$0")/../.." && pwd)"
+HERE="$REPO/tests/interop"
+LP_DIR="${LP_DIR:-$REPO/../shared/linux-peer}"
+export LP_OUT="${LP_OUT:-/tmp/linux-peer}"
+if [ -z "${INTEROP_OUT:-}" ]; then
+    # default results dir; earlier default runs beyond the last 2 are removed (~125 MB each)
+    ls -dt /tmp/nvmf-interop/run-* 2>/dev/null | tail -n +3 | xargs -r rm -rf
+    INTEROP_OUT="/tmp/nvmf-interop/run-$(date +%Y%m%d-%H%M%S)"
+fi
+OUT="$INTEROP_OUT"
+GROUPS_="${INTEROP_GROUPS:-linux-host linux-target}"
+export NVMF_TARGET_BIN="${NVMF_TARGET_BIN:-$REPO/build/debug/nvmf-target}"
+export NVMF_BENCH_BIN="${NVMF_BENCH_BIN:-$REPO/build/debug/nvmf-bench}"
+export INTEROP_NQN=nqn.2026-11.io.nvmf-rdma:interop
+export INTEROP_NS_SIZE=64M
+NS_BYTES=$((64 << 20))
+T_START=$(date +%s)
+
+say() { echo "[interop $(date +%T)] $*"; }
+cannot() { echo "interop: CANNOT RUN the matrix: $*" >&2; exit 2; }
+
+# ---- preflight: say exactly why the matrix cannot run ---------------------------------
+[ "$(id -u)" = 0 ] || cannot "needs root (network namespaces, tap devices); running as uid $(id -u)"
+for c in qemu-system-x86_64 tcpdump tshark ip python3 timeout; do
+    command -v "$c" >/dev/null ||
+        cannot "'$c' not installed (Debian: apt-get install qemu-system-x86 tcpdump tshark iproute2 python3)"
+done
+[ -c /dev/net/tun ] || cannot "/dev/net/tun missing (QEMU's tap networking needs it)"
+probe_ns="nvmf-interop-probe-$$"
+ip netns add "$probe_ns" 2>/tmp/interop-netns.err ||
+    cannot "cannot create a network namespace: $(cat /tmp/interop-netns.err)"
+ip netns del "$probe_ns"
+[ -x "$LP_DIR/run.sh" ] || cannot "linux-peer harness not found at $LP_DIR (set LP_DIR)"
+for b in "$NVMF_TARGET_BIN" "$NVMF_BENCH_BIN"; do
+    [ -x "$b" ] || cannot "$b not built (cargo build -p nvmf-target -p nvmf-initiator --bins)"
+done
+mkdir -p "$OUT"
+OUT="$(realpath "$OUT")"
+if [ ! -f "$LP_OUT/bzImage" ] || [ ! -f "$LP_OUT/initramfs.cpio.gz" ]; then
+    say "no guest image in $LP_OUT: building it ($LP_DIR/build.sh, log $OUT/build.log)"
+    "$LP_DIR/build.sh" >"$OUT/build.log" 2>&1 ||
+        cannot "building the guest failed ($LP_DIR/build.sh): $(tail -3 "$OUT/build.log" | tr '\n' ' ')"
+fi
+# QEMU must at least start (TCG is enough): a failing accelerator or missing ROMs show here.
+timeout 20 qemu-system-x86_64 -accel tcg -machine none -nodefaults -display none -S \
+    -monitor none -serial none -daemonize -pidfile "$OUT/qemu-probe.pid" >"$OUT/qemu-probe.log" 2>&1 ||
+    cannot "qemu-system-x86_64 does not start: $(tr '\n' ' ' <"$OUT/qemu-probe.log")"
+kill "$(cat "$OUT/qemu-probe.pid")" 2>/dev/null
+
+# ---- a writable copy of linux-peer with our guest scenario in it -----------------------
+LP="$OUT/linux-peer"
+rm -rf "$LP"
+cp -r "$LP_DIR" "$LP"
+chmod -R u+w "$LP"
+cp "$HERE"/guest/*.sh "$LP/scenarios/"
+export LP_DIR
+say "results in $OUT (guest image $LP_OUT, harness copy $LP)"
+say "binaries: $NVMF_TARGET_BIN, $NVMF_BENCH_BIN"
+
+CELLS="$OUT/cells.txt"
+: >"$CELLS"
+add_cells() {   # add_cells GROUP FILE EXPECTED...: cells of FILE, missing ones FAIL
+    local group=$1 file=$2; shift 2
+    if [ -f "$file" ]; then
+        sed -nE "s#^cell ([^ ]*) (PASS|FAIL) (.*)#cell $group/\1 \2 \3#p" "$file" >>"$CELLS"
+    fi
+    for c in "$@"; do
+        grep -q "^cell $group/$c " "$CELLS" || echo "cell $group/$c FAIL never reported (run cut short; see $OUT/$group)" >>"$CELLS"
+    done
+}
+
+# ---- group 1: Linux host -> our target --------------------------------------------------
+run_linux_host() {
+    local d="$OUT/linux-host"
+    mkdir -p "$d"
+    export INTEROP_IMG="$OUT/ns1.img"
+    rm -f "$INTEROP_IMG"
+    say "linux-host: VM B (nvme-cli, fio) -> our nvmf-target on 192.168.77.1 ($(stat -f -c %T "$OUT") backing file)"
+    local t0
+    t0=$(date +%s)
+    "$LP/run.sh" -t 480 -o "$d" -c "$OUT/linux-host.pcap" -a target_ip=192.168.77.1 \
+        -a nqn="$INTEROP_NQN" -a ns_bytes="$NS_BYTES" -H "$HERE/hooks/our-target.sh" \
+        B:192.168.77.11:interop-host.sh >"$OUT/linux-host.log" 2>&1
+    say "linux-host: run.sh exit status $? after $(( $(date +%s) - t0 )) s"
+    local f="$OUT/linux-host.cells"
+    cp "$d/out/B/cells.txt" "$f" 2>/dev/null || : >"$f"
+    # data written by the guest against our backing file, after the target closed it
+    if [ -s "$d/out/B/data.txt" ] && [ -f "$INTEROP_IMG" ]; then
+        local bad="" n=0 name off len want got
+        while read -r name off len want; do
+            got=$(dd if="$INTEROP_IMG" bs=1M skip=$((off >> 20)) count=$((len >> 20)) 2>/dev/null | sha256sum | cut -d' ' -f1)
+            n=$((n + 1))
+            [ "$got" = "$want" ] || bad="$bad $name(file ${got:0:12} != guest ${want:0:12})"
+        done <"$d/out/B/data.txt"
+        if [ -z "$bad" ]; then
+            echo "cell data-intact PASS $n regions the guest wrote/discarded equal in our backing file ($(du -k "$INTEROP_IMG" | cut -f1) KiB allocated of 64 MiB)" >>"$f"
+        else
+            echo "cell data-intact FAIL backing file differs from the guest:$bad" >>"$f"
+        fi
+    else
+        echo "cell data-intact FAIL no data.txt from the guest or no backing file" >>"$f"
+    fi
+    local rc
+    rc=$(cat "$d/target.rc" 2>/dev/null || echo "?")
+    if [ "$rc" = 0 ] && ! grep -qiE "panicked|ERROR" "$d/target.log"; then
+        echo "cell target-exit PASS nvmf-target stopped cleanly (status 0, no ERROR/panic in its log)" >>"$f"
+    else
+        echo "cell target-exit FAIL status $rc; $(grep -m2 -iE 'panicked|ERROR' "$d/target.log" | tr '\n' ' ')" >>"$f"
+    fi
+}
+
+# ---- group 2: our initiator -> Linux target ---------------------------------------------
+run_linux_target() {
+    local d="$OUT/linux-target"
+    mkdir -p "$d"
+    say "linux-target: our nvmf-bench on 192.168.77.1 -> VM A nvmet-rdma (192.168.77.10)"
+    local t0
+    t0=$(date +%s)
+    "$LP/run.sh" -t 360 -o "$d" -c "$OUT/linux-target.pcap" -a target_timeout=300 \
+        -H "$HERE/hooks/our-initiator.sh" A:192.168.77.10:nvmet-target.sh >"$OUT/linux-target.log" 2>&1
+    say "linux-target: run.sh exit status $? after $(( $(date +%s) - t0 )) s"
+    cp "$d/cells-initiator.txt" "$OUT/linux-target.cells" 2>/dev/null || : >"$OUT/linux-target.cells"
+}
+
+HOST_CELLS="discover connect list id-ctrl id-ns fio-4k-qd1 fio-4k-qd32 fio-128k-qd1 fio-128k-qd32
+            flush readback discard disconnect data-intact target-exit"
+TARGET_CELLS="bench-4k-qd1 bench-4k-qd32 bench-128k-qd1 bench-128k-qd32 connect identify disconnect"
+REF="$REPO/../shared/captures/linux-nvme-rdma-rxe.pcap"
+[ -f "$REF" ] || REF=""
+
+pids=()
+for g in $GROUPS_; do
+    case "$g" in
+        linux-host) fn=run_linux_host ;;
+        linux-target) fn=run_linux_target ;;
+        *) cannot "unknown group '$g' in INTEROP_GROUPS" ;;
+    esac
+    if [ "${INTEROP_PARALLEL:-0}" = 1 ]; then $fn & pids+=($!); else $fn; fi
+done
+for p in "${pids[@]}"; do wait "$p"; done
+
+for g in $GROUPS_; do
+    case "$g" in
+        linux-host) add_cells linux-host "$OUT/linux-host.cells" $HOST_CELLS ;;
+        linux-target) add_cells linux-target "$OUT/linux-target.cells" $TARGET_CELLS ;;
+    esac
+    if [ -s "$OUT/$g.pcap" ]; then
+        "$HERE/check-capture.sh" "$g" "$OUT/$g.pcap" 192.168.77.1 "$REF" >"$OUT/tshark-$g.txt" 2>&1
+        sed 's/^/    /' "$OUT/tshark-$g.txt" | grep -v '^    cell '
+        add_cells tshark "$OUT/tshark-$g.txt" "$g"
+    else
+        echo "cell tshark/$g FAIL no capture $OUT/$g.pcap" >>"$CELLS"
+    fi
+done
+
+echo
+echo "== interop matrix ($(( $(date +%s) - T_START )) s wall clock; details in $OUT)"
+cat "$CELLS"
+for g in $GROUPS_; do
+    grep -h "boot_to_ready" "$OUT/$g/timing.txt" 2>/dev/null | sed "s/^/    $g: /"
+done
+fails=$(grep -c '^cell [^ ]* FAIL' "$CELLS")
+passes=$(grep -c '^cell [^ ]* PASS' "$CELLS")
+echo "== $passes passed, $fails failed"
+if [ "$fails" != 0 ]; then
+    for g in $GROUPS_; do
+        echo "--- $g: run.sh log (tail)"; tail -5 "$OUT/$g.log" 2>/dev/null
+    done
+    exit 1
+fi
+exit 0
