@@ -119,6 +119,7 @@ pub(crate) fn extra_scenarios() -> Vec<(&'static str, Impairments)> {
     ]
 }
 
+/// The path MTU of `bytes` (256 to 4096; anything else is 4096).
 pub(crate) fn mtu_of(bytes: u32) -> Mtu {
     match bytes {
         256 => Mtu::Mtu256,
@@ -138,20 +139,28 @@ pub(crate) fn psn_before_wrap(rng: &mut StdRng, psns: u64) -> u32 {
 
 /// Everything a run needs besides the Net.
 pub(crate) struct Case {
+    /// Prefix of every assertion message: seed and parameters.
     pub ctx: String,
+    /// QP parameters (MTU, start PSNs, SRQ, timeout, retry counts, RcConfig).
     pub opts: Opts,
     pub sim: SimCfg,
+    /// Workloads by requesting side (0: A, 1: B).
     pub plans: Vec<(usize, Plan)>,
+    /// Set `QpAttr::selective_retransmit` on both QPs.
     pub selective: bool,
+    /// Errors are expected (a dead peer): the flows accept and check them.
     pub dead_peer: bool,
 }
 
+/// A finished run: the simulator (QPs, counters, link statistics), the flows and how
+/// the run ended.
 pub(crate) struct Outcome {
     pub sim: Sim,
     pub flows: Vec<Flow>,
     pub end: End,
 }
 
+/// Builds the QPs and flows of `case` and runs them to the end.
 pub(crate) fn run(case: Case) -> Outcome {
     let mut net = Net::new(case.opts);
     if case.selective {
@@ -226,6 +235,8 @@ pub(crate) fn check_psn_msn(o: &Outcome, ctx: &str) {
     }
 }
 
+/// A workload of `wrs` WRs with random weights of the five kinds, queue depth 1 to 16,
+/// sizes 1 B to 1 MiB, READs sharing the WRITE region or not.
 pub(crate) fn random_workload(rng: &mut StdRng, mtu: u32, wrs: usize) -> WorkloadCfg {
     let mut mix = [0u32; 5];
     for w in &mut mix {

@@ -136,6 +136,7 @@ pub(crate) struct Link {
 }
 
 impl Link {
+    /// An idle link.
     pub fn new(cfg: LinkCfg) -> Self {
         Link {
             cfg,

@@ -176,6 +176,7 @@ pub(crate) struct Sim {
 }
 
 impl Sim {
+    /// The network around `net` (QPs connected, in RTS), at `net.now`.
     pub fn new(net: Net, cfg: SimCfg) -> Sim {
         let ip = |s: u8, d: u8, qpn: u32| IcrcIpInfo {
             src: IpAddr::V4(Ipv4Addr::new(10, 0, 0, s)),

@@ -23,12 +23,15 @@ impl OpKind {
         OpKind::WriteImm,
         OpKind::Read,
     ];
+    /// Consumes a receive WR at the responder.
     pub fn consumes_recv(self) -> bool {
         matches!(self, OpKind::Send | OpKind::SendImm | OpKind::WriteImm)
     }
+    /// Writes the responder's target region.
     pub fn writes_target(self) -> bool {
         matches!(self, OpKind::Write | OpKind::WriteImm)
     }
+    /// The opcode of its send completion.
     pub fn wc_opcode(self) -> WcOpcode {
         match self {
             OpKind::Send | OpKind::SendImm => WcOpcode::Send,
