@@ -17,13 +17,19 @@
 //! precomputed per length (16 reduction steps per packet). A packet is accepted when a
 //! solution exists; the solved ID is returned for counting and diagnostics.
 //!
-//! What this costs: an intact packet always passes; a corrupted packet from a peer that
-//! does not send ID 0 passes with probability 2^-16 instead of 2^-32. On Ethernet the
-//! link FCS has already dropped frames damaged on the wire, so the ICRC's remaining job
-//! is end-to-end; we accept the weaker bound rather than read every packet twice through
-//! a raw socket (which would also need CAP_NET_RAW). Packets with ID 0 keep the full
-//! check, so traffic between two peers of this project is unaffected.
+//! What this costs: an intact packet always passes; a corrupted packet whose damage
+//! happens to look like an ID change passes with probability about 2^-16 instead of
+//! 2^-32 (every single-bit error is still caught). To keep the full check for senders
+//! that write ID 0 (our own peers), the checker learns per source address: once
+//! [`ZERO_ID_SENDER_AFTER`] packets in a row from a source matched with ID 0 and none
+//! ever needed a solved ID, that source is a zero-ID sender and only exact matches are
+//! accepted from it. A sender that numbers its packets (rxe) essentially never writes
+//! ID 0 that many times in a row. On Ethernet the link FCS has already dropped frames
+//! damaged on the wire, so the ICRC's remaining job is end to end; we accept the weaker
+//! bound for numbering senders rather than read every packet twice through a raw socket
+//! (which would also need CAP_NET_RAW).
 use std::collections::HashMap;
+use std::net::IpAddr;
 
 use super::headers::ICRC_LEN;
 use super::icrc::{icrc, stored_icrc, IcrcIpInfo};
@@ -106,11 +112,27 @@ impl IdBasis {
     }
 }
 
+/// Consecutive exact (ID 0) matches after which a source that never needed a solved ID
+/// is taken to be a zero-ID sender, from which only exact matches are accepted.
+pub const ZERO_ID_SENDER_AFTER: u32 = 8;
+/// Sources remembered at most; the table is cleared when full (learning starts again).
+const MAX_SOURCES: usize = 4096;
+
+/// What the checker has learnt about one source address.
+#[derive(Clone, Copy, Debug, Default)]
+struct Sender {
+    /// Exact matches in a row (saturating).
+    exact_run: u32,
+    /// Some packet from this source needed a solved (non-zero) ID.
+    numbers_packets: bool,
+}
+
 /// Receive-side ICRC checker for one receiving thread; caches one small basis per
-/// packet length seen (a few hundred bytes each).
+/// packet length seen (a few hundred bytes each) and what it learnt per source.
 #[derive(Debug, Default)]
 pub struct IcrcChecker {
     bases: HashMap<usize, IdBasis>,
+    senders: HashMap<IpAddr, Sender>,
 }
 
 impl IcrcChecker {
@@ -127,10 +149,22 @@ impl IcrcChecker {
             return IcrcCheck::Bad;
         };
         let computed = icrc(ip, body);
+        if !ip.is_ipv4() {
+            return if computed == stored {
+                IcrcCheck::Exact
+            } else {
+                IcrcCheck::Bad
+            };
+        }
+        if self.senders.len() >= MAX_SOURCES && !self.senders.contains_key(&ip.src) {
+            self.senders.clear();
+        }
+        let sender = self.senders.entry(ip.src).or_default();
         if computed == stored {
+            sender.exact_run = sender.exact_run.saturating_add(1);
             return IcrcCheck::Exact;
         }
-        if !ip.is_ipv4() {
+        if !sender.numbers_packets && sender.exact_run >= ZERO_ID_SENDER_AFTER {
             return IcrcCheck::Bad;
         }
         // Bytes hashed after the ID: the rest of the IPv4 header, the UDP header, the
@@ -138,7 +172,11 @@ impl IcrcChecker {
         let n = INPUT_BEFORE_PAYLOAD_V4 + udp_payload_with_icrc.len() - ICRC_LEN - ID_END_IN_INPUT;
         let basis = self.bases.entry(n).or_insert_with(|| IdBasis::new(n));
         match basis.solve(computed ^ stored) {
-            Some(delta) => IcrcCheck::SolvedIpv4Id(ip.ipv4_id ^ delta),
+            Some(delta) => {
+                sender.numbers_packets = true;
+                sender.exact_run = 0;
+                IcrcCheck::SolvedIpv4Id(ip.ipv4_id ^ delta)
+            }
             None => IcrcCheck::Bad,
         }
     }
@@ -226,6 +264,38 @@ mod tests {
         }
         assert_eq!(passed, 0);
         assert_eq!(c.check(&info(0), &[1, 2, 3]), IcrcCheck::Bad);
+    }
+
+    /// A source that sends ID 0 keeps the full 32-bit check: once it is known, damage
+    /// that merely looks like an ID change is refused. A numbering source is not
+    /// affected by another source's history.
+    #[test]
+    fn zero_id_senders_keep_the_full_check() {
+        let mut c = IcrcChecker::new();
+        let ours = packet(0, 1036);
+        // The same bytes with the ICRC an ID of 0x55 gives: to a zero-ID sender's
+        // receiver, damage (here to the ICRC field) that looks exactly like an ID change.
+        let looks_like_id = packet(0x55, 1036);
+        assert_eq!(
+            c.check(&info(0), &looks_like_id),
+            IcrcCheck::SolvedIpv4Id(0x55),
+            "unknown source: solved"
+        );
+        let mut c = IcrcChecker::new();
+        for _ in 0..ZERO_ID_SENDER_AFTER {
+            assert_eq!(c.check(&info(0), &ours), IcrcCheck::Exact);
+        }
+        assert_eq!(c.check(&info(0), &looks_like_id), IcrcCheck::Bad);
+        let mut rxe = info(0x55);
+        rxe.src = Ipv4Addr::new(192, 168, 77, 11).into();
+        let mut from_rxe = ours[..ours.len() - 4].to_vec();
+        from_rxe.extend_from_slice(&icrc(&rxe, &from_rxe).to_le_bytes());
+        rxe.ipv4_id = 0;
+        assert_eq!(
+            c.check(&rxe, &from_rxe),
+            IcrcCheck::SolvedIpv4Id(0x55),
+            "another source"
+        );
     }
 
     /// Every RoCEv2 packet Linux rxe sent in the IPv4 reference capture passes with the
