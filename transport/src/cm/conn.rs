@@ -8,7 +8,7 @@ use crate::time::Timestamp;
 use crate::wire::cm::*;
 use crate::wire::mad::MAD_LEN;
 
-use super::timer::cm_convert;
+use super::timer::{cm_convert, MAX_TIMEWAIT};
 use super::types::{CmRole, CmState, ConnInfo};
 
 /// CM Response Timeout value put in REQs (local and remote) by default: 0x14 = 20, i.e.
@@ -90,12 +90,12 @@ impl Conn {
     }
 
     /// Enters TimeWait at `now` (Linux `cm_enter_timewait`): no request in flight, the
-    /// IDs stay reserved for `cm_convert(ack_timeout)`.
+    /// IDs stay reserved for `cm_convert(ack_timeout)`, at most [`MAX_TIMEWAIT`].
     pub fn enter_timewait(&mut self, now: Timestamp) {
         self.state = CmState::TimeWait;
         self.retx = None;
         self.response = None;
-        self.timewait_until = Some(now + cm_convert(self.ack_timeout));
+        self.timewait_until = Some(now + cm_convert(self.ack_timeout).min(MAX_TIMEWAIT));
     }
 
     /// The earliest timer of this connection.

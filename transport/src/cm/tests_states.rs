@@ -477,3 +477,30 @@ fn stray_rep_is_dropped() {
     assert!(drain_tx(&mut h).is_empty());
     assert_eq!(h.stats().duplicates, 1);
 }
+
+/// A peer's REQ sets our TimeWait through its local ACK timeout (Linux: uncapped, 2^23 ms
+/// for 31); we cap it at [`timer::MAX_TIMEWAIT`] so a peer cannot pin connection state
+/// for hours.
+#[test]
+fn timewait_from_a_huge_req_ack_timeout_is_capped() {
+    let (mut h, mut t) = pair(CmConfig::default(), CmConfig::default());
+    let mut p = params(t.local_ip(), 0x50);
+    p.local_ack_timeout = 31;
+    let hid = h.connect(T0, p).unwrap();
+    deliver(T0, &mut h, &mut t);
+    let Some(CmEvent::ConnectRequest { id: tid, .. }) = t.poll_event() else {
+        panic!("REQ")
+    };
+    t.accept(T0, tid, accept(0x150)).unwrap();
+    deliver(T0, &mut t, &mut h);
+    h.send_rtu(T0, hid).unwrap();
+    deliver(T0, &mut h, &mut t);
+    h.disconnect(T0, hid).unwrap();
+    deliver(T0, &mut h, &mut t);
+    assert_eq!(t.conn_info(tid).unwrap().state, CmState::TimeWait);
+    assert!(t.qpn_in_timewait(0x150));
+    let after = T0 + timer::MAX_TIMEWAIT + std::time::Duration::from_millis(1);
+    assert!(t.poll_timeout().is_some_and(|d| d <= after));
+    t.handle_timeout(after);
+    assert!(!t.qpn_in_timewait(0x150));
+}

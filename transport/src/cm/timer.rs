@@ -3,6 +3,12 @@
 //! TimeWait period.
 use std::time::Duration;
 
+/// Longest TimeWait we keep a connection for. Linux uses `cm_convert(ack_timeout)`
+/// uncapped, but the ACK timeout comes from the peer's REQ: a REQ with timeout 31 would
+/// pin a connection's state for 2^23 ms (2.3 hours). 10 s covers every sane timeout
+/// (Linux hosts ask for 0x13: 2 s).
+pub const MAX_TIMEWAIT: Duration = Duration::from_secs(10);
+
 /// Linux `cm_convert_to_ms`: 4.096 us x 2^`iba_time`, approximated as
 /// `2^(iba_time - 8)` ms (at least 1 ms). 20 -> 4096 ms, 19 -> 2048 ms.
 pub fn cm_convert(iba_time: u8) -> Duration {

@@ -49,8 +49,10 @@ pub struct FaultConfig {
     pub corrupt: f64,
     /// Datagrams a reordered one is held behind (at least 1). Default 3.
     pub reorder_depth: u32,
-    /// Longest a reordered datagram is held when no others arrive. Default 1 ms
-    /// (far below the 16.8 ms ACK timeout, so a hold is a reordering, not a loss).
+    /// Longest a reordered datagram is held when no others arrive. Default 1 ms: below
+    /// the IBTA local ACK timeout (537 ms as the target and host set it), but above the
+    /// adaptive retransmission timer's 200 us floor, so a hold at the end of a burst can
+    /// look like a loss and cost a paced resend (still exactly-once delivery).
     pub reorder_max_hold: Duration,
     /// Seed of the decision stream; each poll group derives its own from it, its
     /// device's address and its index.
