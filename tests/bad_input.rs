@@ -4,11 +4,11 @@
 //! unchanged, no controller created), and the target keeps serving: the same queue
 //! afterwards, and a fresh connection at the end of every test.
 //!
-//! Addresses: 127.0.0.60..=127.0.0.79 (each test its own target, host and fresh host).
+//! Addresses: 127.0.0.60..=127.0.0.81 (each test its own target, host and fresh host).
 mod common;
 
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::*;
 use nvme::fabrics::CNTLID_DYNAMIC;
@@ -844,4 +844,37 @@ fn fused_commands_and_repeated_connects_are_refused() {
     assert_eq!(errors(&t) - before, 4, "poll-group error completions");
     host.disconnect().expect("disconnect");
     fresh_connection_serves_io(&t, 77, 1024);
+}
+
+/// A read whose keyed SGL names a key the host never registered (0): the target's RDMA
+/// WRITE is NAKed with a remote access error and nothing lands in host memory; the
+/// target's QP goes to Error, and the target disconnects that queue with a CM DREQ
+/// (the host does not disconnect by itself, so its Disconnected event can only come
+/// from the target's DREQ). Other connections keep working.
+#[test]
+fn bad_rkey_fails_the_queue_and_the_target_sends_dreq() {
+    let t = start_target(79, 16 << 20);
+    let mut host = connect(&t, 80, 1, 16);
+    let q = &mut host.io_queues()[0];
+    q.buffer_mut(0)[..4096].fill(0xA5);
+    let addr = q.buffer_addr(0);
+    let r = run_raw(
+        q,
+        Sqe::read(0, 1, 0, 7, false).with_sgl(sgl(0x40, addr, 4096)),
+        &[],
+    );
+    assert!(
+        r.is_err(),
+        "a read into an unregistered key must fail: {r:?}"
+    );
+    assert!(q.buffer(0)[..4096].iter().all(|&b| b == 0xA5));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !q.peer_disconnected() {
+        assert!(
+            Instant::now() < deadline,
+            "the target did not disconnect the failed queue"
+        );
+        q.wait(Duration::from_millis(10));
+    }
+    fresh_connection_serves_io(&t, 81, 0);
 }

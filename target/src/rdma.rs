@@ -216,6 +216,8 @@ struct Queue {
     ctrl: Option<Arc<Controller>>,
     /// Commands of this queue between capsule arrival and release.
     outstanding: u16,
+    /// The QP's first error completion was reported to the control thread.
+    error_reported: bool,
 }
 
 const WR_KIND_READ: u64 = 1;
@@ -244,9 +246,26 @@ pub struct PollGroup {
     need_buffer: VecDeque<usize>,
     ready: VecDeque<usize>,
     cmds: Receiver<GroupCmd>,
+    /// QPNs whose QP went to the error state, for the control thread to disconnect
+    /// (DREQ) and destroy.
+    qp_errors: Sender<QpErrorReport>,
+    /// This poll group's index (its receive queue on the device).
+    index: u32,
     counters: Arc<PollGroupCounters>,
     wcs: Vec<WorkCompletion>,
     io_done: Vec<(u64, i32)>,
+}
+
+/// A poll group's report that one of its QPs went to the error state (a work request
+/// failed: retries exhausted, a remote access or protocol error). The control thread
+/// answers with a CM DREQ and destroys the queue (NVMe RDMA Transport: the queue's
+/// connection is over; the host reconnects).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QpErrorReport {
+    /// The poll group's index.
+    pub group: u32,
+    /// The failed QP.
+    pub qpn: u32,
 }
 
 /// Errors setting up a poll group.
@@ -268,6 +287,7 @@ impl PollGroup {
         reg: Arc<Registry>,
         files: &[std::os::fd::RawFd],
         cmds: Receiver<GroupCmd>,
+        qp_errors: Sender<QpErrorReport>,
         counters: Arc<PollGroupCounters>,
     ) -> Result<PollGroup, PollGroupError> {
         let mut ctx = dev.open_context(index)?;
@@ -321,6 +341,8 @@ impl PollGroup {
             need_buffer: VecDeque::new(),
             ready: VecDeque::new(),
             cmds,
+            qp_errors,
+            index,
             counters,
             wcs: vec![WorkCompletion::new(0, WcStatus::Success, WcOpcode::Recv, 0); 64],
             io_done: Vec::with_capacity(64),
@@ -471,6 +493,7 @@ impl PollGroup {
                         sqhd: 0,
                         ctrl: None,
                         outstanding: 0,
+                        error_reported: false,
                     },
                 );
                 self.counters.srq_qps.fetch_add(1, Ordering::Relaxed);
@@ -528,6 +551,18 @@ impl PollGroup {
             },
         )?;
         Ok(psn)
+    }
+
+    /// Reports `qpn`'s first error completion to the control thread.
+    fn report_qp_error(&mut self, qpn: u32) {
+        let group = self.index;
+        if let Some(q) = self.queues.get_mut(&qpn) {
+            if !q.error_reported {
+                q.error_reported = true;
+                tracing::info!("QP {qpn:#x} (queue {}) went to the error state", q.qid);
+                let _ = self.qp_errors.send(QpErrorReport { group, qpn });
+            }
+        }
     }
 
     fn destroy_queue(&mut self, qpn: u32) {
@@ -604,7 +639,9 @@ impl PollGroup {
             return;
         }
         if wc.status != WcStatus::Success {
-            // The QP is in the error state; the CM disconnect will destroy it.
+            // The QP is in the error state: the control thread disconnects (DREQ) and
+            // destroys it.
+            self.report_qp_error(wc.qp_num);
             tracing::debug!(
                 "request {i}: work completion {} on QP {:#x}; QP counters {:?}",
                 wc.status,

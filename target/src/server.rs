@@ -14,7 +14,9 @@ use transport::soft::{CmAgent, DeviceConfig, SoftDevice};
 
 use crate::config::TargetConfig;
 use crate::namespace::FileNamespace;
-use crate::rdma::{GroupCmd, NewQueue, PollGroup, PollGroupConfig, PollGroupCounters};
+use crate::rdma::{
+    GroupCmd, NewQueue, PollGroup, PollGroupConfig, PollGroupCounters, QpErrorReport,
+};
 use crate::subsystem::{Limits, NamespaceEntry, PortInfo, Registry, Subsystem};
 
 /// IB CM reject reason "consumer defined" (IBTA Vol 1 Table 112), used with the
@@ -193,15 +195,17 @@ pub fn start_with_faults(
     };
     let mut groups = Vec::new();
     let mut counters = Vec::new();
+    let (qp_err_tx, qp_errors) = channel::unbounded();
     for index in 0..poll_groups {
         let (tx, rx) = channel::unbounded();
         let c = Arc::new(PollGroupCounters::default());
         let (ready_tx, ready_rx) = channel::bounded(1);
         let (dev2, reg2, files2, c2) = (dev.clone(), reg.clone(), files.clone(), c.clone());
+        let errs = qp_err_tx.clone();
         let h = std::thread::Builder::new()
             .name(format!("nvmf-pg{index}"))
             .spawn(
-                move || match PollGroup::new(&dev2, index, gcfg, reg2, &files2, rx, c2) {
+                move || match PollGroup::new(&dev2, index, gcfg, reg2, &files2, rx, errs, c2) {
                     Ok(g) => {
                         let _ = ready_tx.send(Ok(()));
                         g.run();
@@ -225,6 +229,7 @@ pub fn start_with_faults(
         cm: cm.clone(),
         events,
         stop: stop_rx,
+        qp_errors,
         groups: groups.iter().map(|(tx, _)| tx.clone()).collect(),
         reg: reg.clone(),
         conns: std::collections::HashMap::new(),
@@ -251,6 +256,8 @@ struct Control {
     cm: CmAgent,
     events: Receiver<CmEvent>,
     stop: Receiver<()>,
+    /// Poll groups' reports of QPs gone to the error state.
+    qp_errors: Receiver<QpErrorReport>,
     groups: Vec<Sender<GroupCmd>>,
     reg: Arc<Registry>,
     /// CM connection id -> (poll group, QPN).
@@ -269,6 +276,11 @@ impl Control {
                     Ok(ev) => self.handle_event(ev),
                     Err(_) => return,
                 },
+                recv(self.qp_errors) -> r => {
+                    if let Ok(r) = r {
+                        self.handle_qp_error(r);
+                    }
+                }
                 recv(tick) -> _ => self.check_keep_alive(),
             }
         }
@@ -312,6 +324,27 @@ impl Control {
                 }
                 self.reg.remove_controller(ctrl.cntlid);
             }
+        }
+    }
+
+    /// A queue's QP went to the error state: disconnect its connection (CM DREQ, as
+    /// IBTA §12.9 has the side that sees a QP fail do) and destroy the queue. The host
+    /// learns from the DREQ at once rather than at its next timeout.
+    fn handle_qp_error(&mut self, r: QpErrorReport) {
+        let gq = (r.group as usize, r.qpn);
+        let ids: Vec<u32> = self
+            .conns
+            .iter()
+            .filter(|(_, &v)| v == gq)
+            .map(|(&id, _)| id)
+            .collect();
+        for id in ids {
+            tracing::info!(
+                "QP {:#x} failed: disconnecting CM connection {id:#x}",
+                r.qpn
+            );
+            let _ = self.cm.disconnect(transport::cm::ConnId(id));
+            self.drop_conn(id);
         }
     }
 
