@@ -214,7 +214,7 @@ struct Queue {
     sq_size: u16,
     sqhd: u16,
     ctrl: Option<Arc<Controller>>,
-    /// Commands of this queue between capsule arrival and release.
+    /// Commands of this queue received and not yet answered (no response posted).
     outstanding: u16,
     /// The QP's first error completion was reported to the control thread.
     error_reported: bool,
@@ -606,7 +606,8 @@ impl PollGroup {
         if let Data::Chunk(c) = self.reqs[i].data {
             let _ = self.pool.free(c);
         }
-        if self.reqs[i].state != ReqState::Free {
+        // A request that was answered (Completing) already left its queue's count.
+        if !matches!(self.reqs[i].state, ReqState::Free | ReqState::Completing) {
             if let Some(q) = self.queues.get_mut(&self.reqs[i].qpn) {
                 q.outstanding = q.outstanding.saturating_sub(1);
             }
@@ -684,12 +685,18 @@ impl PollGroup {
             return;
         }
         if q.outstanding >= 2 * q.sq_size {
-            // A queue may legitimately have a few more than SQ-size commands here (the
-            // host reuses a slot once it has seen the CQE's SQHD, before this target
-            // has retired the response's SEND), but not twice as many: that host
-            // ignores SQ flow control, and its capsule is dropped and counted so it
-            // cannot take the SRQ or the send queue from the others.
-            self.counters.sq_overflows.fetch_add(1, Ordering::Relaxed);
+            // Unanswered commands: a host that respects SQ flow control has fewer than
+            // SQ size. Twice as many means it ignores flow control: its capsule is
+            // dropped and counted so it cannot take the SRQ or the send queue from the
+            // others.
+            let earlier = self.counters.sq_overflows.fetch_add(1, Ordering::Relaxed);
+            if earlier == 0 {
+                tracing::warn!(
+                    "queue {} (QP {qpn:#x}): capsule beyond twice the SQ size dropped \
+                     (the host ignores SQ flow control; counted in sq_overflows)",
+                    q.qid
+                );
+            }
             let _ = self.post_recv(i);
             return;
         }
@@ -1228,10 +1235,16 @@ impl PollGroup {
     /// then the CQE by SEND (with Invalidate when the keyed SGL asked for it).
     fn complete(&mut self, i: usize, status: Status) {
         let r = self.reqs[i];
-        let Some(q) = self.queues.get(&r.qpn) else {
+        let Some(q) = self.queues.get_mut(&r.qpn) else {
             self.release(i);
             return;
         };
+        // Answered: the command leaves the queue's count now, as the host frees its SQ
+        // slot on this CQE. Its receive buffer stays held until the response SEND
+        // completes, which can take a while behind an RDMA READ under repair (send
+        // completions come in order); counting it until then would drop the host's
+        // next, legitimate capsules.
+        q.outstanding = q.outstanding.saturating_sub(1);
         if !status.is_success() {
             self.counters
                 .error_completions

@@ -55,13 +55,23 @@ impl RcQp {
             let una = r.una;
             r.seek(una);
         }
-        // Karn / RFC 6298 §5.7: a backed-off timeout stays until a new valid sample.
-        if let Some((p, t)) = r.timed {
-            if psn_lt(p, r.una) {
+        // Karn / RFC 6298 §5.7: a new valid sample ends the back-off. Without one,
+        // forward progress still undoes one doubling when resends are paced: under
+        // sustained loss every ACK follows some resend, so no sample comes for long
+        // stretches, and a back-off that only a sample could end pins the timeout at
+        // the IBTA ceiling (one resend per local ACK timeout, each expiry using up a
+        // retry). Pacing keeps the resent burst ACK-clocked; unpaced (a whole window
+        // resent at once) easing early causes spurious expiries while that window is
+        // still queued (see `docs/reliability.md` §2.2), so there only a sample ends it.
+        let paced = self.cfg.recovery_window_pkts > 0;
+        match r.timed {
+            Some((p, t)) if psn_lt(p, r.una) => {
                 r.rtt.sample(now.since(t));
                 r.rtt.reset_backoff();
                 r.timed = None;
             }
+            _ if paced => r.rtt.ease_backoff(),
+            _ => {}
         }
         let acked = psn_diff(r.una, r.una_seen).max(0) as u32;
         r.una_seen = r.una;

@@ -65,9 +65,21 @@ impl RttEstimator {
         self.backoff = (self.backoff + 1).min(16);
     }
 
-    /// Forward progress: the back-off ends.
+    /// A new valid sample: the back-off ends.
     pub fn reset_backoff(&mut self) {
         self.backoff = 0;
+    }
+
+    /// Forward progress without a valid sample (every acknowledged packet was resent
+    /// or its measurement discarded, Karn): undoes one doubling, so that a loss that
+    /// keeps recurring cannot pin the timeout at its ceiling while the peer answers.
+    pub fn ease_backoff(&mut self) {
+        self.backoff = self.backoff.saturating_sub(1);
+    }
+
+    /// Doublings in force (expiries not yet undone by progress or a sample).
+    pub fn backoff(&self) -> u32 {
+        self.backoff
     }
 
     /// The retransmission timeout: `SRTT + max(G, 4 x RTTVAR)` (or `initial` before the
@@ -119,5 +131,27 @@ mod tests {
         assert_eq!(r.rto(c, US, c), c);
         r.reset_backoff();
         assert_eq!(r.rto(c, US, c), 300 * US);
+    }
+
+    #[test]
+    fn progress_without_a_sample_undoes_one_doubling() {
+        let mut r = RttEstimator::default();
+        r.sample(100 * US);
+        let c = 100_000 * US;
+        for _ in 0..5 {
+            r.back_off();
+        }
+        assert_eq!(r.rto(c, US, c), 300 * US * 32);
+        r.ease_backoff();
+        assert_eq!(r.backoff(), 4);
+        assert_eq!(r.rto(c, US, c), 300 * US * 16);
+        for _ in 0..10 {
+            r.ease_backoff();
+        }
+        assert_eq!(r.backoff(), 0);
+        assert_eq!(r.rto(c, US, c), 300 * US);
+        // The estimate itself is untouched.
+        assert_eq!(r.srtt(), Some(100 * US));
+        assert_eq!(r.samples(), 1);
     }
 }
