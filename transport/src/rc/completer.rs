@@ -125,6 +125,12 @@ impl RcQp {
         if psn_lt(p, self.req.una) || !psn_lt(p, self.req.psn_high) {
             return;
         }
+        // During an RNR wait the sequence NAK for the RNR-NAKed PSN (packets sent behind
+        // it) is the same event: go-back-N resends from there when the wait ends, so a
+        // selective resend would send it twice and the timer would back off needlessly.
+        if self.req.rnr_until.is_some() && self.req.rewound_at == Some(p) {
+            return;
+        }
         let Some(idx) = self.req.idx_containing(p) else {
             return;
         };
