@@ -187,7 +187,10 @@ impl RcQp {
     /// [`SR_RENAK_EVERY`] arrivals while that hole stays open.
     fn sr_keep(&mut self, p: u32, d: i32, pkt: &Packet<'_>) {
         let r = &mut self.resp;
-        if r.ooo.contains_key(&p) {
+        if let Some(kept) = r.ooo.get_mut(&p) {
+            // A resend of a kept packet: keep its AckReq, so the ACK the requester asks
+            // for (the end of a paced window) is sent when the gap fills.
+            kept.hdr.bth.ack_req |= pkt.hdr.bth.ack_req;
             self.counters.duplicate_request += 1;
             return;
         }
@@ -245,6 +248,21 @@ impl RcQp {
                 self.resp.drop_kept();
                 return;
             }
+        }
+        // Kept packets the expected PSN has moved past without executing them (they lay
+        // inside an executed RDMA READ's PSN range: only a faulty requester sends such
+        // packets) are forgotten, so they neither hold buffer space nor, after a PSN
+        // wrap, run as the packet of a later PSN.
+        let e = self.resp.epsn;
+        let before = self.resp.ooo.len();
+        self.resp.ooo.retain(|&k, _| psn_diff(k, e) > 0);
+        if self.resp.ooo.len() != before {
+            self.resp.ooo_bytes = self
+                .resp
+                .ooo
+                .values()
+                .map(|k| k.payload.len() as u64 + SR_PACKET_OVERHEAD)
+                .sum();
         }
         // Packets are still kept beyond the expected PSN: the filled gap uncovered the
         // next one, NAK it at once.
