@@ -6,7 +6,7 @@
 //! [`AdminKeeper`] thread sends Keep Alives with blocking waits.
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossbeam::channel::{self, RecvTimeoutError, Sender};
 use transport::soft::{CmAgent, DeviceConfig, SoftDevice};
@@ -108,8 +108,13 @@ impl SyncHost {
     }
 }
 
+/// How often the [`AdminKeeper`] drives the admin queue's transport between Keep
+/// Alives (at most; sooner when an RC timer of the admin QP is due).
+const ADMIN_TICK: Duration = Duration::from_millis(20);
+
 /// A thread that owns the [`Controller`] and sends Keep Alive every KATO/2 (blocking
-/// waits, no busy polling) until [`AdminKeeper::shutdown`].
+/// waits, no busy polling; the admin queue's transport is driven every 20 ms at most)
+/// until [`AdminKeeper::shutdown`].
 pub struct AdminKeeper {
     stop: Option<Sender<()>>,
     thread: Option<JoinHandle<(Controller, Option<HostError>)>>,
@@ -131,9 +136,26 @@ impl AdminKeeper {
                 let interval = controller
                     .keep_alive_interval()
                     .unwrap_or(Duration::from_secs(3600));
+                let mut next_keep_alive = Instant::now() + interval;
                 loop {
-                    match stopped.recv_timeout(interval) {
+                    // Between Keep Alives the admin QP still needs its transport
+                    // driven: ACKs to send, retransmissions, timers. Otherwise, under
+                    // loss, the target's admin QP may run out of retries waiting for an
+                    // ACK this host only sends at the next Keep Alive.
+                    let q = controller.admin_queue_mut();
+                    q.progress();
+                    let now = Instant::now();
+                    let wait = next_keep_alive
+                        .saturating_duration_since(now)
+                        .min(q.next_timer().unwrap_or(ADMIN_TICK))
+                        .min(ADMIN_TICK)
+                        .max(Duration::from_millis(1));
+                    match stopped.recv_timeout(wait) {
                         Err(RecvTimeoutError::Timeout) => {
+                            if Instant::now() < next_keep_alive {
+                                continue;
+                            }
+                            next_keep_alive = Instant::now() + interval;
                             if controller.keep_alive_interval().is_none() {
                                 continue;
                             }
