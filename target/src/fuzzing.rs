@@ -14,7 +14,8 @@
 //! parsed first); they are reported, not executed. What an RDMA READ would fetch
 //! from the host is `host_data`. No verbs, sockets or io_uring are involved.
 //!
-//! Keep this in step with `rdma.rs` when its checks change.
+//! `classify` is shared with `rdma.rs` (`crate::capsule`); keep the rest of this in
+//! step with `rdma.rs` when its checks change.
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -22,6 +23,7 @@ use nvme::status::{CommandSpecificStatus, GenericStatus, Status};
 use nvme::{Cqe, Sgl, Sqe};
 
 use crate::admin::{self, AdminOutcome, DataDirection};
+use crate::capsule::{classify, Kind};
 use crate::controller::Controller;
 use crate::fabrics::{self, ConnectOutcome};
 use crate::io::{self, IoCommand};
@@ -81,16 +83,6 @@ pub struct CapsuleAnswer {
     pub keyed_len: Option<u32>,
 }
 
-/// What the command is (as `rdma.rs`'s `Kind`).
-#[derive(Clone, Copy, Debug)]
-enum Kind {
-    Connect,
-    PropertyGet,
-    PropertySet,
-    Admin,
-    Io(IoCommand),
-}
-
 /// The command's data, set up (as `rdma.rs`'s `setup_data`).
 #[derive(Default)]
 struct Plan {
@@ -128,7 +120,7 @@ pub fn dispatch_capsule(
     if let Ok(Sgl::KeyedDataBlock { len, .. }) = sqe.sgl().decode() {
         ans.keyed_len = Some(len);
     }
-    let (kind, dir) = match classify(&sqe, q, max_io_bytes) {
+    let (kind, dir) = match classify(&sqe, q.qid, q.ctrl.as_deref(), max_io_bytes) {
         Ok(v) => v,
         Err(st) => return complete(ans, q, &sqe, st, (0, 0), &Plan::default()),
     };
@@ -187,39 +179,6 @@ pub fn dispatch_capsule(
         Kind::Io(cmd) => io_command(q, &sqe, cmd, &plan, &mut ans),
     };
     complete(ans, q, &sqe, status, dw, &plan)
-}
-
-/// `rdma.rs` `classify`: what the command is and which data it moves.
-fn classify(sqe: &Sqe, q: &FuzzQueue, max_io_bytes: u32) -> Result<(Kind, DataDirection), Status> {
-    if sqe.psdt() != nvme::sqe::PSDT_SGL_MPTR_CONTIG || sqe.fuse() != nvme::sqe::FUSE_NORMAL {
-        return Err(generic_dnr(GenericStatus::InvalidField));
-    }
-    if sqe.opcode() == nvme::FABRICS_OPCODE {
-        return match sqe.fctype() {
-            Some(0x01) => Ok((Kind::Connect, DataDirection::HostToController(1024))),
-            Some(0x04) if q.qid == 0 => Ok((Kind::PropertyGet, DataDirection::None)),
-            Some(0x00) if q.qid == 0 => Ok((Kind::PropertySet, DataDirection::None)),
-            _ => Err(generic_dnr(GenericStatus::InvalidOpcode)),
-        };
-    }
-    let Some(ctrl) = &q.ctrl else {
-        return Err(generic_dnr(GenericStatus::CommandSequenceError));
-    };
-    if q.qid == 0 {
-        return Ok((Kind::Admin, admin::data_direction(sqe)));
-    }
-    ctrl.check_ready()?;
-    let ns = ctrl
-        .subsys
-        .namespace(sqe.nsid())
-        .ok_or(generic_dnr(GenericStatus::InvalidNamespaceOrFormat))?;
-    let cmd = io::decode(sqe, ns.ns.nlb(), ns.ns.block_size(), max_io_bytes)?;
-    let dir = match (cmd.host_to_controller_len(), cmd.controller_to_host_len()) {
-        (0, 0) => DataDirection::None,
-        (h, 0) => DataDirection::HostToController(h as usize),
-        (_, c) => DataDirection::ControllerToHost(c as usize),
-    };
-    Ok((Kind::Io(cmd), dir))
 }
 
 /// `rdma.rs` `setup_data`: checks the SGL against the data and fetches host data.

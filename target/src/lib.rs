@@ -12,6 +12,7 @@
 
 pub mod admin;
 pub mod buffers;
+mod capsule;
 pub mod config;
 pub mod controller;
 pub mod discovery;

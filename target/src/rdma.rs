@@ -30,6 +30,7 @@ use transport::verbs::{
 
 use crate::admin::{self, AdminOutcome, DataDirection};
 use crate::buffers::{BufferPool, Chunk};
+use crate::capsule::{classify, Kind};
 use crate::controller::Controller;
 use crate::fabrics::{self, ConnectOutcome};
 use crate::io::{self, IoCommand};
@@ -140,15 +141,6 @@ enum ReqState {
     Completing,
     /// An Asynchronous Event Request kept until an event.
     Held,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Kind {
-    Connect,
-    PropertyGet,
-    PropertySet,
-    Admin,
-    Io(IoCommand),
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -280,6 +272,8 @@ pub enum PollGroupError {
 impl PollGroup {
     /// Builds poll group `index` of `dev`: its context, SRQ, slabs and ring, with the
     /// namespace files `files` registered as io_uring fixed files in that order.
+    /// Commands come in on `cmds`; QPs that fail are reported on `qp_errors`.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         dev: &Arc<SoftDevice>,
         index: u32,
@@ -703,7 +697,6 @@ impl PollGroup {
         q.outstanding += 1;
         q.sqhd = (q.sqhd + 1) % q.sq_size;
         let qid = q.qid;
-        let has_ctrl = q.ctrl.is_some();
         let mut sqe_bytes = [0u8; 64];
         sqe_bytes.copy_from_slice(self.recv_slice(i, 0, SQE_LEN));
         let sqe = Sqe::from_array(sqe_bytes);
@@ -712,7 +705,8 @@ impl PollGroup {
         r.sqe = sqe;
         r.state = ReqState::ReadyToExecute;
         self.reqs[i] = r;
-        match self.classify(&sqe, qid, has_ctrl, qpn) {
+        let ctrl = self.queues.get(&qpn).and_then(|q| q.ctrl.as_deref());
+        match classify(&sqe, qid, ctrl, self.cfg.max_io_bytes) {
             Ok((kind, dir)) => {
                 self.reqs[i].kind = kind;
                 if let Err(st) = self.setup_data(i, dir, len) {
@@ -728,57 +722,6 @@ impl PollGroup {
             Err(st) => self.complete(i, st),
         }
         self.process_queued();
-    }
-
-    /// What the command is and which data it moves; errors are NVMe statuses.
-    fn classify(
-        &self,
-        sqe: &Sqe,
-        qid: u16,
-        has_ctrl: bool,
-        qpn: u32,
-    ) -> Result<(Kind, DataDirection), Status> {
-        if sqe.psdt() != nvme::sqe::PSDT_SGL_MPTR_CONTIG {
-            return Err(Status::generic(GenericStatus::InvalidField).with_dnr());
-        }
-        // No fused operations (Identify Controller FUSES 0): either half of a fused
-        // pair is refused rather than run alone, as nvmet does.
-        if sqe.fuse() != nvme::sqe::FUSE_NORMAL {
-            return Err(Status::generic(GenericStatus::InvalidField).with_dnr());
-        }
-        if sqe.opcode() == nvme::FABRICS_OPCODE {
-            return match sqe.fctype() {
-                Some(0x01) => Ok((Kind::Connect, DataDirection::HostToController(1024))),
-                Some(0x04) if qid == 0 => Ok((Kind::PropertyGet, DataDirection::None)),
-                Some(0x00) if qid == 0 => Ok((Kind::PropertySet, DataDirection::None)),
-                _ => Err(Status::generic(GenericStatus::InvalidOpcode).with_dnr()),
-            };
-        }
-        if !has_ctrl {
-            return Err(Status::generic(GenericStatus::CommandSequenceError).with_dnr());
-        }
-        if qid == 0 {
-            return Ok((Kind::Admin, admin::data_direction(sqe)));
-        }
-        let q = &self.queues[&qpn];
-        let ctrl = q
-            .ctrl
-            .as_ref()
-            .ok_or(Status::generic(GenericStatus::CommandSequenceError))?;
-        // I/O only while the controller is enabled and ready (not after CC.EN=0, a
-        // shutdown notification or a fatal status), as nvmet checks.
-        ctrl.check_ready()?;
-        let ns = ctrl
-            .subsys
-            .namespace(sqe.nsid())
-            .ok_or(Status::generic(GenericStatus::InvalidNamespaceOrFormat).with_dnr())?;
-        let cmd = io::decode(sqe, ns.ns.nlb(), ns.ns.block_size(), self.cfg.max_io_bytes)?;
-        let dir = match (cmd.host_to_controller_len(), cmd.controller_to_host_len()) {
-            (0, 0) => DataDirection::None,
-            (h, 0) => DataDirection::HostToController(h as usize),
-            (_, c) => DataDirection::ControllerToHost(c as usize),
-        };
-        Ok((Kind::Io(cmd), dir))
     }
 
     /// Checks the SGL against the data the command moves and sets up its buffer.

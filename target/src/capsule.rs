@@ -1,0 +1,74 @@
+//! What a command capsule asks for: the decision the poll group (`rdma.rs`) and the
+//! fuzzing entry point (`fuzzing.rs`) share, so the fuzzer exercises the real checks.
+use nvme::status::{GenericStatus, Status};
+use nvme::Sqe;
+
+use crate::admin::{self, DataDirection};
+use crate::controller::Controller;
+use crate::io::{self, IoCommand};
+
+/// The kind of a received command.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// Fabrics Connect (its 1024-byte data comes from the host).
+    Connect,
+    /// Fabrics Property Get (admin queue only).
+    PropertyGet,
+    /// Fabrics Property Set (admin queue only).
+    PropertySet,
+    /// Any other command on the admin queue.
+    Admin,
+    /// An NVM command on an I/O queue, decoded and checked against its namespace.
+    Io(IoCommand),
+}
+
+/// Classifies `sqe` received on queue `qid` whose controller is `ctrl` (none before
+/// Connect) and says which data it moves, or the status to answer it with:
+/// PSDT other than SGL, or a fused command: Invalid Field (DNR); an unknown Fabrics
+/// command type: Invalid Opcode (DNR); anything but Connect before Connect: Command
+/// Sequence Error (DNR); I/O while the controller is not ready, on an unknown
+/// namespace, or failing `io::decode` (LBA range, MDTS = `max_io_bytes`): that status
+/// (NVMe Base 2.x §3.3, NVMe over Fabrics 1.x §3; nvmet's checks).
+pub(crate) fn classify(
+    sqe: &Sqe,
+    qid: u16,
+    ctrl: Option<&Controller>,
+    max_io_bytes: u32,
+) -> Result<(Kind, DataDirection), Status> {
+    if sqe.psdt() != nvme::sqe::PSDT_SGL_MPTR_CONTIG {
+        return Err(Status::generic(GenericStatus::InvalidField).with_dnr());
+    }
+    // No fused operations (Identify Controller FUSES 0): either half of a fused pair
+    // is refused rather than run alone, as nvmet does.
+    if sqe.fuse() != nvme::sqe::FUSE_NORMAL {
+        return Err(Status::generic(GenericStatus::InvalidField).with_dnr());
+    }
+    if sqe.opcode() == nvme::FABRICS_OPCODE {
+        return match sqe.fctype() {
+            Some(0x01) => Ok((Kind::Connect, DataDirection::HostToController(1024))),
+            Some(0x04) if qid == 0 => Ok((Kind::PropertyGet, DataDirection::None)),
+            Some(0x00) if qid == 0 => Ok((Kind::PropertySet, DataDirection::None)),
+            _ => Err(Status::generic(GenericStatus::InvalidOpcode).with_dnr()),
+        };
+    }
+    let Some(ctrl) = ctrl else {
+        return Err(Status::generic(GenericStatus::CommandSequenceError).with_dnr());
+    };
+    if qid == 0 {
+        return Ok((Kind::Admin, admin::data_direction(sqe)));
+    }
+    // I/O only while the controller is enabled and ready (not after CC.EN=0, a
+    // shutdown notification or a fatal status), as nvmet checks.
+    ctrl.check_ready()?;
+    let ns = ctrl
+        .subsys
+        .namespace(sqe.nsid())
+        .ok_or(Status::generic(GenericStatus::InvalidNamespaceOrFormat).with_dnr())?;
+    let cmd = io::decode(sqe, ns.ns.nlb(), ns.ns.block_size(), max_io_bytes)?;
+    let dir = match (cmd.host_to_controller_len(), cmd.controller_to_host_len()) {
+        (0, 0) => DataDirection::None,
+        (h, 0) => DataDirection::HostToController(h as usize),
+        (_, c) => DataDirection::ControllerToHost(c as usize),
+    };
+    Ok((Kind::Io(cmd), dir))
+}
