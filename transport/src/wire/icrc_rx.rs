@@ -133,6 +133,9 @@ struct Sender {
 pub struct IcrcChecker {
     bases: HashMap<usize, IdBasis>,
     senders: HashMap<IpAddr, Sender>,
+    /// The last source found to be a zero-ID sender: its exact matches need no table
+    /// lookup (the common case on the data path between our own peers).
+    settled: Option<IpAddr>,
 }
 
 impl IcrcChecker {
@@ -156,12 +159,19 @@ impl IcrcChecker {
                 IcrcCheck::Bad
             };
         }
+        if computed == stored && self.settled == Some(ip.src) {
+            return IcrcCheck::Exact;
+        }
         if self.senders.len() >= MAX_SOURCES && !self.senders.contains_key(&ip.src) {
             self.senders.clear();
+            self.settled = None;
         }
         let sender = self.senders.entry(ip.src).or_default();
         if computed == stored {
             sender.exact_run = sender.exact_run.saturating_add(1);
+            if !sender.numbers_packets && sender.exact_run >= ZERO_ID_SENDER_AFTER {
+                self.settled = Some(ip.src);
+            }
             return IcrcCheck::Exact;
         }
         if !sender.numbers_packets && sender.exact_run >= ZERO_ID_SENDER_AFTER {
