@@ -13,8 +13,14 @@
 //! ```
 //!
 //! Parsing ([`TargetConfig::from_toml_str`], [`TargetConfig::from_file`]) validates too;
-//! errors name the file (or "configuration") and the offending item. Relative namespace
-//! paths are relative to the daemon's working directory.
+//! errors name the file (or "configuration") and the offending item; a key this
+//! module does not know is refused by name. Relative namespace paths are relative to
+//! the daemon's working directory.
+//!
+//! Several `[[listen]]` entries: each distinct address gets its own soft RDMA device
+//! (UDP 4791 of that address), CM agent and `poll_groups` poll groups; each entry's
+//! `trsvcid` is an RDMA CM port listened on at its address. Every subsystem is
+//! reachable through every entry, and the discovery log page lists each.
 
 use std::collections::HashSet;
 use std::fmt;
@@ -36,6 +42,10 @@ pub const MAX_INLINE_DATA_SIZE: u32 = 16 * 1024;
 /// Largest MDTS accepted, in bytes: a keyed SGL data block's length is 24 bits
 /// (NVMe Base 2.x §4.3.2), so 8 MiB is the largest power of two one can carry.
 pub const MAX_MDTS_BYTES: u32 = 8 << 20;
+/// Smallest MDTS accepted, in bytes: Identify Controller MDTS is a power of two in
+/// units of the 4 KiB page with 0 meaning "no limit", so 8 KiB (MDTS 1) is the
+/// smallest limit a host can be told.
+pub const MIN_MDTS_BYTES: u32 = 8 << 10;
 
 fn default_trsvcid() -> u16 {
     DEFAULT_TRSVCID
@@ -67,10 +77,12 @@ fn default_kato_ms() -> u32 {
 #[serde(deny_unknown_fields)]
 pub struct TargetConfig {
     /// Addresses to listen on: RoCEv2 on UDP 4791 of `addr`, RDMA CM service
-    /// `trsvcid`. At least one.
+    /// `trsvcid`. At least one; no `addr`/`trsvcid` pair twice. Every subsystem is
+    /// served on each (see the module docs).
     #[serde(default)]
     pub listen: Vec<ListenAddr>,
-    /// Poll groups: busy-polling threads, one per core given to the target. Default 1.
+    /// Poll groups per listen address: busy-polling threads, one per core given to
+    /// the target. At least 1. Default 1.
     #[serde(default = "default_poll_groups")]
     pub poll_groups: usize,
     /// Exported NVM subsystems. At least one.
@@ -81,19 +93,24 @@ pub struct TargetConfig {
     #[serde(default = "default_inline_data_size")]
     pub inline_data_size: u32,
     /// Largest data transfer of one command in bytes (MDTS = log2(this / 4096)): a power
-    /// of two from 4 KiB to 8 MiB, as bytes or a size string ("1M"). Default 1 MiB.
+    /// of two from 8 KiB to 8 MiB, as bytes or a size string ("1M"). Each poll group's
+    /// registered data slab must hold at least one such transfer. Default 1 MiB.
     #[serde(default = "default_mdts_bytes", deserialize_with = "de_size_u32")]
     pub mdts_bytes: u32,
     /// Entries per queue offered (CAP.MQES + 1, NVMe Base 2.x §3.1.4.1), at least 2.
     /// Default 128.
     #[serde(default = "default_max_queue_size")]
     pub max_queue_size: u16,
-    /// Keep Alive Timeout in milliseconds applied where a host's Connect leaves KATO 0
-    /// on a controller that needs one (discovery controllers, NVMe Base 2.x §3.9.4;
-    /// Linux nvmet's NVMET_DISC_KATO_MS). 0 disables. Default 120000.
+    /// Keep Alive Timeout in milliseconds a discovery controller gets when the host's
+    /// Connect asks for none (KATO 0), so abandoned discovery sessions are reaped
+    /// (Linux nvmet's NVMET_DISC_KATO_MS); rounded up to whole seconds (KAS is 1 s).
+    /// 0: such a discovery controller has no Keep Alive timer. I/O controllers always
+    /// use the KATO of their Connect (NVMe Base 2.x §3.9). Default 120000.
     #[serde(default = "default_kato_ms")]
     pub kato_ms: u32,
-    /// Serve the discovery subsystem ([`DISCOVERY_NQN`]). Default true.
+    /// Serve the discovery subsystem ([`DISCOVERY_NQN`]). When false, a Connect to it
+    /// is refused as one to an unknown subsystem (Connect Invalid Parameters, SUBNQN),
+    /// as nvmet does for a port without discovery. Default true.
     #[serde(default = "default_true")]
     pub discovery: bool,
 }
@@ -366,8 +383,17 @@ impl TargetConfig {
     /// # Errors
     /// [`ConfigError::Invalid`] with origin "configuration", naming the first problem.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        self.validate_as("configuration")
+    }
+
+    /// [`TargetConfig::validate`] for a configuration that came from `origin` (e.g.
+    /// "command line"): the same reasons, with that origin.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] with origin `origin`, naming the first problem.
+    pub fn validate_as(&self, origin: &str) -> Result<(), ConfigError> {
         self.check().map_err(|reason| ConfigError::Invalid {
-            origin: "configuration".to_string(),
+            origin: origin.to_string(),
             reason,
         })
     }
@@ -380,9 +406,18 @@ impl TargetConfig {
             if l.trsvcid == 0 {
                 return Err(format!("listen[{i}] ({}): trsvcid 0 is not a port", l.addr));
             }
+            if let Some(j) = self.listen[..i].iter().position(|e| e == l) {
+                return Err(format!(
+                    "listen[{i}] ({l}): the same address and trsvcid as listen[{j}]; remove one"
+                ));
+            }
         }
         if self.poll_groups == 0 {
-            return Err("poll_groups must be at least 1".into());
+            return Err(
+                "poll_groups 0: at least 1 poll group (a busy-polling thread) is needed; \
+                 give one per core the target may use"
+                    .into(),
+            );
         }
         if !self.inline_data_size.is_multiple_of(16) || self.inline_data_size > MAX_INLINE_DATA_SIZE
         {
@@ -391,10 +426,13 @@ impl TargetConfig {
                 self.inline_data_size
             ));
         }
-        if !self.mdts_bytes.is_power_of_two() || !(4096..=MAX_MDTS_BYTES).contains(&self.mdts_bytes)
+        if !self.mdts_bytes.is_power_of_two()
+            || !(MIN_MDTS_BYTES..=MAX_MDTS_BYTES).contains(&self.mdts_bytes)
         {
             return Err(format!(
-                "mdts_bytes {} must be a power of two from 4096 to {MAX_MDTS_BYTES}",
+                "mdts_bytes {} must be a power of two from {MIN_MDTS_BYTES} (8K, the smallest \
+                 MDTS a host can be told) to {MAX_MDTS_BYTES} (8M, the largest a 24-bit keyed \
+                 SGL length carries), e.g. \"1M\"",
                 self.mdts_bytes
             ));
         }
@@ -670,6 +708,70 @@ nqn = "nqn.2026-11.io.example:a"
         let c =
             TargetConfig::from_toml_str(&format!("mdts_bytes = \"256KiB\"\n{MINIMAL}")).unwrap();
         assert_eq!(c.mdts_bytes, 256 << 10);
+        // MDTS 0 means "no limit": 4 KiB cannot be advertised, 8 KiB (MDTS 1) can.
+        assert!(invalid(&format!("mdts_bytes = 4096\n{MINIMAL}")).contains("8K"));
+        let c = TargetConfig::from_toml_str(&format!("mdts_bytes = \"8K\"\n{MINIMAL}")).unwrap();
+        assert_eq!(c.mdts_bytes, 8 << 10);
+        let c = TargetConfig::from_toml_str(&format!("mdts_bytes = \"8M\"\n{MINIMAL}")).unwrap();
+        assert_eq!(c.mdts_bytes, MAX_MDTS_BYTES);
+    }
+
+    #[test]
+    fn several_listen_addresses() {
+        let c = TargetConfig::from_toml_str(&format!(
+            "{MINIMAL}[[listen]]\naddr = \"10.0.0.1\"\ntrsvcid = 4421\n[[listen]]\naddr = \"::1\"\n"
+        ))
+        .unwrap();
+        let got: Vec<String> = c.listen.iter().map(|l| l.to_string()).collect();
+        assert_eq!(got, ["10.0.0.1:4420", "10.0.0.1:4421", "[::1]:4420"]);
+        let r = invalid(&format!(
+            "{MINIMAL}[[listen]]\naddr = \"10.0.0.2\"\n[[listen]]\naddr = \"10.0.0.1\"\ntrsvcid = 4420\n"
+        ));
+        assert!(
+            r.contains("listen[2]") && r.contains("listen[0]") && r.contains("10.0.0.1:4420"),
+            "{r}"
+        );
+    }
+
+    #[test]
+    fn command_line_origin_keeps_the_reason() {
+        let mut c = TargetConfig::default_for(
+            "127.0.0.2".parse().unwrap(),
+            "nqn.2026-11.io.nvmf-rdma:target",
+            Path::new("nvmf-target.img"),
+            1 << 30,
+        );
+        c.poll_groups = 0;
+        let from_file = invalid(&format!("poll_groups = 0\n{MINIMAL}"));
+        let e = c.validate_as("command line").unwrap_err();
+        assert_eq!(e.to_string(), format!("command line: {from_file}"));
+    }
+
+    #[test]
+    fn unknown_keys_are_refused_by_name_at_every_level() {
+        for (text, key) in [
+            (format!("kato = 5\n{MINIMAL}"), "kato"),
+            (
+                "[[listen]]\naddr = \"10.0.0.1\"\nport = 4420\n[[subsystems]]\nnqn = \"nqn.x:a\"\n"
+                    .to_string(),
+                "port",
+            ),
+            (format!("{MINIMAL}allowed_hosts = []\n"), "allowed_hosts"),
+            (
+                format!(
+                    "{MINIMAL}[[subsystems.namespaces]]\nnsid = 1\npath = \"a\"\ndirect = true\n"
+                ),
+                "direct",
+            ),
+        ] {
+            let e = TargetConfig::from_toml_str(&text).unwrap_err();
+            assert!(matches!(e, ConfigError::Parse { .. }), "{e}");
+            let msg = e.to_string();
+            assert!(
+                msg.contains(&format!("unknown field `{key}`")),
+                "{key}: {msg}"
+            );
+        }
     }
 
     #[test]

@@ -93,7 +93,8 @@ pub fn capabilities(limits: &Limits) -> Cap {
 /// - admin CNTLID not FFFFh, or no such controller for this subsystem and host NQN:
 ///   Connect Invalid Parameters, IATTR 1, IPO 16 (as nvmet, also for a host NQN that
 ///   differs from the controller's);
-/// - unknown or malformed SUBNQN: Connect Invalid Parameters, DW0 00010100h;
+/// - unknown or malformed SUBNQN: Connect Invalid Parameters, DW0 00010100h (also the
+///   discovery NQN when the registry does not serve discovery, `discovery = false`);
 /// - malformed HOSTNQN: Connect Invalid Parameters, DW0 00010200h;
 /// - host not allowed: Connect Invalid Host (SC 84h), DW0 00010200h;
 /// - QID above the granted I/O queues (or any on the discovery subsystem): Connect
@@ -393,6 +394,24 @@ pub(crate) mod tests {
         };
         assert_eq!(ctrl.kind, crate::controller::ControllerKind::Discovery);
         assert!(ctrl.subsys.is_discovery());
+    }
+
+    #[test]
+    fn discovery_off_refuses_the_discovery_nqn_as_unknown() {
+        let on = registry_with(vec![]);
+        let reg = Registry::with_ports(on.subsystems.clone(), on.ports.clone(), on.limits, false);
+        let sqe = Sqe::connect(0, 0, 31, 0);
+        let data = connect_data(0xFFFF, NVMF_DISCOVERY_NQN, HOST);
+        // As for an unknown subsystem (capture (a)): status 0x8304, DW0 00010100h.
+        assert_eq!(
+            refused(connect(&reg, &sqe, &data, Instant::now())),
+            (0x8304, 0x0001_0100)
+        );
+        assert!(reg.controllers().is_empty());
+        assert!(matches!(
+            admin_connect(&reg, REF_NQN, HOST),
+            ConnectOutcome::Accepted { .. }
+        ));
     }
 
     #[test]

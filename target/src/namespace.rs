@@ -11,6 +11,12 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// Shortest interval between two I/O error log lines of one namespace
+/// ([`FileNamespace::error_log_due`]).
+pub const ERROR_LOG_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Why a file namespace could not be opened. Every message names the path.
 #[derive(Debug, thiserror::Error)]
@@ -122,6 +128,12 @@ pub struct FileNamespace {
     block_size: u32,
     direct: bool,
     created: bool,
+    /// When the file was opened: the origin of `last_error_log_ms`.
+    opened: Instant,
+    /// Milliseconds after `opened` of the last I/O error log line; `u64::MAX`: none yet.
+    last_error_log_ms: AtomicU64,
+    /// I/O errors not logged since that line.
+    errors_not_logged: AtomicU64,
 }
 
 fn file_kind(ft: std::fs::FileType) -> &'static str {
@@ -262,7 +274,31 @@ impl FileNamespace {
             block_size,
             direct: opts.direct,
             created,
+            opened: Instant::now(),
+            last_error_log_ms: AtomicU64::new(u64::MAX),
+            errors_not_logged: AtomicU64::new(0),
         })
+    }
+
+    /// Rate limit of the I/O error log (any poll group may call it): `Some(n)` when a
+    /// failure at `now` should be logged, `n` being the failures not logged since the
+    /// previous line; `None` (counted) when a line was logged less than
+    /// [`ERROR_LOG_INTERVAL`] ago. The first failure is always logged.
+    pub fn error_log_due(&self, now: Instant) -> Option<u64> {
+        let now_ms = now.saturating_duration_since(self.opened).as_millis() as u64;
+        let last = self.last_error_log_ms.load(Ordering::Relaxed);
+        let due = last == u64::MAX
+            || now_ms.saturating_sub(last) >= ERROR_LOG_INTERVAL.as_millis() as u64;
+        if due
+            && self
+                .last_error_log_ms
+                .compare_exchange(last, now_ms, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            return Some(self.errors_not_logged.swap(0, Ordering::Relaxed));
+        }
+        self.errors_not_logged.fetch_add(1, Ordering::Relaxed);
+        None
     }
 
     /// The open file's descriptor (for [`crate::uring::Ring::register_files`]); valid
@@ -550,6 +586,22 @@ mod tests {
         assert_eq!(ns.byte_range(2, 3), Some((8192, 12288)));
         assert_eq!(ns.byte_range(n - 1, 1), Some(((n - 1) * 4096, 4096)));
         assert_eq!(ns.byte_range(u64::MAX / 4096 + 1, 1), None);
+    }
+
+    #[test]
+    fn error_log_is_rate_limited() {
+        let dir = temp_dir();
+        let ns = FileNamespace::open(&dir.path().join("e.img"), Some(1 << 20), 512).unwrap();
+        let t0 = Instant::now();
+        assert_eq!(ns.error_log_due(t0), Some(0), "the first failure is logged");
+        assert_eq!(ns.error_log_due(t0), None);
+        assert_eq!(ns.error_log_due(t0 + Duration::from_millis(500)), None);
+        assert_eq!(
+            ns.error_log_due(t0 + ERROR_LOG_INTERVAL),
+            Some(2),
+            "one line per interval, with the count of those not logged"
+        );
+        assert_eq!(ns.error_log_due(t0 + ERROR_LOG_INTERVAL), None);
     }
 
     #[test]

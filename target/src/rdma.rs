@@ -176,6 +176,8 @@ struct Request {
     dw0: u32,
     dw1: u32,
     io_pending: u32,
+    /// A write-through Write Zeroes: `fdatasync` once the zeroing completes.
+    sync_after: bool,
     /// The QP went away while io_uring still held the request.
     orphan: bool,
 }
@@ -195,6 +197,7 @@ impl Request {
             dw0: 0,
             dw1: 0,
             io_pending: 0,
+            sync_after: false,
             orphan: false,
         }
     }
@@ -1024,10 +1027,20 @@ impl PollGroup {
     }
 
     fn file_index(&self, i: usize) -> Option<u32> {
+        self.namespace(i).map(|(n, _)| n.file_index)
+    }
+
+    /// The namespace request `i` names, and its controller.
+    fn namespace(&self, i: usize) -> Option<(&crate::subsystem::NamespaceEntry, &Controller)> {
         let r = &self.reqs[i];
-        let q = self.queues.get(&r.qpn)?;
-        let ctrl = q.ctrl.as_ref()?;
-        ctrl.subsys.namespace(r.sqe.nsid()).map(|n| n.file_index)
+        let ctrl = self.queues.get(&r.qpn)?.ctrl.as_deref()?;
+        Some((ctrl.subsys.namespace(r.sqe.nsid())?, ctrl))
+    }
+
+    /// Whether a write of request `i` must be durable before it completes (FUA, or
+    /// the controller's volatile write cache is off); true when in doubt.
+    fn write_through(&self, i: usize, fua: bool) -> bool {
+        self.namespace(i).is_none_or(|(_, c)| c.write_through(fua))
     }
 
     fn execute_io(&mut self, i: usize, cmd: IoCommand) {
@@ -1057,14 +1070,16 @@ impl PollGroup {
                     return;
                 };
                 self.reqs[i].io_pending = 1;
-                self.ring.write_fixed(fi, bi, p, len, offset, fua, ud)
+                let dsync = self.write_through(i, fua);
+                self.ring.write_fixed(fi, bi, p, len, offset, dsync, ud)
             }
             IoCommand::Flush => {
                 self.reqs[i].io_pending = 1;
                 self.ring.fsync(fi, true, ud)
             }
-            IoCommand::WriteZeroes { offset, len } => {
+            IoCommand::WriteZeroes { offset, len, fua } => {
                 self.reqs[i].io_pending = 1;
+                self.reqs[i].sync_after = self.write_through(i, fua);
                 self.ring.fallocate(
                     fi,
                     libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE,
@@ -1148,14 +1163,14 @@ impl PollGroup {
         if i >= self.reqs.len() || self.reqs[i].state != ReqState::Executing {
             return;
         }
-        let r = &mut self.reqs[i];
-        if res < 0 && r.status.is_success() {
-            r.status = Status::generic(GenericStatus::InternalError);
-            tracing::warn!(
-                "io_uring op failed: {}",
-                std::io::Error::from_raw_os_error(-res)
-            );
+        if res < 0 && self.reqs[i].status.is_success() {
+            let status = io::errno_status(-res);
+            self.reqs[i].status = status;
+            if let (Some((ns, ctrl)), Kind::Io(cmd)) = (self.namespace(i), self.reqs[i].kind) {
+                io::log_io_error(ns, &ctrl.subsys.nqn, &cmd, -res, status, Instant::now());
+            }
         }
+        let r = &mut self.reqs[i];
         if let Kind::Io(IoCommand::Read { len, .. } | IoCommand::Write { len, .. }) = r.kind {
             if res >= 0 && (res as u32) < len && r.status.is_success() {
                 // Short transfer inside a checked range: the file shrank under us.
@@ -1168,6 +1183,23 @@ impl PollGroup {
         }
         if r.orphan {
             self.release(i);
+            return;
+        }
+        if r.sync_after && r.status.is_success() {
+            r.sync_after = false;
+            let queued = self
+                .file_index(i)
+                .map(|fi| self.ring.fsync(fi, true, i as u64));
+            match queued {
+                Some(Ok(())) => self.reqs[i].io_pending = 1,
+                // The completion just reaped freed a ring slot, so this cannot happen;
+                // if it did, run the (idempotent) command again next round.
+                Some(Err(_)) => {
+                    self.reqs[i].state = ReqState::ReadyToExecute;
+                    self.ready.push_back(i);
+                }
+                None => self.complete(i, Status::generic(GenericStatus::InternalError)),
+            }
             return;
         }
         let st = r.status;

@@ -37,9 +37,13 @@ struct Args {
     /// Logical block size in bytes (512 or 4096).
     #[arg(long, default_value_t = 512)]
     block_size: u32,
-    /// Poll groups (busy-polling threads, one per core you give the target).
+    /// Poll groups (busy-polling threads, one per core you give the target; at least 1).
     #[arg(long, default_value_t = 1)]
     poll_groups: usize,
+    /// Largest data transfer of one command (MDTS): a power of two from 8K to 8M, e.g.
+    /// 128K or 1M (default 1M). With --config, overrides the file's `mdts_bytes`.
+    #[arg(long, value_name = "SIZE")]
+    mdts: Option<String>,
 }
 
 fn main() -> ExitCode {
@@ -50,7 +54,15 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let args = Args::parse();
-    let cfg = match &args.config {
+    let mdts = match args.mdts.as_deref().map(nvmf_target::config::parse_size) {
+        None => None,
+        Some(Ok(n)) => Some(u32::try_from(n).unwrap_or(u32::MAX)),
+        Some(Err(e)) => {
+            eprintln!("nvmf-target: --mdts: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut cfg = match &args.config {
         Some(p) => match TargetConfig::from_file(p) {
             Ok(c) => c,
             Err(e) => {
@@ -79,6 +91,15 @@ fn main() -> ExitCode {
             c
         }
     };
+    if let Some(m) = mdts {
+        cfg.mdts_bytes = m;
+    }
+    // The command line's values pass the configuration file's checks, with the same
+    // messages.
+    if let Err(e) = cfg.validate_as("command line") {
+        eprintln!("nvmf-target: {e}");
+        return ExitCode::FAILURE;
+    }
     // Block SIGINT/SIGTERM before any thread starts, then wait for them here.
     let mut sigs = SigSet::empty();
     sigs.add(Signal::SIGINT);
@@ -94,17 +115,24 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let l = target.listen_addr();
     for s in &cfg.subsystems {
-        eprintln!(
-            "nvmf-target: serving {} ({} namespace(s)) on rdma traddr={} trsvcid={} (RoCEv2 UDP {}:4791, path MTU {})",
-            s.nqn,
-            s.namespaces.len(),
-            l.ip(),
-            l.port(),
-            l.ip(),
-            target.device().path_mtu().bytes()
-        );
+        for l in target.listen_addrs() {
+            eprintln!(
+                "nvmf-target: serving {} ({} namespace(s)) on rdma traddr={} trsvcid={} (RoCEv2 UDP {}:4791, path MTU {})",
+                s.nqn,
+                s.namespaces.len(),
+                l.ip(),
+                l.port(),
+                l.ip(),
+                target
+                    .devices()
+                    .into_iter()
+                    .find(|d| d.ip() == l.ip())
+                    .unwrap_or(target.device())
+                    .path_mtu()
+                    .bytes()
+            );
+        }
     }
     let sig = sigs.wait();
     eprintln!("nvmf-target: {:?}, shutting down", sig.ok());
