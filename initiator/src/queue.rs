@@ -173,6 +173,9 @@ pub struct NvmeRdmaQueue {
     outstanding: usize,
     dead: Option<String>,
     disconnected: bool,
+    /// The target disconnected the queue and `poll` has not failed the outstanding
+    /// commands yet.
+    peer_gone: bool,
     wc_buf: Vec<WorkCompletion>,
     /// Whether `poll` lets the poll group defer its ACKs (see
     /// [`Context::set_deferred_transmit`]): on for an I/O queue once it carries I/O
@@ -438,6 +441,7 @@ impl NvmeRdmaQueue {
             outstanding: 0,
             dead: None,
             disconnected: false,
+            peer_gone: false,
             wc_buf,
             defer_acks: false,
         })
@@ -851,7 +855,12 @@ impl NvmeRdmaQueue {
                 break;
             }
         }
-        if !self.disconnected && !self.cm_events.is_empty() && self.peer_disconnected() {
+        if !self.disconnected && !self.cm_events.is_empty() {
+            self.peer_disconnected();
+        }
+        // Also when a submission noticed the DREQ first: what was outstanding then
+        // will never complete.
+        if std::mem::take(&mut self.peer_gone) {
             let qid = self.cfg.qid;
             self.fail_all(HostError::TargetDisconnected { qid }, out);
         }
@@ -1134,6 +1143,7 @@ impl NvmeRdmaQueue {
                 ev,
                 CmEvent::Disconnected { .. } | CmEvent::Unreachable { .. }
             ) {
+                self.peer_gone |= !self.disconnected;
                 self.disconnected = true;
                 if self.dead.is_none() {
                     self.dead = Some("the target disconnected the queue".into());

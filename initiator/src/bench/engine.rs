@@ -64,3 +64,18 @@ impl<E: IoEngine + ?Sized> IoEngine for Box<E> {
         (**self).buffer(tag)
     }
 }
+
+impl<E: IoEngine + ?Sized> IoEngine for &mut E {
+    fn max_outstanding(&self) -> usize {
+        (**self).max_outstanding()
+    }
+    fn submit(&mut self, tag: u32, req: &IoRequest) -> Result<(), EngineError> {
+        (**self).submit(tag, req)
+    }
+    fn poll(&mut self, out: &mut Vec<IoCompletion>) -> Result<(), EngineError> {
+        (**self).poll(out)
+    }
+    fn buffer(&mut self, tag: u32) -> &mut [u8] {
+        (**self).buffer(tag)
+    }
+}

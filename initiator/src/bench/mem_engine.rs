@@ -1,11 +1,13 @@
 //! [`MemEngine`]: an [`IoEngine`] over a `Vec<u8>` "disk", for tests and dry runs.
 //!
-//! Submitted I/Os complete on the next [`IoEngine::poll`]. Several engines can share
-//! one [`SharedDisk`], as several I/O queues share one namespace. Faults can be
-//! injected: corrupted read data (to exercise verification), failed I/Os at an
-//! offset, and busy refusals.
+//! Submitted I/Os complete on the next [`IoEngine::poll`] (or, with
+//! [`MemEngine::set_latency`], on the first poll that long after their submit).
+//! Several engines can share one [`SharedDisk`], as several I/O queues share one
+//! namespace. Faults can be injected: corrupted read data (to exercise verification),
+//! failed I/Os at an offset, and busy refusals.
 
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use super::engine::{EngineError, IoCompletion, IoEngine};
 use super::workload::{IoOp, IoRequest};
@@ -33,8 +35,10 @@ pub fn shared_disk(bytes: usize) -> SharedDisk {
 pub struct MemEngine {
     disk: SharedDisk,
     slots: Vec<Vec<u8>>,
-    pending: Vec<(u32, IoRequest)>,
+    pending: Vec<(u32, IoRequest, Instant)>,
     in_flight: Vec<bool>,
+    /// Least time from submit to completion: `[read, write]`.
+    latency: [Duration; 2],
     corruption: ReadCorruption,
     fail_offset: Option<u64>,
     busy_every: Option<u64>,
@@ -56,6 +60,7 @@ impl MemEngine {
             slots: vec![vec![0; slot_len]; depth],
             pending: Vec::with_capacity(depth),
             in_flight: vec![false; depth],
+            latency: [Duration::ZERO; 2],
             corruption: ReadCorruption::None,
             fail_offset: None,
             busy_every: None,
@@ -71,6 +76,12 @@ impl MemEngine {
     /// Makes any I/O that starts at byte `offset` complete with an error.
     pub fn fail_at(&mut self, offset: u64) {
         self.fail_offset = Some(offset);
+    }
+
+    /// Completes each read no sooner than `read` after its submission, and each write
+    /// no sooner than `write` (a slow disk).
+    pub fn set_latency(&mut self, read: Duration, write: Duration) {
+        self.latency = [read, write];
     }
 
     /// Refuses every `n`th submission with [`EngineError::Busy`] (n >= 1).
@@ -158,19 +169,24 @@ impl IoEngine for MemEngine {
             return Err(EngineError::Busy);
         }
         self.in_flight[t] = true;
-        self.pending.push((tag, *req));
+        let due = Instant::now() + self.latency[req.op.index()];
+        self.pending.push((tag, *req, due));
         Ok(())
     }
 
     fn poll(&mut self, out: &mut Vec<IoCompletion>) -> Result<(), EngineError> {
-        let pending = std::mem::take(&mut self.pending);
-        for (tag, req) in &pending {
+        let mut pending = std::mem::take(&mut self.pending);
+        let now = Instant::now();
+        pending.retain(|(tag, req, due)| {
+            if *due > now {
+                return true;
+            }
             let result = self.execute(*tag, req);
             self.in_flight[*tag as usize] = false;
             out.push(IoCompletion { tag: *tag, result });
-        }
+            false
+        });
         self.pending = pending;
-        self.pending.clear();
         Ok(())
     }
 

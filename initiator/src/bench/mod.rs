@@ -4,8 +4,11 @@
 //! Flow: parse [`BenchArgs`] (fio option names), derive one [`JobSpec`] per job for
 //! the namespace size ([`BenchArgs::job_specs`]), pair each with an [`IoEngine`]
 //! (one NVMe-oF I/O queue; [`MemEngine`] for tests) as a [`Job`], [`run`] them on
-//! one busy-polling thread, and print the [`BenchResult`] with
-//! [`report::render_text`] or [`report::render_json`].
+//! one busy-polling thread ([`run_with`] adds a stop flag for Ctrl-C
+//! ([`signals::StopSignals`]) and fio's progress line ([`progress::EtaLine`])), and
+//! print the [`BenchResult`] with [`report::render_text`] (after fio's header,
+//! [`report::render_header`]) or [`report::render_json`]. Without `--traddr` the
+//! benchmark runs against an [`embedded::EmbeddedTarget`].
 //!
 //! ```
 //! use clap::Parser;
@@ -30,13 +33,16 @@
 //! assert!(text.contains("Run status group 0 (all jobs):"));
 //! ```
 
+pub mod embedded;
 pub mod engine;
 pub mod mem_engine;
 pub mod options;
 pub mod permutation;
+pub mod progress;
 pub mod report;
 pub mod result;
 pub mod runner;
+pub mod signals;
 pub mod stats;
 pub mod units;
 pub mod verify;
@@ -44,9 +50,12 @@ pub mod workload;
 
 pub use engine::{EngineError, IoCompletion, IoEngine};
 pub use mem_engine::{shared_disk, MemEngine, ReadCorruption, SharedDisk};
-pub use options::{BenchArgs, JobSpec, OptionsError, OutputFormat, RunOptions, RwMode, VerifyMode};
+pub use options::{
+    BenchArgs, EtaMode, JobSpec, OptionsError, OutputFormat, RunOptions, RwMode, VerifyMode,
+};
+pub use progress::{EtaLine, Progress};
 pub use result::{
     BenchResult, FaultSummary, GroupResult, InjectedFaults, JobError, JobResult, VerifySummary,
 };
-pub use runner::{run, run_in_place, Job};
+pub use runner::{run, run_in_place, run_with, Job, RunControl};
 pub use workload::{IoOp, IoRequest, Workload};

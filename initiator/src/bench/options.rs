@@ -74,6 +74,17 @@ pub enum OutputFormat {
     Json,
 }
 
+/// fio's `--eta`: when the progress line is shown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum EtaMode {
+    /// When standard output is a terminal.
+    Auto,
+    /// Whatever standard output is.
+    Always,
+    /// Never.
+    Never,
+}
+
 /// fio's `--verify` (the subset implemented).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum VerifyMode {
@@ -105,7 +116,11 @@ impl VerifyMode {
     about = "fio-style benchmark over NVMe over Fabrics (RDMA / RoCEv2)",
     long_about = "fio-style benchmark over NVMe over Fabrics (RDMA / RoCEv2). \
                   Option names and output follow fio 3.x. Without --traddr an embedded \
-                  target serving a temporary file is started."
+                  target serving a temporary file is started; the file is unlinked at \
+                  once, so it never outlives the run.\n\n\
+                  Ctrl-C or SIGTERM stops the jobs, prints the report of what ran, \
+                  disconnects and exits with status 128, as fio does; a second one exits \
+                  at once (status 128 + the signal's number)."
 )]
 pub struct BenchArgs {
     /// Job name, printed in reports (fio `name`).
@@ -120,7 +135,9 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u8).range(0..=100))]
     pub rwmixread: u8,
 
-    /// Block size in bytes, fio syntax (512, 4k, 128k, 1m; k = 1024) (fio `bs`).
+    /// Block size in bytes, fio syntax (512, 4k, 128k, 1m; k = 1024), a multiple of
+    /// 512 and of the namespace's block size. I/Os larger than the target's per-command
+    /// limit (MDTS) are split into several commands (fio `bs`).
     #[arg(long, default_value = "4k", value_parser = parse_block_size)]
     pub bs: u32,
 
@@ -132,11 +149,13 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub numjobs: u32,
 
-    /// Run time limit: 10, 10s, 500ms, 1m (bare number = seconds) (fio `runtime`).
+    /// Run time limit: 10, 10s, 500ms, 1m (bare number = seconds); 0 = no limit, the
+    /// job ends when it has done its --io_size (fio `runtime`).
     #[arg(long, default_value = "10", value_parser = parse_duration)]
     pub runtime: Duration,
 
-    /// Run for the whole runtime, wrapping around the region (fio `time_based`).
+    /// Run for the whole runtime, wrapping around the region (fio `time_based`); needs
+    /// a non-zero --runtime (ignored with a warning otherwise, as fio does).
     #[arg(long = "time_based", alias = "time-based")]
     pub time_based: bool,
 
@@ -150,13 +169,14 @@ pub struct BenchArgs {
     #[arg(long = "io_size", alias = "io-size", alias = "io_limit", value_parser = parse_size)]
     pub io_size: Option<u64>,
 
-    /// Byte offset where the region starts (fio `offset`).
-    #[arg(long, default_value = "0", value_parser = parse_size)]
+    /// Byte offset where the region starts, a multiple of 512 and of the namespace's
+    /// block size (fio `offset`).
+    #[arg(long, default_value = "0", value_parser = parse_sector_multiple)]
     pub offset: u64,
 
-    /// Added to `--offset` once per job index, to give jobs separate regions
-    /// (fio `offset_increment`).
-    #[arg(long = "offset_increment", alias = "offset-increment", default_value = "0", value_parser = parse_size)]
+    /// Added to `--offset` once per job index, to give jobs separate regions; a
+    /// multiple of 512 and of the namespace's block size (fio `offset_increment`).
+    #[arg(long = "offset_increment", alias = "offset-increment", default_value = "0", value_parser = parse_sector_multiple)]
     pub offset_increment: u64,
 
     /// Seed of the offset and read/write generators; job i uses randseed + i (fio `randseed`).
@@ -171,9 +191,16 @@ pub struct BenchArgs {
     #[arg(long = "output-format", alias = "output_format", value_enum, default_value_t = OutputFormat::Normal)]
     pub output_format: OutputFormat,
 
-    /// Write the report to this file instead of standard output (fio `output`).
+    /// Write the header and the report to this file instead of standard output (fio
+    /// `output`). Created (or truncated) before anything else happens.
     #[arg(long)]
     pub output: Option<PathBuf>,
+
+    /// When to show fio's progress line (`Jobs: 1 (f=1): [r(1)][50.0%][...][eta
+    /// 00m:05s]`), refreshed every second on standard output: auto = when it is a
+    /// terminal. Never with --output-format json (fio `eta`).
+    #[arg(long, value_enum, default_value_t = EtaMode::Auto)]
+    pub eta: EtaMode,
 
     /// Accepted for fio compatibility: with more than one job the text report always
     /// adds a group summary (fio `group_reporting`).
@@ -213,7 +240,12 @@ pub struct BenchArgs {
     #[arg(long = "embedded-dir", alias = "embedded_dir")]
     pub embedded_dir: Option<PathBuf>,
 
-    /// Data verification (fio `verify`): none or crc32c.
+    /// Data verification (fio `verify`): none or crc32c. Every block written carries a
+    /// CRC-32C header; reads of blocks written earlier in the run are checked, and after
+    /// the write phase every block written is read back and checked, outside the
+    /// statistics. Unlike fio, the read-back also runs when --runtime ended the write
+    /// phase (fio then skips its verify phase), and a run that wrote blocks but
+    /// verified none fails.
     #[arg(long, value_enum, default_value_t = VerifyMode::None)]
     pub verify: VerifyMode,
 
@@ -260,12 +292,31 @@ fn parse_probability(text: &str) -> Result<f64, String> {
     }
 }
 
+/// The smallest logical block NVMe namespaces have (LBADS 9): offsets and block sizes
+/// not a multiple of it cannot be right for any namespace.
+pub const SECTOR_BYTES: u64 = 512;
+
 fn parse_block_size(text: &str) -> Result<u32, String> {
     let bytes = parse_size(text).map_err(|e| e.to_string())?;
-    if bytes == 0 {
-        return Err("block size must be at least 1 byte".into());
+    if bytes == 0 || !bytes.is_multiple_of(SECTOR_BYTES) {
+        return Err(format!(
+            "block size {bytes} is not a multiple of {SECTOR_BYTES} bytes (NVMe logical \
+             blocks are 512 bytes or larger powers of two); use e.g. 512, 4k or 128k"
+        ));
     }
     u32::try_from(bytes).map_err(|_| format!("block size {bytes} exceeds 4 GiB - 1"))
+}
+
+fn parse_sector_multiple(text: &str) -> Result<u64, String> {
+    let bytes = parse_size(text).map_err(|e| e.to_string())?;
+    if !bytes.is_multiple_of(SECTOR_BYTES) {
+        let down = bytes - bytes % SECTOR_BYTES;
+        return Err(format!(
+            "{bytes} is not a multiple of {SECTOR_BYTES} bytes (NVMe logical blocks are \
+             512 bytes or larger powers of two); use e.g. {down}"
+        ));
+    }
+    Ok(bytes)
 }
 
 /// Why [`BenchArgs::job_specs`] refused the options.
@@ -306,6 +357,20 @@ pub enum OptionsError {
     /// The `--inject-*` probabilities are refused together (e.g. their sum exceeds 1).
     #[error("--inject-*: {0}")]
     InjectOutOfRange(String),
+    /// An option is not a multiple of the namespace's logical block size (known only
+    /// after Identify Namespace).
+    #[error(
+        "--{option} {value} is not a multiple of the namespace's {block_size}-byte logical \
+         block; use a multiple of {block_size}"
+    )]
+    NotBlockMultiple {
+        /// The option's name, without the dashes.
+        option: &'static str,
+        /// Its value in bytes.
+        value: u64,
+        /// The namespace's logical block size in bytes.
+        block_size: u32,
+    },
     /// `--verify crc32c` needs room for its header in every block.
     #[error("--verify crc32c needs --bs of at least {min} bytes, got {bs}")]
     BlockTooSmallForVerify {
@@ -351,7 +416,7 @@ impl JobSpec {
 /// Run-wide options shared by all jobs (see [`super::runner::run`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunOptions {
-    /// Measured run time limit (after the ramp).
+    /// Measured run time limit (after the ramp); zero = no limit (fio).
     pub runtime: Duration,
     /// Whether jobs run for the whole runtime (fio `time_based`).
     pub time_based: bool,
@@ -420,7 +485,7 @@ impl BenchArgs {
                         bs: self.bs,
                     });
                 }
-                let io_limit = if self.time_based {
+                let io_limit = if self.is_time_based() {
                     None
                 } else {
                     let limit = self.io_size.unwrap_or(size);
@@ -442,11 +507,53 @@ impl BenchArgs {
             .collect()
     }
 
+    /// Whether jobs run for the whole runtime: `--time_based` with a non-zero
+    /// `--runtime` (fio ignores `time_based` without a runtime, with a warning).
+    pub fn is_time_based(&self) -> bool {
+        self.time_based && !self.runtime.is_zero()
+    }
+
+    /// Warnings about options that are accepted but ignored, as fio prints them.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut w = Vec::new();
+        if self.time_based && self.runtime.is_zero() {
+            w.push(
+                "--time_based requires a non-zero --runtime; running until --io_size \
+                 is done"
+                    .to_string(),
+            );
+        }
+        w
+    }
+
+    /// Checks the options that must be multiples of the namespace's logical block
+    /// size (`--bs`, `--offset`, `--offset_increment`), known after Identify Namespace;
+    /// run it before any I/O.
+    ///
+    /// Errors: [`OptionsError::NotBlockMultiple`] naming the first option that is not.
+    pub fn check_block_size(&self, block_size: u32) -> Result<(), OptionsError> {
+        let lbs = u64::from(block_size.max(1));
+        for (option, value) in [
+            ("bs", u64::from(self.bs)),
+            ("offset", self.offset),
+            ("offset_increment", self.offset_increment),
+        ] {
+            if !value.is_multiple_of(lbs) {
+                return Err(OptionsError::NotBlockMultiple {
+                    option,
+                    value,
+                    block_size,
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// The run-wide options (runtime, ramp, verification).
     pub fn run_options(&self) -> RunOptions {
         RunOptions {
             runtime: self.runtime,
-            time_based: self.time_based,
+            time_based: self.is_time_based(),
             ramp_time: self.ramp_time,
             verify: self.verify,
             ..RunOptions::default()
@@ -635,6 +742,62 @@ mod tests {
     }
 
     #[test]
+    fn sizes_that_fit_no_namespace_are_refused_at_parse_time() {
+        for bad in [
+            &["--bs=1000"][..],
+            &["--bs=100"],
+            &["--bs=4097"],
+            &["--offset=100"],
+            &["--offset_increment=4000"],
+        ] {
+            let e = parse(bad).unwrap_err();
+            assert_eq!(e.exit_code(), 2, "{bad:?}: {e}");
+            let msg = e.to_string();
+            assert!(msg.contains("multiple of 512"), "{bad:?}: {msg}");
+        }
+        let e = parse(&["--offset=1000"]).unwrap_err().to_string();
+        assert!(e.contains("use e.g. 512"), "{e}");
+        let ok = parse(&["--bs=1049088", "--offset=512", "--offset_increment=1536"]).unwrap();
+        assert_eq!(ok.bs, (1 << 20) + 512);
+    }
+
+    #[test]
+    fn block_size_check_after_identify_names_the_option() {
+        let a = parse(&["--bs=512", "--offset=1536"]).unwrap();
+        assert_eq!(a.check_block_size(512), Ok(()));
+        assert_eq!(
+            a.check_block_size(4096),
+            Err(OptionsError::NotBlockMultiple {
+                option: "bs",
+                value: 512,
+                block_size: 4096
+            })
+        );
+        let b = parse(&["--bs=8k", "--offset=1536"]).unwrap();
+        let e = b.check_block_size(4096).unwrap_err().to_string();
+        assert!(
+            e.contains("--offset 1536") && e.contains("4096-byte logical block"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn runtime_zero_is_no_limit_and_time_based_needs_a_runtime() {
+        let a = parse(&["--runtime=0"]).unwrap();
+        assert_eq!(a.run_options().runtime, Duration::ZERO);
+        assert!(a.warnings().is_empty());
+        assert_eq!(a.job_specs(1 << 20).unwrap()[0].io_limit, Some(1 << 20));
+        let t = parse(&["--runtime=0", "--time_based"]).unwrap();
+        assert!(!t.is_time_based());
+        assert!(!t.run_options().time_based);
+        assert_eq!(t.job_specs(1 << 20).unwrap()[0].io_limit, Some(1 << 20));
+        assert!(t.warnings()[0].contains("--time_based requires"));
+        let e = parse(&["--eta=always"]).unwrap();
+        assert_eq!(e.eta, EtaMode::Always);
+        assert_eq!(parse(&[]).unwrap().eta, EtaMode::Auto);
+    }
+
+    #[test]
     fn inject_options_make_a_fault_config_for_the_embedded_target_only() {
         let none = parse(&[]).unwrap();
         assert!(!none.injects_faults());
@@ -729,7 +892,9 @@ mod tests {
             c.job_specs(1 << 20),
             Err(OptionsError::RegionTooSmall { .. })
         ));
-        let d = parse(&["--bs=16", "--verify=crc32c"]).unwrap();
+        // The command line refuses --bs under 512; a library caller may still set it.
+        let mut d = parse(&["--verify=crc32c"]).unwrap();
+        d.bs = 16;
         assert!(matches!(
             d.job_specs(1 << 20),
             Err(OptionsError::BlockTooSmallForVerify { .. })

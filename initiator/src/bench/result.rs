@@ -159,6 +159,22 @@ pub struct VerifySummary {
     pub verified: u64,
     /// Blocks read back and found damaged (each also stops its job).
     pub mismatches: u64,
+    /// Writes that completed successfully (blocks with known content to check).
+    pub written: u64,
+}
+
+impl VerifySummary {
+    /// Whether blocks were written and none was read back and checked: a verification
+    /// that proved nothing, which fails the run.
+    pub fn checked_nothing(&self) -> bool {
+        self.written > 0 && self.verified == 0 && self.mismatches == 0
+    }
+
+    /// Whether verification passed: no mismatch, and something was checked if
+    /// anything was written.
+    pub fn passed(&self) -> bool {
+        self.mismatches == 0 && !self.checked_nothing()
+    }
 }
 
 /// Faults one RDMA device injected on receive during the run (`--inject-*`), with
@@ -258,12 +274,47 @@ pub struct BenchResult {
     pub started: SystemTime,
     /// Wall time of the whole run including the ramp.
     pub elapsed: Duration,
+    /// A stop request (Ctrl-C, SIGTERM) ended the run before its jobs were done.
+    pub interrupted: bool,
 }
 
 impl BenchResult {
-    /// Whether the run passed: no job stopped with an error and no block failed
-    /// verification (`nvmf-bench` exits non-zero otherwise).
+    /// Whether the run passed: it ran to its end, no job stopped with an error, and
+    /// verification (if any) passed ([`VerifySummary::passed`]). `nvmf-bench` exits
+    /// non-zero otherwise.
     pub fn passed(&self) -> bool {
-        self.jobs.iter().all(|j| j.error.is_none()) && self.verify.is_none_or(|v| v.mismatches == 0)
+        !self.interrupted
+            && self.jobs.iter().all(|j| j.error.is_none())
+            && self.verify.is_none_or(|v| v.passed())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn verifying_nothing_after_writes_fails_the_run() {
+        let mut r = crate::bench::report::testdata::result();
+        assert!(r.passed());
+        r.verify = Some(VerifySummary {
+            verified: 0,
+            mismatches: 0,
+            written: 41_681,
+        });
+        assert!(r.verify.unwrap().checked_nothing());
+        assert!(!r.passed());
+        // Nothing written: nothing to check, no failure.
+        r.verify = Some(VerifySummary::default());
+        assert!(r.passed());
+        r.verify = Some(VerifySummary {
+            verified: 3,
+            mismatches: 1,
+            written: 3,
+        });
+        assert!(!r.passed());
+        r.verify = None;
+        r.interrupted = true;
+        assert!(!r.passed());
     }
 }

@@ -9,19 +9,23 @@
 //! submitted during `ramp_time` are executed but not counted. A job's run time is
 //! from its first counted submit to its last counted completion. A failed I/O, a
 //! verification mismatch or an engine failure stops the job and is reported as
-//! fio's `err=`.
+//! fio's `err=`. A runtime of zero sets no time limit (fio): the job ends when it has
+//! issued its `io_size`.
 //!
 //! With `--verify crc32c`, reads of blocks written earlier in the run are checked
-//! as they complete; and, as fio's `do_verify`, a job that writes and ends by
-//! issuing its `io_size` (not by the runtime) then reads back every block of its
-//! region written in this run (the verify phase, which the runtime does not cut
-//! short and the statistics do not include).
+//! as they complete; and, as fio's `do_verify`, a job that writes then reads back
+//! every block of its region written in this run (the verify phase, which the
+//! runtime does not cut short and the statistics, bandwidth and IOPS samples
+//! included, do not count). Unlike fio, the verify phase also follows a write phase
+//! that the runtime ended. A stop request ([`RunControl::stop`], e.g. Ctrl-C) ends
+//! every phase, the verify phase included, and waits only for the I/Os in flight.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use super::engine::{EngineError, IoCompletion, IoEngine};
 use super::options::{JobSpec, RunOptions, VerifyMode};
+use super::progress::{JobPhase, JobProgress, Progress};
 use super::result::{
     depth_bucket, BenchResult, GroupResult, JobError, JobResult, VerifySummary, ERRNO_EILSEQ,
     ERRNO_EIO, ERRNO_ETIMEDOUT,
@@ -30,22 +34,23 @@ use super::stats::{DirStats, Sampler};
 use super::verify::{fill_block, ReadCheck, VerifyTracker};
 use super::workload::{IoOp, IoRequest, Workload};
 
-/// One job: its workload and the engine (one I/O queue) that executes it.
-pub struct Job {
+/// One job: its workload and the engine (one I/O queue) that executes it. The engine
+/// may be borrowed (`Box::new(&mut engine)`) so the caller keeps it after the run.
+pub struct Job<'a> {
     /// What to run.
     pub spec: JobSpec,
     /// Where to run it.
-    pub engine: Box<dyn IoEngine + Send>,
+    pub engine: Box<dyn IoEngine + Send + 'a>,
 }
 
-impl Job {
+impl<'a> Job<'a> {
     /// A job running `spec` on `engine`.
-    pub fn new(spec: JobSpec, engine: Box<dyn IoEngine + Send>) -> Self {
+    pub fn new(spec: JobSpec, engine: Box<dyn IoEngine + Send + 'a>) -> Self {
         Self { spec, engine }
     }
 }
 
-impl std::fmt::Debug for Job {
+impl std::fmt::Debug for Job<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Job")
             .field("spec", &self.spec)
@@ -53,34 +58,94 @@ impl std::fmt::Debug for Job {
     }
 }
 
+/// fio's progress interval (`eta_interval`, 1 s).
+pub const PROGRESS_INTERVAL: Duration = Duration::from_secs(1);
+
+/// How a caller steers a run from outside: a stop flag and a progress callback.
+pub struct RunControl<'a> {
+    /// Once true, every job stops as at the end of the runtime, but without its
+    /// verify phase; the result is marked [`BenchResult::interrupted`]. Polled every
+    /// loop turn (an atomic load).
+    pub stop: Option<&'a AtomicBool>,
+    /// Called every `progress_interval` while jobs run, with their progress.
+    pub progress: Option<&'a mut dyn FnMut(&Progress)>,
+    /// How often `progress` is called.
+    pub progress_interval: Duration,
+}
+
+impl Default for RunControl<'_> {
+    fn default() -> Self {
+        Self {
+            stop: None,
+            progress: None,
+            progress_interval: PROGRESS_INTERVAL,
+        }
+    }
+}
+
+impl std::fmt::Debug for RunControl<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunControl")
+            .field("stop", &self.stop)
+            .field("progress", &self.progress.is_some())
+            .field("progress_interval", &self.progress_interval)
+            .finish()
+    }
+}
+
 /// Runs `jobs` to completion (see the module docs) and returns what was measured.
-pub fn run(mut jobs: Vec<Job>, opts: &RunOptions) -> BenchResult {
+pub fn run(mut jobs: Vec<Job<'_>>, opts: &RunOptions) -> BenchResult {
     run_in_place(&mut jobs, opts, None)
 }
 
 /// Like [`run`], but leaves the jobs (and their engines) with the caller, and stops
 /// early, as at the end of the runtime, once `stop` becomes true (e.g. on Ctrl-C).
-pub fn run_in_place(jobs: &mut [Job], opts: &RunOptions, stop: Option<&AtomicBool>) -> BenchResult {
+pub fn run_in_place(
+    jobs: &mut [Job<'_>],
+    opts: &RunOptions,
+    stop: Option<&AtomicBool>,
+) -> BenchResult {
+    run_with(
+        jobs,
+        opts,
+        RunControl {
+            stop,
+            ..RunControl::default()
+        },
+    )
+}
+
+/// Like [`run_in_place`], steered by `ctl` (stop flag, progress callback).
+pub fn run_with(jobs: &mut [Job<'_>], opts: &RunOptions, mut ctl: RunControl<'_>) -> BenchResult {
     let started = SystemTime::now();
     let start = Instant::now();
     let measure_from = start + opts.ramp_time;
-    let deadline = measure_from + opts.runtime;
+    let deadline = (!opts.runtime.is_zero()).then(|| measure_from + opts.runtime);
     let mut tracker = (opts.verify == VerifyMode::Crc32c).then(VerifyTracker::new);
-    let mut states: Vec<JobState> = jobs.iter().map(|j| JobState::new(j, start)).collect();
+    let mut states: Vec<JobState> = jobs
+        .iter()
+        .map(|j| JobState::new(j, start, tracker.is_some()))
+        .collect();
     let mut comps = Vec::new();
+    let mut next_progress = start + ctl.progress_interval;
+    let mut interrupted = false;
 
     loop {
         let now = Instant::now();
-        let past_deadline = now >= deadline;
-        let stop_flag = stop.is_some_and(|s| s.load(Ordering::Relaxed));
+        let past_deadline = deadline.is_some_and(|d| now >= d);
+        let stop_flag = ctl.stop.is_some_and(|s| s.load(Ordering::Relaxed));
+        interrupted |= stop_flag;
         let mut all_done = true;
         for (job, st) in jobs.iter_mut().zip(states.iter_mut()) {
             if st.done {
                 continue;
             }
             all_done = false;
-            if stop_flag || (past_deadline && st.phase == Phase::Workload) {
+            if stop_flag {
+                st.interrupted = true;
                 st.stop(now);
+            } else if past_deadline && st.phase == Phase::Workload {
+                st.end_workload(now);
             }
             if st.stop_at.is_none() {
                 st.fill(job, tracker.as_mut(), measure_from, now);
@@ -90,6 +155,19 @@ pub fn run_in_place(jobs: &mut [Job], opts: &RunOptions, stop: Option<&AtomicBoo
         }
         if all_done {
             break;
+        }
+        if now >= next_progress {
+            next_progress = now + ctl.progress_interval;
+            if let Some(report) = ctl.progress.as_mut() {
+                report(&progress(
+                    jobs,
+                    &states,
+                    opts,
+                    now - start,
+                    measure_from,
+                    now,
+                ));
+            }
         }
     }
 
@@ -105,11 +183,67 @@ pub fn run_in_place(jobs: &mut [Job], opts: &RunOptions, stop: Option<&AtomicBoo
         verify: tracker.map(|t| VerifySummary {
             verified: t.verified,
             mismatches: t.mismatches,
+            written: t.written,
         }),
         faults: None,
         options: opts.clone(),
         started,
         elapsed: end - start,
+        interrupted,
+    }
+}
+
+/// The jobs' progress now.
+fn progress(
+    jobs: &[Job<'_>],
+    states: &[JobState],
+    opts: &RunOptions,
+    elapsed: Duration,
+    measure_from: Instant,
+    now: Instant,
+) -> Progress {
+    let verify = opts.verify == VerifyMode::Crc32c;
+    Progress {
+        elapsed,
+        runtime: opts.runtime,
+        ramp_time: opts.ramp_time,
+        time_based: opts.time_based,
+        jobs: jobs
+            .iter()
+            .zip(states)
+            .map(|(j, st)| {
+                let spec = &j.spec;
+                let phase = if st.done {
+                    if st.error.is_some() {
+                        JobPhase::Failed
+                    } else if st.interrupted {
+                        JobPhase::Killed
+                    } else {
+                        JobPhase::Finished
+                    }
+                } else if matches!(st.phase, Phase::Verify(_)) {
+                    JobPhase::Verifying
+                } else if now < measure_from {
+                    JobPhase::Ramp
+                } else {
+                    JobPhase::Running
+                };
+                let io_bytes = spec.io_limit.unwrap_or(spec.size);
+                JobProgress {
+                    rw: spec.rw,
+                    rwmixread: spec.rwmixread,
+                    phase,
+                    bytes: st.all_bytes,
+                    ios: st.all_ios,
+                    total_bytes: JobProgress::total_with_verify(
+                        io_bytes,
+                        spec.rw,
+                        spec.rwmixread,
+                        verify,
+                    ),
+                }
+            })
+            .collect(),
     }
 }
 
@@ -146,8 +280,8 @@ struct JobState {
     phase: Phase,
     /// Region start, block size and block count, for the verify phase.
     region: (u64, u32, u64),
-    /// Whether the workload writes (and so has a verify phase when verifying).
-    writes: bool,
+    /// Whether the job reads back what it wrote (verifying, and the workload writes).
+    verify_phase: bool,
     depth: usize,
     free_tags: Vec<u32>,
     slots: Vec<Option<Slot>>,
@@ -156,6 +290,8 @@ struct JobState {
     stop_at: Option<Instant>,
     done: bool,
     done_at: Option<Instant>,
+    /// The stop flag ended the job.
+    interrupted: bool,
     dirs: [DirStats; 2],
     sampler: Sampler,
     sample_tick: Option<Instant>,
@@ -164,16 +300,21 @@ struct JobState {
     last_completion: Option<Instant>,
     error: Option<JobError>,
     depth_dist: [u64; 7],
+    /// Every completed I/O's bytes and count, ramp and verify phase included (for the
+    /// progress line).
+    all_bytes: [u64; 2],
+    all_ios: [u64; 2],
 }
 
 impl JobState {
-    fn new(job: &Job, now: Instant) -> Self {
+    fn new(job: &Job<'_>, now: Instant, verifying: bool) -> Self {
         let depth = (job.spec.iodepth as usize).min(job.engine.max_outstanding());
+        let writes = job.spec.rw.read_percent(job.spec.rwmixread) < 100;
         let mut st = Self {
             workload: Workload::new(&job.spec),
             phase: Phase::Workload,
             region: (job.spec.offset, job.spec.bs, job.spec.blocks()),
-            writes: job.spec.rw.read_percent(job.spec.rwmixread) < 100,
+            verify_phase: verifying && writes,
             depth,
             free_tags: (0..depth as u32).rev().collect(),
             slots: vec![None; depth],
@@ -182,6 +323,7 @@ impl JobState {
             stop_at: None,
             done: false,
             done_at: None,
+            interrupted: false,
             dirs: Default::default(),
             sampler: Sampler::default(),
             sample_tick: None,
@@ -190,6 +332,8 @@ impl JobState {
             last_completion: None,
             error: None,
             depth_dist: [0; 7],
+            all_bytes: [0; 2],
+            all_ios: [0; 2],
         };
         if depth == 0 {
             st.fail(
@@ -204,6 +348,17 @@ impl JobState {
     fn stop(&mut self, now: Instant) {
         if self.stop_at.is_none() {
             self.stop_at = Some(now);
+        }
+    }
+
+    /// The runtime is over: stop issuing the workload, then read back what was
+    /// written (verifying) or stop.
+    fn end_workload(&mut self, now: Instant) {
+        if self.verify_phase {
+            self.phase = Phase::DrainBeforeVerify;
+            self.retry = None;
+        } else {
+            self.stop(now);
         }
     }
 
@@ -226,7 +381,7 @@ impl JobState {
                     if let Some(r) = self.workload.next_request() {
                         return Some(r);
                     }
-                    if tracker.is_none() || !self.writes {
+                    if !self.verify_phase {
                         self.stop(now);
                         return None;
                     }
@@ -266,7 +421,7 @@ impl JobState {
     /// current phase has nothing more to issue.
     fn fill(
         &mut self,
-        job: &mut Job,
+        job: &mut Job<'_>,
         mut tracker: Option<&mut VerifyTracker>,
         measure_from: Instant,
         now: Instant,
@@ -342,25 +497,17 @@ impl JobState {
         }
     }
 
-    /// Polls the engine once and accounts every completion.
+    /// Polls the engine once and accounts every completion; an engine failure then
+    /// stops the job and abandons what is still outstanding.
     fn poll(
         &mut self,
-        job: &mut Job,
+        job: &mut Job<'_>,
         mut tracker: Option<&mut VerifyTracker>,
         measure_from: Instant,
         comps: &mut Vec<IoCompletion>,
     ) {
         comps.clear();
-        if let Err(e) = job.engine.poll(comps) {
-            let now = Instant::now();
-            self.fail(ERRNO_EIO, format!("engine poll failed: {e}"), now);
-            // Nothing more will complete: abandon what is outstanding.
-            self.outstanding = 0;
-            return;
-        }
-        if comps.is_empty() {
-            return;
-        }
+        let failure = job.engine.poll(comps).err();
         let now = Instant::now();
         for c in comps.drain(..) {
             let Some(slot) = self.slots.get_mut(c.tag as usize).and_then(Option::take) else {
@@ -393,8 +540,10 @@ impl JobState {
                 self.fail(ERRNO_EIO, format!("{} failed: {msg}", describe(&req)), now);
                 continue;
             }
+            let d = req.op.index();
+            self.all_bytes[d] += u64::from(req.len);
+            self.all_ios[d] += 1;
             if slot.measured {
-                let d = req.op.index();
                 let ns = now.saturating_duration_since(slot.submitted).as_nanos();
                 self.dirs[d]
                     .clat
@@ -406,7 +555,15 @@ impl JobState {
                 self.last_completion = Some(now);
             }
         }
-        if now >= measure_from {
+        if let Some(e) = failure {
+            self.fail(ERRNO_EIO, format!("engine poll failed: {e}"), now);
+            // Nothing more will complete: abandon what is outstanding.
+            self.outstanding = 0;
+            return;
+        }
+        // Bandwidth and IOPS samples cover the workload only: windows stop closing
+        // once it ends (verify phase, drain), so they hold no idle or read-back time.
+        if now >= measure_from && self.phase == Phase::Workload && self.stop_at.is_none() {
             let tick = self.sample_tick.unwrap_or(measure_from);
             let elapsed = now.saturating_duration_since(tick).as_nanos() as u64;
             self.sampler.advance(elapsed, self.active, &mut self.dirs);
@@ -558,7 +715,8 @@ mod tests {
             w.verify.unwrap(),
             VerifySummary {
                 verified: 32,
-                mismatches: 0
+                mismatches: 0,
+                written: 32
             }
         );
         assert_eq!(w.jobs[0].dirs[0].ios, 0);
@@ -571,9 +729,11 @@ mod tests {
             r.verify.unwrap(),
             VerifySummary {
                 verified: 0,
-                mismatches: 0
+                mismatches: 0,
+                written: 0
             }
         );
+        assert!(r.passed(), "nothing written, nothing to verify");
     }
 
     #[test]
@@ -641,5 +801,100 @@ mod tests {
         let stop = AtomicBool::new(true);
         let r = run_in_place(&mut jobs, &opts(VerifyMode::None), Some(&stop));
         assert!(r.jobs[0].error.is_none());
+        assert!(r.interrupted);
+    }
+
+    #[test]
+    fn runtime_end_of_the_write_phase_still_verifies_every_written_block() {
+        // A time-based random write job whose runtime ends the write phase: fio would
+        // skip its verify phase; every block written is read back here.
+        // Depth 1: no two writes of one block overlap (which would leave its content
+        // unknown and unverifiable).
+        let mut s = spec(RwMode::RandWrite, 0, 256, 0, 1);
+        s.io_limit = None;
+        let mut engine = mem(256, 1, 4);
+        engine.set_latency(Duration::ZERO, Duration::from_micros(200));
+        let mut jobs = vec![Job::new(s, Box::new(engine))];
+        let o = RunOptions {
+            runtime: Duration::from_millis(30),
+            time_based: true,
+            verify: VerifyMode::Crc32c,
+            ..RunOptions::default()
+        };
+        let r = run_in_place(&mut jobs, &o, None);
+        let v = r.verify.unwrap();
+        let writes = r.jobs[0].dirs[1].ios;
+        assert!(writes > 0 && v.written == writes, "{v:?}, {writes} writes");
+        assert!(v.verified > 0, "{v:?}");
+        // Each block written once or more is read back once.
+        assert_eq!(v.verified, writes.min(256), "{v:?}");
+        assert_eq!(r.jobs[0].dirs[0].ios, 0, "the read-back is not counted");
+        assert!(r.passed() && !r.interrupted);
+    }
+
+    #[test]
+    fn runtime_zero_is_no_limit() {
+        let mut engine = mem(64, 1, 2);
+        engine.set_latency(Duration::from_millis(1), Duration::ZERO);
+        let jobs = vec![Job::new(
+            spec(RwMode::RandRead, 0, 64, 64, 2),
+            Box::new(engine),
+        )];
+        let o = RunOptions {
+            runtime: Duration::ZERO,
+            ..opts(VerifyMode::None)
+        };
+        let r = run(jobs, &o);
+        assert_eq!(r.jobs[0].dirs[0].ios, 64);
+        assert!(r.jobs[0].error.is_none());
+    }
+
+    #[test]
+    fn verify_phase_adds_no_bandwidth_samples() {
+        // 16 fast writes (16 ms, inside the first 500 ms sample window), then a
+        // read-back of 16 slow reads (1.6 s: three windows). Those windows hold no
+        // workload I/O and must add no sample (they would read 0 KiB/s).
+        let mut engine = mem(16, 1, 1);
+        engine.set_latency(Duration::from_millis(100), Duration::from_millis(1));
+        let jobs = vec![Job::new(
+            spec(RwMode::Write, 0, 16, 16, 1),
+            Box::new(engine),
+        )];
+        let r = run(jobs, &opts(VerifyMode::Crc32c));
+        assert_eq!(r.verify.unwrap().verified, 16);
+        let w = &r.jobs[0].dirs[1];
+        assert_eq!(w.ios, 16);
+        assert_eq!(w.bw_kib_samples.count(), 0, "{:?}", w.bw_kib_samples);
+        assert_eq!(w.iops_samples.count(), 0, "{:?}", w.iops_samples);
+        assert_eq!(r.jobs[0].dirs[0].bw_kib_samples.count(), 0);
+        assert!(r.jobs[0].runtime_ms < 500, "{} ms", r.jobs[0].runtime_ms);
+    }
+
+    #[test]
+    fn progress_is_reported_while_jobs_run() {
+        let mut engine = mem(32, 1, 1);
+        engine.set_latency(Duration::from_millis(2), Duration::from_millis(2));
+        let mut jobs = vec![Job::new(
+            spec(RwMode::Write, 0, 32, 32, 1),
+            Box::new(engine),
+        )];
+        let mut seen: Vec<Progress> = Vec::new();
+        let mut hook = |p: &Progress| seen.push(p.clone());
+        let r = run_with(
+            &mut jobs,
+            &opts(VerifyMode::Crc32c),
+            RunControl {
+                progress: Some(&mut hook),
+                progress_interval: Duration::from_millis(10),
+                ..RunControl::default()
+            },
+        );
+        assert!(r.passed());
+        assert!(seen.len() >= 2, "{} progress reports", seen.len());
+        assert!(seen.iter().any(|p| p.jobs[0].phase == JobPhase::Running));
+        assert!(seen.iter().any(|p| p.jobs[0].phase == JobPhase::Verifying));
+        let last = seen.last().unwrap();
+        assert!(last.jobs[0].bytes[1] > 0 && last.elapsed > Duration::ZERO);
+        assert_eq!(last.jobs[0].total_bytes, 2 * 32 * 4096);
     }
 }

@@ -275,6 +275,8 @@ pub struct VerifyTracker {
     pub verified: u64,
     /// Blocks that failed verification.
     pub mismatches: u64,
+    /// Writes that completed successfully.
+    pub written: u64,
 }
 
 impl VerifyTracker {
@@ -304,7 +306,9 @@ impl VerifyTracker {
             return;
         };
         s.in_flight = s.in_flight.saturating_sub(1);
-        if !ok {
+        if ok {
+            self.written += 1;
+        } else {
             s.ambiguous = true;
         }
         if s.in_flight == 0 {

@@ -1,102 +1,95 @@
 //! `nvmf-bench`: fio's workloads and output over NVMe over Fabrics (RDMA, RoCEv2).
 //!
 //! By default it starts an embedded target (an in-process `nvmf-target` on a 1 GiB
-//! file in the temp directory, laid out with data first as fio lays out its files)
-//! on 127.0.0.2 and connects to it from 127.0.0.3; with `--traddr` it benchmarks a
-//! remote target. One busy-polling thread drives every job (one I/O queue each); the
-//! embedded target's poll group takes the other core.
-use std::io::Write;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::path::Path;
+//! file in the temp directory, laid out with data first as fio lays out its files,
+//! and unlinked so it never outlives the process) on 127.0.0.2 and connects to it
+//! from 127.0.0.3; with `--traddr` it benchmarks a remote target. One busy-polling
+//! thread drives every job (one I/O queue each); the embedded target's poll group
+//! takes the other core.
+//!
+//! Order of work: every argument that can be checked is checked, and `--output` is
+//! created, before anything starts; the block size is checked against the namespace
+//! right after Identify, before any I/O. Ctrl-C or SIGTERM stops the jobs; the report
+//! of what ran is printed, the host disconnects and the exit status is 128 (fio's); a
+//! second signal exits at once (see `bench::signals`).
+use std::io::{IsTerminal, Write};
+use std::net::{IpAddr, SocketAddr};
 use std::process::ExitCode;
 
 use clap::Parser;
-use nvmf_initiator::bench::{report, run_in_place, BenchArgs, FaultSummary, Job, OutputFormat};
+use nvmf_initiator::bench::embedded::{EmbeddedTarget, EMBEDDED_NQN};
+use nvmf_initiator::bench::report::{self, render_header, verify_problem, ReportOutput};
+use nvmf_initiator::bench::signals::{StopSignals, EXIT_STATUS_SIGNALED};
+use nvmf_initiator::bench::{
+    run_with, BenchArgs, EtaLine, EtaMode, FaultSummary, Job, OutputFormat, RunControl,
+};
 use nvmf_initiator::{HostOptions, QueueEngine, SyncHost};
-use nvmf_target::config::TargetConfig;
-use transport::soft::FaultConfig;
-
-/// Subsystem NQN of the embedded target.
-const EMBEDDED_NQN: &str = "nqn.2026-11.io.nvmf-rdma:bench";
 
 fn fail(msg: impl std::fmt::Display) -> ExitCode {
     eprintln!("nvmf-bench: {msg}");
     ExitCode::FAILURE
 }
 
-/// Writes `size` bytes of pseudo-random data (fio's layout: no holes, so reads hit
-/// real blocks), 1 MiB at a time.
-fn lay_out(path: &Path, size: u64) -> std::io::Result<()> {
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(true)
-        .write(true)
-        .open(path)?;
-    let mut buf = vec![0u8; 1 << 20];
-    let mut x = 0x9E37_79B9_7F4A_7C15u64;
-    for w in buf.chunks_exact_mut(8) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        w.copy_from_slice(&x.to_le_bytes());
-    }
-    let mut left = size;
-    let mut n = 0u64;
-    while left > 0 {
-        buf[..8].copy_from_slice(&n.to_le_bytes());
-        let k = left.min(buf.len() as u64) as usize;
-        f.write_all(&buf[..k])?;
-        left -= k as u64;
-        n += 1;
-    }
-    f.sync_data()
+/// What can be decided from the arguments alone, checked before anything starts.
+struct Plan {
+    faults: Option<transport::soft::FaultConfig>,
+    /// The remote target's host options; `None` for the embedded target.
+    remote: Option<HostOptions>,
+    output: ReportOutput,
 }
 
-struct Embedded {
-    target: nvmf_target::TargetHandle,
-    host_ip: IpAddr,
-    _dir: tempfile::TempDir,
-}
-
-fn start_embedded(args: &BenchArgs, faults: Option<FaultConfig>) -> Result<Embedded, String> {
-    let parent = args.embedded_dir_or_default();
-    let dir = tempfile::Builder::new()
-        .prefix("nvmf-bench.")
-        .tempdir_in(&parent)
-        .map_err(|e| format!("creating a directory in {}: {e}", parent.display()))?;
-    let path = dir.path().join(format!("{}.0.0", args.name));
-    let size = args.embedded_size;
-    if size == 0 || !size.is_multiple_of(4096) {
-        return Err(format!(
-            "--embedded-size {size} must be a positive multiple of 4096"
-        ));
-    }
-    eprintln!(
-        "{}: Laying out IO file ({} MiB) in {}",
-        args.name,
-        size >> 20,
-        dir.path().display()
-    );
-    lay_out(&path, size).map_err(|e| format!("laying out {}: {e}", path.display()))?;
-    // 127.0.0.2/.3 by default; the next pairs when another run holds them.
-    let mut last_err = String::new();
-    for pair in 0..16u8 {
-        let tip = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2 + 2 * pair));
-        let cfg = TargetConfig::default_for(tip, EMBEDDED_NQN, &path, size);
-        match nvmf_target::server::start_with_faults(&cfg, faults) {
-            Ok(target) => {
-                let host_ip = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 3 + 2 * pair));
-                return Ok(Embedded {
-                    target,
-                    host_ip,
-                    _dir: dir,
-                });
-            }
-            Err(nvmf_target::TargetError::Socket(e)) => last_err = e.to_string(),
-            Err(e) => return Err(format!("embedded target: {e}")),
+fn plan(args: &BenchArgs) -> Result<Plan, String> {
+    // --inject-*: on the embedded target's device and the host's (refused with --traddr).
+    let faults = args.fault_config().map_err(|e| e.to_string())?;
+    let remote = match &args.traddr {
+        None => {
+            nvmf_initiator::bench::embedded::check_size(args.embedded_size)?;
+            // The namespace is exactly the embedded file: regions can be checked now.
+            args.job_specs(args.embedded_size)
+                .map_err(|e| format!("{e} (the embedded target's namespace is --embedded-size)"))?;
+            None
         }
-    }
-    Err(format!("embedded target: {last_err}"))
+        Some(addr) => {
+            let ip = addr
+                .parse::<IpAddr>()
+                .map_err(|_| format!("--traddr {addr}: not an IP address"))?;
+            let nqn = args
+                .subnqn
+                .clone()
+                .ok_or("--traddr needs --subnqn (the subsystem NQN to connect to)")?;
+            let mut o = HostOptions::new(SocketAddr::new(ip, args.trsvcid), nqn);
+            if let Some(h) = &args.host_traddr {
+                let local = h
+                    .parse::<IpAddr>()
+                    .map_err(|_| format!("--host-traddr {h}: not an IP address"))?;
+                o.local_ip = Some(local);
+            }
+            Some(o)
+        }
+    };
+    let output = ReportOutput::open(args)?;
+    Ok(Plan {
+        faults,
+        remote,
+        output,
+    })
+}
+
+/// Whether fio's progress line is shown (fio `skip_eta`): normal output only, and on
+/// a terminal unless `--eta always`.
+fn show_progress(args: &BenchArgs) -> bool {
+    args.output_format == OutputFormat::Normal
+        && match args.eta {
+            EtaMode::Never => false,
+            EtaMode::Always => true,
+            EtaMode::Auto => std::io::stdout().is_terminal(),
+        }
+}
+
+fn print_stdout(text: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text.as_bytes());
+    let _ = out.flush();
 }
 
 fn main() -> ExitCode {
@@ -107,15 +100,44 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let args = BenchArgs::parse();
-    // --inject-*: on the embedded target's device and the host's (refused with --traddr).
-    let faults = match args.fault_config() {
-        Ok(f) => f,
-        Err(e) => return fail(e),
+    bench(&args)
+}
+
+fn bench(args: &BenchArgs) -> ExitCode {
+    let Plan {
+        faults,
+        remote,
+        mut output,
+    } = match plan(args) {
+        Ok(p) => p,
+        Err(m) => return fail(m),
     };
-    let (embedded, mut opts) = match &args.traddr {
+    for w in args.warnings() {
+        eprintln!("nvmf-bench: {w}");
+    }
+    let signals = match StopSignals::install() {
+        Ok(s) => s,
+        Err(e) => return fail(format!("installing the SIGINT/SIGTERM handlers: {e}")),
+    };
+    let interrupted = |what: &str| {
+        eprintln!(
+            "nvmf-bench: terminating on signal {} ({what})",
+            signals.received().unwrap_or(0)
+        );
+        ExitCode::from(EXIT_STATUS_SIGNALED)
+    };
+    let (embedded, mut opts) = match remote {
         None => {
-            let e = match start_embedded(&args, faults) {
+            let dir = args.embedded_dir_or_default();
+            let e = match EmbeddedTarget::start(
+                &dir,
+                args.embedded_size,
+                &args.name,
+                faults,
+                Some(signals.flag()),
+            ) {
                 Ok(e) => e,
+                Err(_) if signals.received().is_some() => return interrupted("laying out"),
                 Err(m) => return fail(m),
             };
             let mut o = HostOptions::new(e.target.listen_addr(), EMBEDDED_NQN);
@@ -123,28 +145,14 @@ fn main() -> ExitCode {
             o.faults = faults;
             (Some(e), o)
         }
-        Some(addr) => {
-            let Ok(ip) = addr.parse::<IpAddr>() else {
-                return fail(format!("--traddr {addr}: not an IP address"));
-            };
-            let Some(nqn) = args.subnqn.clone() else {
-                return fail("--traddr needs --subnqn (the subsystem NQN to connect to)");
-            };
-            let mut o = HostOptions::new(SocketAddr::new(ip, args.trsvcid), nqn);
-            if let Some(h) = &args.host_traddr {
-                match h.parse::<IpAddr>() {
-                    Ok(local) => o.local_ip = Some(local),
-                    Err(_) => return fail(format!("--host-traddr {h}: not an IP address")),
-                }
-            }
-            (None, o)
-        }
+        Some(o) => (None, o),
     };
     if let Some(h) = &args.hostnqn {
         opts.hostnqn = h.clone();
     }
     opts.io_queues = args.numjobs as u16;
     opts.queue_depth = (args.iodepth + 1).min(1024) as u16;
+    // Larger blocks are split by the queue engine at the controller's MDTS.
     opts.max_io_bytes = args.bs as usize;
     let mut host = match SyncHost::connect(&opts) {
         Ok(h) => h,
@@ -159,29 +167,72 @@ fn main() -> ExitCode {
         Ok(ns) => ns,
         Err(e) => return fail(format!("namespace {}: {e}", args.nsid)),
     };
+    // Known only now; checked before any I/O.
+    if let Err(e) = args.check_block_size(ns.block_size) {
+        let _ = host.disconnect();
+        return fail(e);
+    }
     let ns_bytes = ns.nsze * ns.block_size as u64;
     let specs = match args.job_specs(ns_bytes) {
         Ok(s) => s,
-        Err(e) => return fail(e),
+        Err(e) => {
+            let _ = host.disconnect();
+            return fail(e);
+        }
     };
     let host_dev = host.device().clone();
     let (queues, keeper) = host.into_io_queues();
     if queues.len() < specs.len() {
+        let granted = queues.len();
+        let _ = keeper.shutdown(queues);
         return fail(format!(
-            "the target granted {} I/O queues, {} jobs need one each",
-            queues.len(),
+            "the target granted {granted} I/O queues, {} jobs need one each; lower --numjobs",
             specs.len()
         ));
     }
-    let mut jobs = Vec::with_capacity(specs.len());
-    for (spec, q) in specs.into_iter().zip(queues) {
-        match QueueEngine::new(q, args.nsid, ns.block_size) {
-            Ok(engine) => jobs.push(Job::new(spec, Box::new(engine))),
+    let mut engines = Vec::with_capacity(queues.len());
+    for q in queues {
+        match QueueEngine::with_max_request(q, args.nsid, ns.block_size, args.bs as usize) {
+            Ok(e) => engines.push(e.with_health(keeper.health().clone())),
             Err(e) => return fail(e),
         }
     }
-    let mut result = run_in_place(&mut jobs, &args.run_options(), None);
+    if signals.received().is_some() {
+        let _ = keeper.shutdown(engines.into_iter().map(QueueEngine::into_queue).collect());
+        return interrupted("connecting");
+    }
+    if args.output_format == OutputFormat::Normal {
+        if let Err(e) = output.write(&render_header(args)) {
+            return fail(format!("writing the header: {e}"));
+        }
+    }
+
+    let mut eta = EtaLine::new();
+    let mut print_progress = |p: &nvmf_initiator::bench::Progress| {
+        if let Some(line) = eta.render(p) {
+            print_stdout(&line);
+        }
+    };
+    let mut jobs: Vec<Job<'_>> = specs
+        .into_iter()
+        .zip(engines.iter_mut())
+        .map(|(spec, e)| Job::new(spec, Box::new(e)))
+        .collect();
+    let ctl = RunControl {
+        stop: Some(signals.flag()),
+        progress: show_progress(args)
+            .then_some(&mut print_progress as &mut dyn FnMut(&nvmf_initiator::bench::Progress)),
+        ..RunControl::default()
+    };
+    let mut result = run_with(&mut jobs, &args.run_options(), ctl);
     drop(jobs);
+    print_stdout(&eta.clear());
+    if result.interrupted {
+        eprintln!(
+            "\nnvmf-bench: terminating on signal {}",
+            signals.received().unwrap_or(0)
+        );
+    }
     if let (Some(f), Some(e)) = (&faults, &embedded) {
         let target = e.target.device().counters().snapshot();
         let host = host_dev.counters().snapshot();
@@ -190,10 +241,9 @@ fn main() -> ExitCode {
             &[("target", target), ("host", host)],
         ));
     }
-    if let Err(e) = report::write_report(&result, &args) {
-        return fail(format!("writing the report: {e}"));
-    }
-    if let Err(e) = keeper.shutdown(Vec::new()) {
+    let report_written = report::write_report(&result, args, &mut output);
+    let queues = engines.into_iter().map(QueueEngine::into_queue).collect();
+    if let Err(e) = keeper.shutdown(queues) {
         eprintln!("nvmf-bench: disconnect: {e}");
     }
     if let Some(e) = embedded {
@@ -206,14 +256,23 @@ fn main() -> ExitCode {
         }
         e.target.shutdown();
     }
+    if let Err(e) = report_written {
+        return fail(format!("writing the report: {e}"));
+    }
     if let Some(v) = result.verify {
-        // The text report on stdout already ends with this line.
-        if args.output_format != OutputFormat::Normal || args.output.is_some() {
+        // The text report on standard output already ends with these lines.
+        if args.output_format != OutputFormat::Normal || !output.is_stdout() {
             eprintln!(
                 "verify: {} blocks verified, {} mismatches",
                 v.verified, v.mismatches
             );
+            if let Some(why) = verify_problem(&v, result.interrupted) {
+                eprintln!("verify: error: {why}");
+            }
         }
+    }
+    if result.interrupted {
+        return ExitCode::from(EXIT_STATUS_SIGNALED);
     }
     if !result.passed() {
         return ExitCode::FAILURE;

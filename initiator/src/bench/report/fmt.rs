@@ -37,12 +37,26 @@ fn digits(n: u64) -> usize {
 /// Examples (maxlen 4): 95234 -> `95.2k`, 127345 -> `127k`, 1234 -> `1234`,
 /// 390_000_000 B/s -> `372MiB/s` (pow2) or `390MB/s` (SI).
 pub fn num2str(num: u64, maxlen: usize, pow2: bool, unit: N2sUnit) -> String {
+    num2str_base(num, maxlen, 1, pow2, unit)
+}
+
+/// fio's `num2str(num, maxlen, base, pow2, unit)`: as [`num2str`] for a `num` counted
+/// in units of `base` (1, or 1024 for a value in KiB, as fio's progress line passes
+/// its KiB/s rates): each factor of 1000 (1024 with `pow2`) in `base` starts one
+/// prefix up. Example: `num2str_base(122_880, 4, 1024, true, BytePerSec)` is
+/// `120MiB/s`.
+pub fn num2str_base(num: u64, maxlen: usize, base: u64, pow2: bool, unit: N2sUnit) -> String {
     let thousand: u64 = if pow2 { 1024 } else { 1000 };
     let prefixes = if pow2 { &IEC_PREFIX } else { &SI_PREFIX };
     let mut num = num;
     let mut modulo = None;
     let mut carry = false;
     let mut post = 0;
+    let mut base = base;
+    while base > 1 {
+        base /= thousand;
+        post += 1;
+    }
     while post < prefixes.len() {
         if digits(num) <= maxlen {
             break;
@@ -138,6 +152,18 @@ mod tests {
         // 999.6k rounds up through the fraction.
         assert_eq!(num2str(99_996, 4, false, N2sUnit::None), "100.0k");
         assert_eq!(num2str(412, 6, false, N2sUnit::None), "412");
+        // Values in KiB (fio's progress line).
+        assert_eq!(
+            num2str_base(122_880, 4, 1024, true, N2sUnit::BytePerSec),
+            "120MiB/s"
+        );
+        assert_eq!(
+            num2str_base(900, 4, 1024, true, N2sUnit::BytePerSec),
+            "900KiB/s"
+        );
+        assert_eq!(num2str(1_049_088, 4, true, N2sUnit::Byte), "1025KiB");
+        assert_eq!(num2str(16 << 20, 4, true, N2sUnit::Byte), "16.0MiB");
+        assert_eq!(num2str(30_700, 4, false, N2sUnit::None), "30.7k");
     }
 
     #[test]

@@ -261,6 +261,11 @@ pub struct VerifyJson {
     pub verified_blocks: u64,
     /// Blocks read back damaged.
     pub mismatches: u64,
+    /// Writes completed (blocks whose content could be checked).
+    pub written_blocks: u64,
+    /// Whether verification passed: no mismatch, and blocks were checked if any
+    /// were written.
+    pub passed: bool,
 }
 
 /// One device's line of the non-fio `faults` object (see [`InjectedFaults`]).
@@ -509,6 +514,8 @@ pub fn fio_json(
             mode: result.options.verify.fio_name().into(),
             verified_blocks: v.verified,
             mismatches: v.mismatches,
+            written_blocks: v.written,
+            passed: v.passed(),
         }),
         faults: result.faults.as_ref().map(faults_json),
         disk_util: Vec::new(),
@@ -549,6 +556,8 @@ mod tests {
         assert_eq!(d["disk_util"], serde_json::json!([]));
         assert_eq!(d["verify"]["verified_blocks"], 7);
         assert_eq!(d["verify"]["mismatches"], 0);
+        assert_eq!(d["verify"]["written_blocks"], 7);
+        assert_eq!(d["verify"]["passed"], true);
         assert_eq!(d["group"]["jobs"], 2);
         assert_eq!(d["group"]["read"]["total_ios"], 2000);
         assert_eq!(d["group"]["read"]["runtime"], 1000);

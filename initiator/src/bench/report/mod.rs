@@ -6,9 +6,11 @@ pub mod json;
 pub mod text;
 
 pub use json::{fio_job_options, fio_json, render_json, FioJson};
-pub use text::render_text;
+pub use text::{render_header, render_text, verify_problem};
 
+use std::fs::File;
 use std::io::Write;
+use std::path::PathBuf;
 
 use crate::bench::options::{BenchArgs, OutputFormat};
 use crate::bench::result::BenchResult;
@@ -26,19 +28,67 @@ pub fn render(result: &BenchResult, args: &BenchArgs) -> String {
     }
 }
 
-/// Writes [`render`]'s report to `--output FILE`, or to standard output.
-///
-/// Errors: the file cannot be written, or standard output is closed.
-pub fn write_report(result: &BenchResult, args: &BenchArgs) -> std::io::Result<()> {
-    let report = render(result, args);
-    match &args.output {
-        Some(path) => std::fs::write(path, report),
-        None => {
-            let mut out = std::io::stdout().lock();
-            out.write_all(report.as_bytes())?;
-            out.flush()
+/// Where the header and the report go: standard output, or the `--output` file,
+/// which [`ReportOutput::open`] creates (or truncates) before the run, so a path that
+/// cannot be written is refused before any work is done (fio opens it at start too).
+#[derive(Debug)]
+pub struct ReportOutput {
+    file: Option<(PathBuf, File)>,
+}
+
+impl ReportOutput {
+    /// Standard output, or the file `args.output` names, created or truncated now.
+    ///
+    /// Errors: a message naming the path, the system's reason and the fix.
+    pub fn open(args: &BenchArgs) -> Result<Self, String> {
+        let Some(path) = &args.output else {
+            return Ok(Self { file: None });
+        };
+        match File::create(path) {
+            Ok(f) => Ok(Self {
+                file: Some((path.clone(), f)),
+            }),
+            Err(e) => Err(format!(
+                "--output {}: cannot create the file: {e}; give a file path in an existing, \
+                 writable directory",
+                path.display()
+            )),
         }
     }
+
+    /// Whether this is standard output.
+    pub fn is_stdout(&self) -> bool {
+        self.file.is_none()
+    }
+
+    /// Appends `text` and flushes it.
+    ///
+    /// Errors: the file cannot be written (the message names it), or standard output
+    /// is closed.
+    pub fn write(&mut self, text: &str) -> std::io::Result<()> {
+        match &mut self.file {
+            Some((path, f)) => f
+                .write_all(text.as_bytes())
+                .and_then(|()| f.flush())
+                .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", path.display()))),
+            None => {
+                let mut out = std::io::stdout().lock();
+                out.write_all(text.as_bytes())?;
+                out.flush()
+            }
+        }
+    }
+}
+
+/// Writes [`render`]'s report to `out`.
+///
+/// Errors: as [`ReportOutput::write`].
+pub fn write_report(
+    result: &BenchResult,
+    args: &BenchArgs,
+    out: &mut ReportOutput,
+) -> std::io::Result<()> {
+    out.write(&render(result, args))
 }
 
 /// A fixed result for report tests: 2 jobs, known latencies, no timing involved.
@@ -110,6 +160,7 @@ pub(crate) mod testdata {
             verify: Some(VerifySummary {
                 verified: 7,
                 mismatches: 0,
+                written: 7,
             }),
             faults: None,
             options: RunOptions {
@@ -120,6 +171,7 @@ pub(crate) mod testdata {
             },
             started: UNIX_EPOCH,
             elapsed: Duration::from_millis(1000),
+            interrupted: false,
         }
     }
 }
@@ -143,10 +195,22 @@ mod tests {
             "--output",
             path.to_str().unwrap(),
         ]);
-        write_report(&r, &json).unwrap();
+        let mut out = ReportOutput::open(&json).unwrap();
+        assert!(!out.is_stdout());
+        write_report(&r, &json, &mut out).unwrap();
         let doc: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
         assert_eq!(doc["jobs"][0]["read"]["total_ios"], 1000);
         assert_eq!(doc["global options"]["target"], "embedded");
+    }
+
+    #[test]
+    fn an_output_path_that_cannot_be_created_is_refused_with_the_fix() {
+        let a = BenchArgs::parse_from(["nvmf-bench", "--output", "/nonexistent/x"]);
+        let e = ReportOutput::open(&a).unwrap_err();
+        assert!(
+            e.contains("--output /nonexistent/x") && e.contains("existing, writable directory"),
+            "{e}"
+        );
     }
 }

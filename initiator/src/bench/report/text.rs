@@ -10,7 +10,8 @@ use std::fmt::Write as _;
 use std::time::SystemTime;
 
 use super::fmt::{ctime_utc, num2str, N2sUnit};
-use crate::bench::result::{bw_bytes_per_sec, BenchResult, FaultSummary, JobError};
+use crate::bench::options::BenchArgs;
+use crate::bench::result::{bw_bytes_per_sec, BenchResult, FaultSummary, JobError, VerifySummary};
 use crate::bench::stats::{DirStats, LatencyStats, FIO_PERCENTILES};
 
 /// fio's default `sig_figs`.
@@ -84,6 +85,43 @@ pub fn render_text(result: &BenchResult, pid: u32) -> String {
             "\nverify: {} blocks verified, {} mismatches",
             v.verified, v.mismatches
         );
+        if let Some(why) = verify_problem(&v, result.interrupted) {
+            let _ = writeln!(out, "verify: error: {why}");
+        }
+    }
+    out
+}
+
+/// Why a verification that found no mismatch still failed: blocks were written and
+/// none was checked. `None` when it passed or mismatches say it all.
+pub fn verify_problem(v: &VerifySummary, interrupted: bool) -> Option<String> {
+    if !v.checked_nothing() {
+        return None;
+    }
+    let why = if interrupted {
+        "the run was interrupted before reading them back"
+    } else {
+        "the read-back did not run or found nothing it could check"
+    };
+    Some(format!(
+        "{} blocks were written and none was read back and checked ({why})",
+        v.written
+    ))
+}
+
+/// fio's job header, printed before the run (init.c `add_job`):
+/// `name: (g=0): rw=randread, bs=(R) 4096B-4096B, (W) 4096B-4096B, (T) 4096B-4096B,
+/// ioengine=nvmf-rdma, iodepth=1`, then `...` when more jobs of the same kind follow.
+pub fn render_header(args: &BenchArgs) -> String {
+    let bs = num2str(u64::from(args.bs), SIG_FIGS, true, N2sUnit::Byte);
+    let mut out = format!(
+        "{}: (g=0): rw={}, bs=(R) {bs}-{bs}, (W) {bs}-{bs}, (T) {bs}-{bs}, ioengine=nvmf-rdma, iodepth={}\n",
+        args.name,
+        args.rw.fio_name(),
+        args.iodepth
+    );
+    if args.numjobs > 1 {
+        out.push_str("...\n");
     }
     out
 }
@@ -314,6 +352,51 @@ mod tests {
     use super::*;
     use crate::bench::report::testdata;
     use crate::bench::result::{JobError, ERRNO_EILSEQ};
+    use clap::Parser;
+
+    #[test]
+    fn header_line_is_fios() {
+        let a = BenchArgs::parse_from(["nvmf-bench"]);
+        assert_eq!(
+            render_header(&a),
+            "nvmf-bench: (g=0): rw=randread, bs=(R) 4096B-4096B, (W) 4096B-4096B, \
+             (T) 4096B-4096B, ioengine=nvmf-rdma, iodepth=1\n"
+        );
+        let b = BenchArgs::parse_from([
+            "nvmf-bench",
+            "--name=seq",
+            "--rw=rw",
+            "--bs=128k",
+            "--iodepth=16",
+            "--numjobs=2",
+        ]);
+        assert_eq!(
+            render_header(&b),
+            "seq: (g=0): rw=rw, bs=(R) 128KiB-128KiB, (W) 128KiB-128KiB, \
+             (T) 128KiB-128KiB, ioengine=nvmf-rdma, iodepth=16\n...\n"
+        );
+        let c = BenchArgs::parse_from(["nvmf-bench", "--bs=1049088"]);
+        assert!(render_header(&c).contains("bs=(R) 1025KiB-1025KiB,"));
+    }
+
+    #[test]
+    fn verifying_nothing_is_reported_as_an_error() {
+        let mut r = testdata::result();
+        r.verify = Some(VerifySummary {
+            verified: 0,
+            mismatches: 0,
+            written: 41_681,
+        });
+        let text = render_text(&r, 1);
+        assert!(
+            text.contains("verify: 0 blocks verified, 0 mismatches\nverify: error: 41681 blocks were written and none was read back and checked"),
+            "{text}"
+        );
+        r.interrupted = true;
+        assert!(render_text(&r, 1).contains("interrupted before reading them back"));
+        r.verify = Some(VerifySummary::default());
+        assert!(!render_text(&r, 1).contains("verify: error"));
+    }
 
     fn job0_block(text: &str) -> &str {
         let end = text.find("\n\n").unwrap();
