@@ -14,6 +14,9 @@ use transport::wire::cm::*;
 use transport::wire::mad::MAD_LEN;
 use transport::wire::{self, Bth, Deth, IcrcIpInfo, Opcode, PacketHeaders, GSI_QKEY};
 
+#[path = "../src/test_captures.rs"]
+mod test_captures;
+
 const WAIT: Duration = Duration::from_secs(5);
 
 fn ip(s: &str) -> IpAddr {
@@ -227,32 +230,22 @@ fn ud_packet(src: IpAddr, sport: u16, dst: IpAddr, mad: &[u8]) -> Vec<u8> {
     out
 }
 
-/// The CM MADs of a reference capture, by frame number (`NVMF_CAPTURES_DIR` or
-/// `../../shared/captures`); `None` if it is not on this machine.
-fn capture_mads(name: &str) -> Option<Vec<(usize, Vec<u8>)>> {
-    let dir = std::env::var_os("NVMF_CAPTURES_DIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| {
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/captures")
-        });
-    let bytes = std::fs::read(dir.join(name)).ok()?;
+/// The CM MADs of a reference capture (`testdata/captures/`), by frame number; a
+/// missing capture fails the test.
+fn capture_mads(name: &str) -> Vec<(usize, Vec<u8>)> {
+    let bytes = test_captures::read(name);
     let pcap = wire::pcap::Pcap::new(&bytes).expect("capture parses");
-    Some(
-        pcap.roce()
-            .filter(|(_, udp)| udp.payload.first() == Some(&0x64))
-            .filter_map(|(f, udp)| Some((f.number, udp.payload.get(20..20 + MAD_LEN)?.to_vec())))
-            .collect(),
-    )
+    pcap.roce()
+        .filter(|(_, udp)| udp.payload.first() == Some(&0x64))
+        .filter_map(|(f, udp)| Some((f.number, udp.payload.get(20..20 + MAD_LEN)?.to_vec())))
+        .collect()
 }
 
 /// Linux's probe (e-roce-probe.pcap frame 5: a CM REQ for a service nobody listens on)
 /// sent to our agent over UDP gets the REJ Linux sent (frame 6), byte for byte.
 #[test]
 fn linux_probe_req_gets_linux_rej_over_udp() {
-    let Some(mads) = capture_mads("e-roce-probe.pcap") else {
-        eprintln!("e-roce-probe.pcap not found; set NVMF_CAPTURES_DIR to check it");
-        return;
-    };
+    let mads = capture_mads("e-roce-probe.pcap");
     let req = &mads.iter().find(|(f, _)| *f == 5).expect("frame 5").1;
     let linux_rej = &mads.iter().find(|(f, _)| *f == 6).expect("frame 6").1;
     let cfg = CmConfig {
