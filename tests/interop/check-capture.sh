@@ -17,7 +17,10 @@
 #    dissector without reassembling the message; and, over IPv6, tshark's "Illegal
 #    checksum value (0)" on Linux rxe's packets, which all carry UDP checksum 0 (the
 #    ICRC covers them; counted and required to be there, since receiving them is what
-#    the IPv6 cells test);
+#    the IPv6 cells test); a resent packet (a PSN the same sender already sent to the
+#    same QP, e.g. our go-back-N resend when an emulated peer ACKs late) is judged by
+#    its first copy: tshark has no RoCE retransmission analysis and decodes the resent
+#    data as a new transfer, which the NVMe dissector then reports as malformed;
 #  - every ICRC recomputes ($LP_DIR/icrc_check.py, when LP_DIR is set).
 # One tshark pass per capture. Prints counts and one line `cell <NAME> PASS|FAIL
 # <reason>`; exits 1 on FAIL.
@@ -31,7 +34,7 @@ summarize() {
         -e infiniband.bth.tver -e infiniband.mad.mgmtclass -e infiniband.mad.attributeid \
         -e frame.protocols -e _ws.malformed -e _ws.expert.severity \
         -e infiniband.cm.req.ip_cm.sport -e infiniband.cm.req.serviceid.dport \
-        -e infiniband.bth.destqp -e ipv6.src -e udp.checksum.zero 2>/dev/null |
+        -e infiniband.bth.destqp -e ipv6.src -e udp.checksum.zero -e infiniband.bth.psn 2>/dev/null |
         awk -F'\t' -v ours="$ours" '
         # IBTA Vol 1 Table 38 (RC): SEND Middle/Last(+Imm), RDMA WRITE Middle/Last(+Imm),
         # READ Response Middle/Last - packets after the first of a multi-packet message.
@@ -46,7 +49,14 @@ summarize() {
             if (zero6) { nerr--; if (src != ours) linux_zero6++ }
             bad = ($12 != "" || nerr > 0)
             nv = ($11 ~ /nvme-rdma/)
-            if (bad) { nbad++; if (($6 in cont) && nv) known++; else { unknown++; if (ulist == "") ulist = $1 " (from " src ", opcode " $6 ")" } }
+            # a PSN this sender already sent to this QP (ACKs repeat theirs: not counted)
+            resent = 0
+            if ($3 == 4791 && $19 != "" && $6 != 17) {
+                k = src "/" $16 "/" $19 "/" $6
+                if (k in seen) { resent = 1; nresent++ }
+                seen[k] = 1
+            }
+            if (bad) { nbad++; if ((($6 in cont) && nv) || resent) known++; else { unknown++; if (ulist == "") ulist = $1 " (from " src ", opcode " $6 ")" } }
             if ($3 != 4791) next
             roce++
             if ($14 != "") reqs = reqs " " $14 ":" $15
@@ -62,7 +72,7 @@ summarize() {
         }
         END {
             printf "frames=%d\nroce=%d\nib=%d\nour=%d\ncm=%d\nnvme=%d\nbad=%d\nknown=%d\nunknown=%d\nbadhdr=%d\n", frames, roce, ib, our, cm, nvme, nbad, known, unknown, badhdr
-            printf "linux_zero6=%d\nour_zero6=%d\n", linux_zero6, our_zero6
+            printf "linux_zero6=%d\nour_zero6=%d\nresent=%d\n", linux_zero6, our_zero6, nresent
             printf "ulist=%s\nhlist=%s\n", ulist, hlist
             s = ""; for (o in op) s = s " " o ":" op[o]; printf "opcodes=%s\n", s
             s = ""; for (a in attr) s = s " " a ":" attr[a]; printf "cmattrs=%s\n", s
@@ -83,7 +93,8 @@ echo "our header checks (DF=1 on IPv4, UDP sport >= 0xC000, P_Key 0xFFFF, TVer 0
 case "$ours" in *:*)
     echo "IPv6 UDP checksum 0: $(get linux_zero6 "$S") RoCEv2 frames from Linux (rxe sends all with 0), $(get our_zero6 "$S") from us" ;;
 esac
-echo "malformed or expert errors: $(get bad "$S") ($(get known "$S") the known multi-packet limitation, $(get unknown "$S") other)"
+echo "resent RoCEv2 packets (a PSN sent before to the same QP, ACKs aside): $(get resent "$S")"
+echo "malformed or expert errors: $(get bad "$S") ($(get known "$S") the known multi-packet limitation or resent, $(get unknown "$S") other)"
 if [ -n "$ref" ]; then
     R=$(ours=none summarize "$ref")
     echo "Linux reference $(basename "$ref"): $(get roce "$R") RoCEv2 frames, $(get bad "$R") malformed or expert errors ($(get known "$R") the known multi-packet limitation, $(get unknown "$R") other)"
@@ -125,7 +136,7 @@ if [ -n "${LP_DIR:-}" ] && command -v python3 >/dev/null; then
 fi
 
 if [ -z "$fail" ]; then
-    echo "cell $name PASS $roce RoCEv2 frames all decoded ($our ours: $cm CM, $nvme NVMe-oF), $(get bad "$S") malformed, all the known multi-packet limitation, ICRCs ok"
+    echo "cell $name PASS $roce RoCEv2 frames all decoded ($our ours: $cm CM, $nvme NVMe-oF), $(get bad "$S") malformed, all the known multi-packet limitation or resent, ICRCs ok"
 else
     echo "cell $name FAIL ${fail#; }"
     exit 1
