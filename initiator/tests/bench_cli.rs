@@ -1,7 +1,9 @@
 //! The README's main job: `nvmf-bench` against its embedded target, with fio's JSON
-//! output read by an existing fio-JSON consumer (shared/linux-peer/summarize.py), and
-//! its refusals of bad arguments.
+//! output read by a fio-JSON consumer (`tests/fio_json`), and its refusals of bad
+//! arguments.
 use std::process::Command;
+
+mod fio_json;
 
 /// Runs that bring busy-polling threads (a target, a bench) go one at a time: this
 /// machine has 2 cores.
@@ -16,7 +18,7 @@ fn bench() -> Command {
 }
 
 #[test]
-fn embedded_run_writes_fio_json_that_summarize_py_reads() {
+fn embedded_run_writes_fio_json_that_a_fio_consumer_reads() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let out_dir = dir.path().join("out").join("A");
@@ -69,30 +71,26 @@ fn embedded_run_writes_fio_json_that_summarize_py_reads() {
         }
     }
     assert_eq!(v["verify"]["mismatches"], 0);
-    let summarize = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../shared/linux-peer/summarize.py"
-    );
-    assert!(
-        std::path::Path::new(summarize).exists(),
-        "missing {summarize}"
-    );
-    let s = Command::new("python3")
-        .arg(summarize)
-        .arg(dir.path())
-        .output()
-        .expect("python3");
-    let text = String::from_utf8_lossy(&s.stdout);
-    assert!(
-        s.status.success(),
-        "summarize.py failed: {}",
-        String::from_utf8_lossy(&s.stderr)
-    );
-    assert!(
-        text.contains("read") && text.contains("write") && text.contains("iops="),
-        "{text}"
-    );
-    assert!(text.contains("errors=0"), "{text}");
+    let report = fio_json::FioReport::read(&json).expect("fio JSON a consumer reads");
+    for job in &report.jobs {
+        assert_eq!(job.error, 0);
+        assert_eq!(
+            job.job_options.get("rw").map(String::as_str),
+            Some("randrw")
+        );
+        assert_eq!(
+            job.job_options.get("iodepth").map(String::as_str),
+            Some("4")
+        );
+        assert_eq!(job.bs_bytes(), Some(4096));
+        for rw in ["read", "write"] {
+            let problems = job.check_dir(rw);
+            assert!(problems.is_empty(), "{problems:#?}");
+            let s = job.summary(rw).expect("I/Os in both directions");
+            assert!(s.iops > 0.0 && s.bw_kib_s > 0, "{rw}: {s:?}");
+            assert!(s.p50_us > 0.0 && s.p50_us <= s.p99_us, "{rw}: {s:?}");
+        }
+    }
 }
 
 #[test]

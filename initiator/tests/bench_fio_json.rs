@@ -1,29 +1,16 @@
-//! The fio JSON that `nvmf-bench --output-format=json` writes is read by the existing
-//! fio-JSON consumer, `shared/linux-peer/summarize.py`, which reads
-//! `RESULTS_DIR/out/<VM>/fio-*.json` and prints IOPS and clat percentiles per
-//! direction.
+//! The fio JSON that `nvmf-bench --output-format=json` writes, read by a fio-JSON
+//! consumer (`tests/fio_json`: the fields and arithmetic tools built on fio's JSON
+//! rely on), carries the numbers of the run that produced it.
 
-use std::path::PathBuf;
-use std::process::Command;
+mod fio_json;
 
 use clap::Parser;
+use fio_json::FioReport;
 use nvmf_initiator::bench::report::render_json;
 use nvmf_initiator::bench::{run, shared_disk, BenchArgs, Job, MemEngine};
 
-fn summarize_py() -> PathBuf {
-    let path =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/linux-peer/summarize.py");
-    assert!(
-        path.is_file(),
-        "fio-JSON consumer {} is missing: this test needs the shared linux-peer tools",
-        path.display()
-    );
-    path
-}
-
 #[test]
-fn summarize_py_reads_our_fio_json() {
-    let script = summarize_py();
+fn fio_json_consumer_reads_the_numbers_of_the_run() {
     let namespace_bytes: u64 = 1 << 20;
     let args = BenchArgs::parse_from([
         "nvmf-bench",
@@ -54,46 +41,84 @@ fn summarize_py_reads_our_fio_json() {
     assert!(result.jobs.iter().all(|j| j.error.is_none()));
     assert_eq!(result.verify.expect("verifying").mismatches, 0);
 
+    // As fio may print warnings before its JSON, so may anything in front of a consumer.
     let json = render_json(&result, &args.fio_global_options());
-    let dir = tempfile::tempdir().expect("temp dir");
-    let out = dir.path().join("out").join("A");
-    std::fs::create_dir_all(&out).expect("create out/A");
-    std::fs::write(out.join("fio-test.json"), &json).expect("write fio-test.json");
+    let report = FioReport::parse(&format!("fio: a warning line\n{json}")).expect("fio JSON");
 
-    let output = Command::new("python3")
-        .arg(&script)
-        .arg(dir.path())
-        .output()
-        .expect("python3 must be installed to run summarize.py");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success(),
-        "summarize.py failed: {stderr}\n{stdout}"
-    );
-    assert!(!stdout.contains("unreadable"), "{stdout}");
-
-    // summarize.py reports jobs[0]: check it printed the numbers we wrote.
-    let doc: serde_json::Value = serde_json::from_str(&json).expect("valid JSON");
-    for rw in ["read", "write"] {
-        let s = &doc["jobs"][0][rw];
-        assert!(s["total_ios"].as_u64().unwrap() > 0, "{rw}: no I/O");
-        let iops = s["iops"].as_f64().unwrap();
-        let p99_ns = s["clat_ns"]["percentile"]["99.000000"].as_f64().unwrap();
-        let line = stdout
-            .lines()
-            .find(|l| l.contains(&format!(" {rw:5} iops=")))
-            .unwrap_or_else(|| panic!("no {rw} line in:\n{stdout}"));
-        assert!(line.starts_with("out/A/fio-test.json"), "{line}");
-        assert!(
-            line.contains(&format!("iops={iops:9.1}")),
-            "{line} vs iops {iops}"
+    assert!(!report.fio_version.is_empty());
+    assert!(report.timestamp > 1_700_000_000, "{}", report.timestamp);
+    assert!(!report.time.is_empty());
+    assert_eq!(report.jobs.len(), 2, "one entry per job of --numjobs=2");
+    for (job, ran) in report.jobs.iter().zip(&result.jobs) {
+        assert_eq!(job.jobname, "fio-test");
+        assert_eq!(job.groupid, 0);
+        assert_eq!(job.error, 0);
+        assert_eq!(
+            job.job_options.get("rw").map(String::as_str),
+            Some("randrw")
         );
-        assert!(
-            line.contains(&format!("p99={:>8}", format!("{:.1}", p99_ns / 1000.0))),
-            "{line} vs p99 {p99_ns} ns"
+        assert_eq!(
+            job.job_options.get("rwmixread").map(String::as_str),
+            Some("70")
         );
-        assert!(line.contains("errors=0"), "{line}");
-        println!("{line}");
+        assert_eq!(
+            job.job_options.get("iodepth").map(String::as_str),
+            Some("8")
+        );
+        assert_eq!(job.bs_bytes(), Some(4096));
+        assert_eq!(job.job_runtime, ran.runtime_ms);
+        for (d, rw) in ["read", "write"].into_iter().enumerate() {
+            let problems = job.check_dir(rw);
+            assert!(problems.is_empty(), "{problems:#?}");
+            let got = job.dir(rw);
+            let want = &ran.dirs[d];
+            assert!(want.ios > 0, "{rw}: the run did no I/O");
+            assert_eq!(got.total_ios, want.ios, "{rw}");
+            assert_eq!(got.io_bytes, want.bytes, "{rw}");
+            assert_eq!(got.clat_ns.n, want.clat.count(), "{rw}");
+            assert_eq!(got.clat_ns.min, want.clat.min_ns(), "{rw}");
+            assert_eq!(got.clat_ns.max, want.clat.max_ns(), "{rw}");
+            for p in [50.0, 99.0, 99.9] {
+                assert_eq!(
+                    got.clat_ns.percentile_ns(p),
+                    Some(want.clat.percentile_ns(p)),
+                    "{rw} p{p}"
+                );
+            }
+            let s = job.summary(rw).expect("the direction did I/O");
+            let secs = got.runtime as f64 / 1000.0;
+            assert!((s.iops - want.ios as f64 / secs).abs() < 1.0, "{rw}: {s:?}");
+            assert!((s.clat_mean_us - want.clat.mean_ns() / 1000.0).abs() < 1e-6);
+            assert!(
+                s.p50_us <= s.p99_us && s.p99_us <= s.p99_9_us,
+                "{rw}: {s:?}"
+            );
+            println!("{} {rw:5} {s:?}", job.jobname);
+        }
+        // The mix: 70 % reads, within what 8 MiB of 4 KiB I/Os can deviate.
+        let reads = job.read.total_ios as f64;
+        let share = reads / (reads + job.write.total_ios as f64);
+        assert!((0.6..0.8).contains(&share), "read share {share}");
+        assert_eq!(job.trim.total_ios, 0);
     }
+    // --io_size=8m per job: each job moved 8 MiB.
+    for job in &report.jobs {
+        assert_eq!(job.read.io_bytes + job.write.io_bytes, 8 << 20);
+    }
+}
+
+#[test]
+fn fio_json_consumer_refuses_what_is_not_fio_json() {
+    assert!(FioReport::parse("fio: no JSON here").is_err());
+    assert!(FioReport::parse("{\"fio version\": \"fio-3.33\"}").is_err());
+    let no_clat = r#"{"fio version": "fio-3.33", "timestamp": 1, "time": "x",
+        "jobs": [{"jobname": "j", "groupid": 0, "error": 0, "job options": {},
+        "job_runtime": 1, "read": {}, "write": {}, "trim": {}}]}"#;
+    let e = FioReport::parse(no_clat).unwrap_err();
+    assert!(e.contains("io_bytes"), "{e}");
+    assert_eq!(fio_json::parse_size("4k"), Some(4096));
+    assert_eq!(fio_json::parse_size("128K"), Some(128 << 10));
+    assert_eq!(fio_json::parse_size("4096"), Some(4096));
+    assert_eq!(fio_json::parse_size("1m"), Some(1 << 20));
+    assert_eq!(fio_json::parse_size("four"), None);
 }

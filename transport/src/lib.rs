@@ -13,6 +13,8 @@
 pub mod cm;
 pub mod rc;
 pub mod soft;
+#[cfg(test)]
+pub(crate) mod test_captures;
 pub mod time;
 pub mod verbs;
 pub mod wire;

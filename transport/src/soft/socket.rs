@@ -5,7 +5,8 @@
 //!   QP1 (CM MADs) to socket 0, any other QPN `q` to socket `1 + q % rx_queues`. Each
 //!   poll group owns one socket and allocates QPNs in its residue class, so packets
 //!   land on the thread that owns their QP with no cross-thread hand-off (RSS by QPN,
-//!   as an RNIC does).
+//!   as an RNIC does). Over IPv6 they accept UDP checksum 0 (`UDP_NO_CHECK6_RX`), as
+//!   Linux rxe sends it.
 //! - Send: one unconnected UDP socket per QP bound to `ip:sport`, with the per-QP
 //!   source port (0xC000..=0xFFFF) that gives ECMP its entropy; IPv4 with DF
 //!   (IP_PMTUDISC_DO), which makes Linux write IP ID 0 (an unconnected socket with DF
@@ -21,6 +22,11 @@ use super::fault::{Delivery, RxFaults};
 use crate::wire::ROCE_V2_UDP_DPORT;
 
 const SO_ATTACH_REUSEPORT_CBPF: libc::c_int = 51;
+/// `SOL_UDP` option (linux/udp.h; the libc crate defines it for Android only): accept
+/// UDP/IPv6 datagrams with checksum 0, which Linux rxe sends on every RoCEv2 packet
+/// over IPv6 (the ICRC protects the payload). Without it the kernel drops them as
+/// checksum errors (`Udp6InCsumErrors`).
+const UDP_NO_CHECK6_RX: libc::c_int = 102;
 const SO_RCVBUFFORCE: libc::c_int = 33;
 const SO_SNDBUFFORCE: libc::c_int = 32;
 
@@ -139,8 +145,8 @@ fn steering_program(rx_queues: u32) -> Vec<libc::sock_filter> {
 }
 
 /// Binds the receive socket group on `ip:4791`: index 0 for QP1, 1..=rx_queues for
-/// the poll groups. Fails with [`SocketError::PortInUse`] when another socket holds
-/// the port.
+/// the poll groups; on IPv6 each accepts UDP checksum 0 (Linux rxe's RoCEv2 over
+/// IPv6). Fails with [`SocketError::PortInUse`] when another socket holds the port.
 pub fn bind_rx_group(ip: IpAddr, rx_queues: u32) -> Result<Vec<Socket>, SocketError> {
     let port = ROCE_V2_UDP_DPORT;
     let addr = SockAddr::from(SocketAddr::new(ip, port));
@@ -156,6 +162,10 @@ pub fn bind_rx_group(ip: IpAddr, rx_queues: u32) -> Result<Vec<Socket>, SocketEr
         let s = udp_socket(ip).map_err(|e| setup("socket", e))?;
         s.set_reuse_port(true)
             .map_err(|e| setup("SO_REUSEPORT", e))?;
+        if ip.is_ipv6() {
+            setsockopt_int(s.as_raw_fd(), libc::SOL_UDP, UDP_NO_CHECK6_RX, 1)
+                .map_err(|e| setup("UDP_NO_CHECK6_RX", e))?;
+        }
         set_buffer(&s, SO_RCVBUFFORCE, libc::SO_RCVBUF, RX_SOCKET_BUFFER_BYTES);
         s.bind(&addr).map_err(|e| bind_error(ip, port, e))?;
         socks.push(s);
