@@ -185,6 +185,7 @@ pub fn start_with_faults(
         rx_queues: poll_groups,
         netdev_mtu: None,
         faults,
+        first_qpn: None,
     })?;
     let cm = CmAgent::start(&dev)?;
     let events = cm.listen(port)?;
