@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use nix::sys::signal::{SigSet, Signal};
 use nvmf_target::config::TargetConfig;
+use nvmf_target::logging::{self, LogFormat};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -40,16 +41,16 @@ struct Args {
     /// Poll groups (busy-polling threads, one per core you give the target).
     #[arg(long, default_value_t = 1)]
     poll_groups: usize,
+    /// Log lines on stderr as text or as one JSON object per line (connects,
+    /// disconnects, refused hosts, Keep Alive expiries, failed queues; level from
+    /// RUST_LOG, default info).
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
     let args = Args::parse();
+    logging::init(args.log_format, "info");
     let cfg = match &args.config {
         Some(p) => match TargetConfig::from_file(p) {
             Ok(c) => c,
@@ -96,8 +97,12 @@ fn main() -> ExitCode {
     };
     let l = target.listen_addr();
     for s in &cfg.subsystems {
-        eprintln!(
-            "nvmf-target: serving {} ({} namespace(s)) on rdma traddr={} trsvcid={} (RoCEv2 UDP {}:4791, path MTU {})",
+        tracing::info!(
+            subnqn = %s.nqn,
+            traddr = %l.ip(),
+            trsvcid = l.port(),
+            namespaces = s.namespaces.len(),
+            "serving {} ({} namespace(s)) on rdma traddr={} trsvcid={} (RoCEv2 UDP {}:4791, path MTU {})",
             s.nqn,
             s.namespaces.len(),
             l.ip(),
@@ -107,7 +112,7 @@ fn main() -> ExitCode {
         );
     }
     let sig = sigs.wait();
-    eprintln!("nvmf-target: {:?}, shutting down", sig.ok());
+    tracing::info!("{:?}, shutting down", sig.ok());
     target.shutdown();
     ExitCode::SUCCESS
 }
