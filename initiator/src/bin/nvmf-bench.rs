@@ -100,13 +100,9 @@ fn start_embedded(args: &BenchArgs, faults: Option<FaultConfig>) -> Result<Embed
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
     let args = BenchArgs::parse();
+    // Warnings, and the host library's connection notes (e.g. a retried Connect).
+    nvmf_target::logging::init(args.log_format, "warn,nvmf_initiator=info");
     // --inject-*: on the embedded target's device and the host's (refused with --traddr).
     let faults = match args.fault_config() {
         Ok(f) => f,
