@@ -159,7 +159,7 @@ fn restarted_host_reusing_its_qpn_gets_rej_stale_and_then_connects() {
         rnr_retry_count: 7,
         private_data: vec![],
     };
-    let old = {
+    let (old, old_hid) = {
         let (_dh, h) = agent("127.0.0.207", CmConfig::default());
         let (hid, hev) = h.connect(params(ip("127.0.0.206"), 4420, 0x51)).unwrap();
         let CmEvent::ConnectRequest { id: tid, .. } = next(&listen) else {
@@ -169,11 +169,14 @@ fn restarted_host_reusing_its_qpn_gets_rej_stale_and_then_connects() {
         assert!(matches!(next(&hev), CmEvent::ConnectReply { .. }));
         h.send_rtu(hid).unwrap();
         assert!(matches!(next(&listen), CmEvent::Established { .. }));
-        tid
+        (tid, hid)
         // The host dies here: its agent and device go without a DREQ.
     };
     let (_dh, h) = agent("127.0.0.207", CmConfig::default());
     let (hid, hev) = h.connect(params(ip("127.0.0.206"), 4420, 0x51)).unwrap();
+    // A new agent draws its communication IDs afresh (a random seed per agent), so the
+    // target cannot take the new REQ for a duplicate of the old one.
+    assert_ne!(hid, old_hid);
     let CmEvent::Rejected { id, reason, .. } = next(&hev) else {
         panic!("Rejected")
     };
