@@ -205,7 +205,7 @@ impl NvmeRdmaQueue {
     /// HSQSIZE), then on the REP the QP goes Init -> RTR -> RTS and the RTU is sent.
     ///
     /// Errors: [`HostError::Rejected`] (with the NVMe/RDMA reject status decoded),
-    /// [`HostError::Unreachable`], [`HostError::Timeout`] after `connect_timeout`,
+    /// [`HostError::Unreachable`] when nothing answered within `connect_timeout`,
     /// [`HostError::Device`] for resource failures, [`HostError::InvalidArgument`] for
     /// a depth under 2 or a zero `max_io_bytes`.
     pub fn connect(
@@ -321,10 +321,11 @@ impl NvmeRdmaQueue {
                         // Linux cm_destroy_id: an unanswered REQ is withdrawn with REJ
                         // timeout, a received REP with REJ consumer defined.
                         let _ = cm.destroy(conn);
-                        return Err(HostError::Timeout(format!(
-                            "RDMA CM connection of queue {} to {}",
-                            cfg.qid, cfg.target
-                        )));
+                        return Err(HostError::Unreachable {
+                            qid: cfg.qid,
+                            target: cfg.target,
+                            waited: cfg.connect_timeout,
+                        });
                     }
                     continue;
                 }
@@ -400,11 +401,20 @@ impl NvmeRdmaQueue {
                     let nvme_status = fabrics::rdma_cm_reject_status(&private_data);
                     return Err(HostError::Rejected {
                         qid: cfg.qid,
+                        target: cfg.target,
                         reason,
                         nvme_status,
                     });
                 }
-                CmEvent::Unreachable { .. } => return Err(HostError::Unreachable(cfg.target)),
+                CmEvent::Unreachable { .. } => {
+                    return Err(HostError::Unreachable {
+                        qid: cfg.qid,
+                        target: cfg.target,
+                        waited: cfg
+                            .connect_timeout
+                            .saturating_sub(deadline.saturating_duration_since(Instant::now())),
+                    })
+                }
                 CmEvent::Disconnected { .. } => {
                     return Err(HostError::Protocol(format!(
                         "queue {}: disconnected during connect",

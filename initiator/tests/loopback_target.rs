@@ -231,9 +231,11 @@ fn unknown_subsystem_is_refused() {
                 Some(nvme::CommandSpecificStatus::ConnectInvalidParameters)
             );
             assert!(status.dnr);
-            assert_eq!(
-                detail.as_deref(),
-                Some("SUBNQN (offset 256) of the Connect data")
+            let detail = detail.unwrap_or_default();
+            assert!(
+                detail.starts_with("SUBNQN (offset 256) of the Connect data")
+                    && detail.contains("--subnqn"),
+                "{detail}"
             );
         }
         other => panic!("expected a refused Connect, got {other:?}"),

@@ -8,7 +8,9 @@
 //! [`rdma`] (the NVMe/RDMA transport: poll groups and the request state machine),
 //! [`server`] (start/stop, CM and Keep Alive), and the poll groups' building blocks
 //! [`buffers`] (the registered data slab), [`uring`] (io_uring), [`namespace`]
-//! (file-backed namespaces) and [`config`] (the daemon's TOML configuration).
+//! (file-backed namespaces) and [`config`] (the daemon's TOML configuration);
+//! [`oplog`] is what the target tells its operator, [`logging`] how log lines are
+//! written.
 
 pub mod admin;
 pub mod buffers;
@@ -20,7 +22,9 @@ pub mod fabrics;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod io;
+pub mod logging;
 pub mod namespace;
+pub mod oplog;
 pub mod rdma;
 pub mod server;
 pub mod subsystem;

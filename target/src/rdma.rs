@@ -34,6 +34,7 @@ use crate::capsule::{classify, Kind};
 use crate::controller::Controller;
 use crate::fabrics::{self, ConnectOutcome};
 use crate::io::{self, IoCommand};
+use crate::oplog::{self, QueueEnd, QueuePeer};
 use crate::subsystem::Registry;
 use crate::uring::Ring;
 
@@ -97,8 +98,9 @@ pub struct PollGroupCounters {
 pub enum GroupCmd {
     /// Create an RC QP for a connection request and bring it to RTS.
     NewQueue(NewQueue, Sender<Result<(u32, u32), String>>),
-    /// The connection is gone: destroy its QP and release its requests.
-    DestroyQueue { qpn: u32 },
+    /// The connection is gone: destroy its QP and release its requests; `why` is
+    /// logged ([`crate::oplog::queue_closed`]).
+    DestroyQueue { qpn: u32, why: QueueEnd },
     /// The QPNs of every queue of controller `cntlid` in this group (for a Keep Alive
     /// expiry, which tears the controller's queues down).
     QueuesOf {
@@ -205,6 +207,9 @@ impl Request {
 
 struct Queue {
     qp: Qp,
+    /// The host's address and QPN, for the operator's log.
+    remote: std::net::IpAddr,
+    remote_qpn: u32,
     qid: u16,
     sq_size: u16,
     sqhd: u16,
@@ -213,6 +218,18 @@ struct Queue {
     outstanding: u16,
     /// The QP's first error completion was reported to the control thread.
     error_reported: bool,
+}
+
+impl Queue {
+    /// The queue's identity in the operator's log.
+    fn peer(&self, qpn: u32) -> QueuePeer {
+        QueuePeer {
+            host_addr: self.remote,
+            host_qpn: self.remote_qpn,
+            qpn,
+            qid: self.qid,
+        }
+    }
 }
 
 const WR_KIND_READ: u64 = 1;
@@ -444,11 +461,11 @@ impl PollGroup {
                 if reply.send(res.map_err(|e| e.to_string())).is_err() {
                     // The control thread gave up waiting (and rejected the connection).
                     if let Some(qpn) = qpn {
-                        self.destroy_queue(qpn);
+                        self.destroy_queue(qpn, QueueEnd::SetupAbandoned);
                     }
                 }
             }
-            GroupCmd::DestroyQueue { qpn } => self.destroy_queue(qpn),
+            GroupCmd::DestroyQueue { qpn, why } => self.destroy_queue(qpn, why),
             GroupCmd::QueuesOf { cntlid, reply } => {
                 let qpns = self
                     .queues
@@ -485,6 +502,8 @@ impl PollGroup {
                     qp.qpn(),
                     Queue {
                         qp,
+                        remote: q.remote,
+                        remote_qpn: q.remote_qpn,
                         qid: q.qid,
                         sq_size: q.sq_size.max(1),
                         sqhd: 0,
@@ -562,10 +581,11 @@ impl PollGroup {
         }
     }
 
-    fn destroy_queue(&mut self, qpn: u32) {
+    fn destroy_queue(&mut self, qpn: u32, why: QueueEnd) {
         let Some(q) = self.queues.remove(&qpn) else {
             return;
         };
+        oplog::queue_closed(&q.peer(qpn), q.ctrl.as_deref(), why);
         // To Error first: the provider flushes the QP's work, including a receive
         // buffer a half-received SEND holds, whose flush completion re-posts it to the
         // SRQ (otherwise it would be lost with the QP).
@@ -947,7 +967,11 @@ impl PollGroup {
                     );
                     return;
                 }
-                match fabrics::connect(&self.reg, &r.sqe, &data, now) {
+                let outcome = fabrics::connect(&self.reg, &r.sqe, &data, now);
+                if let Some(q) = self.queues.get(&qpn) {
+                    oplog::fabrics_connect(&q.peer(qpn), &r.sqe, &data, &outcome);
+                }
+                match outcome {
                     ConnectOutcome::Accepted { ctrl, dw0 } => {
                         if let Some(q) = self.queues.get_mut(&qpn) {
                             q.ctrl = Some(ctrl);

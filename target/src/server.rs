@@ -22,6 +22,7 @@ use transport::soft::{CmAgent, DeviceConfig, SoftDevice};
 
 use crate::config::TargetConfig;
 use crate::namespace::FileNamespace;
+use crate::oplog::{self, QueueEnd, QueuePeer};
 use crate::rdma::{
     GroupCmd, NewQueue, PollGroup, PollGroupConfig, PollGroupCounters, QpErrorReport,
 };
@@ -319,6 +320,15 @@ struct Endpoint {
     next_group: usize,
 }
 
+/// A connection the control thread accepted: where its queue lives and who is at the
+/// other end.
+#[derive(Clone, Copy, Debug)]
+struct ConnRecord {
+    /// The poll group that owns the queue (global index).
+    group: usize,
+    peer: QueuePeer,
+}
+
 /// What woke the control thread.
 enum Input {
     Stop,
@@ -333,8 +343,8 @@ struct Control {
     /// Every poll group, all endpoints' (global index).
     groups: Vec<Sender<GroupCmd>>,
     reg: Arc<Registry>,
-    /// (endpoint, CM connection id) -> (global poll group, QPN).
-    conns: HashMap<(usize, u32), (usize, u32)>,
+    /// (endpoint, CM connection id) -> its queue.
+    conns: HashMap<(usize, u32), ConnRecord>,
     max_queue_size: u16,
 }
 
@@ -385,11 +395,6 @@ impl Control {
         let now = Instant::now();
         for ctrl in self.reg.controllers() {
             if ctrl.kato_expired(now) {
-                tracing::warn!(
-                    "controller {} (host {}): Keep Alive timer expired",
-                    ctrl.cntlid,
-                    ctrl.hostnqn
-                );
                 ctrl.set_fatal();
                 // Tear down every queue of that controller (and only those), as nvmet does.
                 let mut qpns = Vec::new();
@@ -410,12 +415,13 @@ impl Control {
                 let ids: Vec<(usize, u32)> = self
                     .conns
                     .iter()
-                    .filter(|(_, gq)| qpns.contains(gq))
+                    .filter(|(_, c)| qpns.contains(&(c.group, c.peer.qpn)))
                     .map(|(&id, _)| id)
                     .collect();
+                oplog::keep_alive_expired(&ctrl, ids.len());
                 for (ep, id) in ids {
                     let _ = self.endpoints[ep].cm.disconnect(transport::cm::ConnId(id));
-                    self.drop_conn((ep, id));
+                    self.drop_conn((ep, id), QueueEnd::KeepAliveExpired);
                 }
                 self.reg.remove_controller(ctrl.cntlid);
             }
@@ -430,29 +436,42 @@ impl Control {
         let ids: Vec<u32> = self
             .conns
             .iter()
-            .filter(|(&(e, _), &v)| e == ep && v == gq)
+            .filter(|(&(e, _), c)| e == ep && (c.group, c.peer.qpn) == gq)
             .map(|(&(_, id), _)| id)
             .collect();
         for id in ids {
-            tracing::info!(
-                "QP {:#x} failed: disconnecting CM connection {id:#x}",
-                r.qpn
-            );
             let _ = self.endpoints[ep].cm.disconnect(transport::cm::ConnId(id));
-            self.drop_conn((ep, id));
+            self.drop_conn((ep, id), QueueEnd::QpError);
         }
     }
 
-    fn drop_conn(&mut self, key: (usize, u32)) {
-        if let Some((g, qpn)) = self.conns.remove(&key) {
-            let _ = self.groups[g].send(GroupCmd::DestroyQueue { qpn });
+    /// Forgets connection `key` and has its poll group destroy the queue (which logs
+    /// `why`).
+    fn drop_conn(&mut self, key: (usize, u32), why: QueueEnd) {
+        if let Some(c) = self.conns.remove(&key) {
+            let qpn = c.peer.qpn;
+            let _ = self.groups[c.group].send(GroupCmd::DestroyQueue { qpn, why });
         }
     }
 
     /// Rejects a connection request with REJ "consumer defined" carrying the
-    /// NVMe/RDMA RDMA_CM_REJECT record (RECFMT 0, `status`), as nvmet-rdma does.
-    fn reject(&self, ep: usize, id: transport::cm::ConnId, status: RdmaCmRejectStatus) {
-        tracing::info!("rejecting RDMA CM connection {id:?}: {}", status.name());
+    /// NVMe/RDMA RDMA_CM_REJECT record (RECFMT 0, `status`), as nvmet-rdma does, and
+    /// logs why (`remote_ip`, `remote_qpn` and the request's `private_data`).
+    fn reject(
+        &self,
+        ep: usize,
+        id: transport::cm::ConnId,
+        status: RdmaCmRejectStatus,
+        (remote_ip, remote_qpn, private_data): (IpAddr, u32, &[u8]),
+    ) {
+        oplog::cm_refused(
+            remote_ip,
+            remote_qpn,
+            private_data,
+            status,
+            self.reg.limits.max_io_queues,
+            self.max_queue_size,
+        );
         let pd = RdmaCmReject::new(status);
         let _ = self.endpoints[ep].cm.reject(
             id,
@@ -492,10 +511,11 @@ impl Control {
                 private_data,
                 ..
             } => {
+                let from = (remote_ip, remote_qpn, private_data.as_slice());
                 let (req, sq_size, ord) =
                     match self.check_request(&private_data, responder_resources) {
                         Ok(v) => v,
-                        Err(status) => return self.reject(ep, id, status),
+                        Err(status) => return self.reject(ep, id, status, from),
                     };
                 let qid = req.qid();
                 let e = &mut self.endpoints[ep];
@@ -520,7 +540,7 @@ impl Control {
                     selective_retransmit: peer_selective_retransmit,
                 };
                 if self.groups[g].send(GroupCmd::NewQueue(nq, rtx)).is_err() {
-                    return self.reject(ep, id, RdmaCmRejectStatus::NoResources);
+                    return self.reject(ep, id, RdmaCmRejectStatus::NoResources, from);
                 }
                 match rrx.recv_timeout(Duration::from_secs(2)) {
                     Ok(Ok((qpn, psn))) => {
@@ -535,19 +555,55 @@ impl Control {
                             rnr_retry_count: 7,
                             private_data: zerocopy::IntoBytes::as_bytes(&accept).to_vec(),
                         };
-                        self.conns.insert((ep, id.0), (g, qpn));
-                        if let Err(e) = self.endpoints[ep].cm.accept(id, params) {
-                            tracing::warn!("CM accept: {e}");
-                            self.drop_conn((ep, id.0));
+                        let peer = QueuePeer {
+                            host_addr: remote_ip,
+                            host_qpn: remote_qpn,
+                            qpn,
+                            qid,
+                        };
+                        self.conns.insert((ep, id.0), ConnRecord { group: g, peer });
+                        match self.endpoints[ep].cm.accept(id, params) {
+                            Ok(()) => oplog::cm_accepted(
+                                &peer,
+                                sq_size,
+                                ord,
+                                peer_selective_retransmit,
+                                req.cntlid(),
+                            ),
+                            Err(e) => {
+                                tracing::warn!(
+                                    host_addr = %remote_ip,
+                                    qid,
+                                    "RDMA CM accept failed: {e}"
+                                );
+                                self.drop_conn((ep, id.0), QueueEnd::AcceptFailed);
+                            }
                         }
                     }
-                    _ => self.reject(ep, id, RdmaCmRejectStatus::NoResources),
+                    Ok(Err(e)) => {
+                        tracing::warn!(host_addr = %remote_ip, qid, "creating the queue's QP: {e}");
+                        self.reject(ep, id, RdmaCmRejectStatus::NoResources, from)
+                    }
+                    Err(_) => self.reject(ep, id, RdmaCmRejectStatus::NoResources, from),
                 }
             }
             CmEvent::Established { .. } | CmEvent::ConnectReply { .. } => {}
-            CmEvent::Disconnected { id }
-            | CmEvent::Unreachable { id }
-            | CmEvent::Rejected { id, .. } => self.drop_conn((ep, id.0)),
+            CmEvent::StaleConnection {
+                id,
+                remote_ip,
+                remote_qpn,
+                remote_port,
+            } => {
+                let old = self.conns.get(&(ep, id.0)).map(|c| c.peer);
+                oplog::stale_connection(remote_ip, remote_qpn, remote_port, old.as_ref());
+                // The CM sends the DREQ; the old queue's host is gone, so its queue goes now.
+                self.drop_conn((ep, id.0), QueueEnd::StaleConnection);
+            }
+            // Connections the target ended itself are forgotten already (drop_conn):
+            // what is left here was ended by the host.
+            CmEvent::Disconnected { id } => self.drop_conn((ep, id.0), QueueEnd::HostDisconnected),
+            CmEvent::Unreachable { id } => self.drop_conn((ep, id.0), QueueEnd::HostUnreachable),
+            CmEvent::Rejected { id, .. } => self.drop_conn((ep, id.0), QueueEnd::HostRejected),
         }
     }
 }

@@ -53,6 +53,8 @@ fn udp_port_in_use_is_named() {
         err.contains("4791") && err.contains("127.0.0.22") && err.contains("in use"),
         "{err}"
     );
+    // ... and how to get out of it.
+    assert!(err.contains("another with --addr"), "{err}");
 }
 
 #[test]

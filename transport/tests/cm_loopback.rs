@@ -1,7 +1,7 @@
 //! The CM agent over real UDP sockets on loopback (127.0.0.140 - 127.0.0.149): connect /
 //! accept / RTU / disconnect between two soft devices, REJ for an unlistened port, the
 //! delayed MRA while the passive application takes its time, destroy of a pending
-//! connection, and Linux's probe REQ (e-roce-probe.pcap) answered with Linux's REJ.
+//! connection, a restarted host's stale REQ, and Linux's probe REQ (e-roce-probe.pcap) answered with Linux's REJ.
 //! Over IPv6 (::1): Linux's REQ sent with UDP checksum 0, as Linux rxe sends every
 //! RoCEv2 packet over IPv6, reaches the agent (the kernel drops such datagrams on a
 //! socket without `UDP_NO_CHECK6_RX`, which the first IPv6 test shows).
@@ -146,6 +146,74 @@ fn unlistened_port_gets_rej_invalid_service_id() {
         panic!("Rejected")
     };
     assert_eq!((id, reason), (hid, CM_REJ_INVALID_SERVICE_ID));
+}
+
+/// A host killed without disconnecting (its device and CM agent dropped, no DREQ)
+/// restarts on the same address and reuses its QPN: the target's CM refuses the new
+/// REQ as stale (REJ 10), says so to the old connection's application
+/// (StaleConnection) and disconnects the old connection: the restarted host's CM answers
+/// the DREQ it knows nothing of with a DREP, so the old connection ends at once. A
+/// second REQ from a new QP then connects.
+#[test]
+fn restarted_host_reusing_its_qpn_gets_rej_stale_and_then_connects() {
+    let (_dt, t) = agent("127.0.0.206", CmConfig::default());
+    let listen = t.listen(4420).unwrap();
+    let accept = |qpn| AcceptParams {
+        local_qpn: qpn,
+        starting_psn: 1,
+        responder_resources: 0,
+        initiator_depth: 1,
+        rnr_retry_count: 7,
+        private_data: vec![],
+    };
+    let (old, old_hid) = {
+        let (_dh, h) = agent("127.0.0.207", CmConfig::default());
+        let (hid, hev) = h.connect(params(ip("127.0.0.206"), 4420, 0x51)).unwrap();
+        let CmEvent::ConnectRequest { id: tid, .. } = next(&listen) else {
+            panic!("ConnectRequest")
+        };
+        t.accept(tid, accept(0x52)).unwrap();
+        assert!(matches!(next(&hev), CmEvent::ConnectReply { .. }));
+        h.send_rtu(hid).unwrap();
+        assert!(matches!(next(&listen), CmEvent::Established { .. }));
+        (tid, hid)
+        // The host dies here: its agent and device go without a DREQ.
+    };
+    let (_dh, h) = agent("127.0.0.207", CmConfig::default());
+    let (hid, hev) = h.connect(params(ip("127.0.0.206"), 4420, 0x51)).unwrap();
+    // A new agent draws its communication IDs afresh (a random seed per agent), so the
+    // target cannot take the new REQ for a duplicate of the old one.
+    assert_ne!(hid, old_hid);
+    let CmEvent::Rejected { id, reason, .. } = next(&hev) else {
+        panic!("Rejected")
+    };
+    assert_eq!((id, reason), (hid, CM_REJ_STALE_CONN));
+    assert_eq!(
+        next(&listen),
+        CmEvent::StaleConnection {
+            id: old,
+            remote_ip: ip("127.0.0.207"),
+            remote_qpn: 0x51,
+            remote_port: Some(0xC123),
+        }
+    );
+    assert_eq!(next(&listen), CmEvent::Disconnected { id: old });
+    // A new QP of the restarted host connects.
+    let (hid, hev) = h.connect(params(ip("127.0.0.206"), 4420, 0x53)).unwrap();
+    let CmEvent::ConnectRequest {
+        id: tid,
+        remote_qpn,
+        ..
+    } = next(&listen)
+    else {
+        panic!("ConnectRequest")
+    };
+    assert_eq!(remote_qpn, 0x53);
+    t.accept(tid, accept(0x54)).unwrap();
+    let CmEvent::ConnectReply { id, .. } = next(&hev) else {
+        panic!("ConnectReply")
+    };
+    assert_eq!(id, hid);
 }
 
 /// The passive application takes longer than several REQ intervals: the duplicate REQs

@@ -228,6 +228,11 @@ pub struct BenchArgs {
     #[arg(long)]
     pub hostnqn: Option<String>,
 
+    /// Log lines on stderr (warnings, connection retries) as text or as one JSON
+    /// object per line; level from RUST_LOG.
+    #[arg(long = "log-format", alias = "log_format", value_enum, default_value_t = nvmf_target::logging::LogFormat::Text)]
+    pub log_format: nvmf_target::logging::LogFormat,
+
     /// Namespace ID to benchmark.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub nsid: u32,

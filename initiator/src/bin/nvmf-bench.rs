@@ -93,13 +93,9 @@ fn print_stdout(text: &str) {
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
     let args = BenchArgs::parse();
+    // Warnings, and the host library's connection notes (e.g. a retried Connect).
+    nvmf_target::logging::init(args.log_format, "warn,nvmf_initiator=info");
     bench(&args)
 }
 

@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use nix::sys::signal::{SigSet, Signal};
 use nvmf_target::config::TargetConfig;
+use nvmf_target::logging::{self, LogFormat};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -44,16 +45,16 @@ struct Args {
     /// 128K or 1M (default 1M). With --config, overrides the file's `mdts_bytes`.
     #[arg(long, value_name = "SIZE")]
     mdts: Option<String>,
+    /// Log lines on stderr as text or as one JSON object per line (connects,
+    /// disconnects, refused hosts, Keep Alive expiries, failed queues; level from
+    /// RUST_LOG, default info).
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
     let args = Args::parse();
+    logging::init(args.log_format, "info");
     let mdts = match args.mdts.as_deref().map(nvmf_target::config::parse_size) {
         None => None,
         Some(Ok(n)) => Some(u32::try_from(n).unwrap_or(u32::MAX)),
@@ -117,25 +118,30 @@ fn main() -> ExitCode {
     };
     for s in &cfg.subsystems {
         for l in target.listen_addrs() {
-            eprintln!(
-                "nvmf-target: serving {} ({} namespace(s)) on rdma traddr={} trsvcid={} (RoCEv2 UDP {}:4791, path MTU {})",
+            let mtu = target
+                .devices()
+                .into_iter()
+                .find(|d| d.ip() == l.ip())
+                .unwrap_or(target.device())
+                .path_mtu()
+                .bytes();
+            tracing::info!(
+                subnqn = %s.nqn,
+                traddr = %l.ip(),
+                trsvcid = l.port(),
+                namespaces = s.namespaces.len(),
+                "serving {} ({} namespace(s)) on rdma traddr={} trsvcid={} (RoCEv2 UDP {}:4791, path MTU {})",
                 s.nqn,
                 s.namespaces.len(),
                 l.ip(),
                 l.port(),
                 l.ip(),
-                target
-                    .devices()
-                    .into_iter()
-                    .find(|d| d.ip() == l.ip())
-                    .unwrap_or(target.device())
-                    .path_mtu()
-                    .bytes()
+                mtu
             );
         }
     }
     let sig = sigs.wait();
-    eprintln!("nvmf-target: {:?}, shutting down", sig.ok());
+    tracing::info!("{:?}, shutting down", sig.ok());
     target.shutdown();
     ExitCode::SUCCESS
 }

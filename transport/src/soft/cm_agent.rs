@@ -460,6 +460,7 @@ fn event_id(ev: &CmEvent) -> u32 {
         | CmEvent::Established { id, .. }
         | CmEvent::Rejected { id, .. }
         | CmEvent::Unreachable { id }
+        | CmEvent::StaleConnection { id, .. }
         | CmEvent::Disconnected { id } => id.0,
     }
 }

@@ -128,6 +128,13 @@ impl Context {
         &self.dev
     }
 
+    /// This poll group's index on its device (the `rx_queue` of
+    /// [`SoftDevice::open_context`]; its QPNs are those `q` with `q % rx_queues ==`
+    /// this).
+    pub fn rx_queue(&self) -> u32 {
+        self.rxq
+    }
+
     /// The RC tuning (window sizes) applied to QPs created from now on.
     pub fn set_rc_config(&mut self, cfg: RcConfig) {
         self.rc_config = cfg;

@@ -26,6 +26,13 @@ pub struct DeviceConfig {
     /// (the default) for none at all. Counted in [`DeviceCountersSnapshot`]'s
     /// `injected_*` fields.
     pub faults: Option<FaultConfig>,
+    /// Where QP numbering starts: `None` (the default) picks a random start per device
+    /// instance, so a restarted process does not reuse the QPNs of its predecessor,
+    /// whose connections a peer may still hold (IBTA Vol 1 §12.9.8.4: a REQ from a QP
+    /// with a live connection is rejected as stale). `Some(qpn)`: poll group `i` starts
+    /// at the first QPN at or after `qpn` in its residue class (tests that reproduce a
+    /// restart with the same QPNs). See [`QpnAllocator`].
+    pub first_qpn: Option<u32>,
 }
 
 impl DeviceConfig {
@@ -36,6 +43,7 @@ impl DeviceConfig {
             rx_queues: 1,
             netdev_mtu: None,
             faults: None,
+            first_qpn: None,
         }
     }
 }
@@ -212,7 +220,7 @@ pub struct SoftDevice {
     netdev_mtu: u32,
     keys: KeyTable,
     rx_sockets: Mutex<Vec<Option<Socket>>>,
-    next_qpn: Vec<AtomicU32>,
+    qpns: QpnAllocator,
     counters: DeviceCounters,
     faults: Option<FaultConfig>,
 }
@@ -226,8 +234,73 @@ impl std::fmt::Debug for SoftDevice {
     }
 }
 
-/// First QP number handed out (rxe starts at 0x11; 0 and 1 are the SMI and GSI QPs).
+/// Smallest QP number handed out (rxe starts at 0x11; 0 and 1 are the SMI and GSI QPs).
 pub const FIRST_QPN: u32 = 0x11;
+/// Largest QP number (QPNs are 24 bits on the wire, BTH DestQP).
+pub const MAX_QPN: u32 = 0x00FF_FFFF;
+
+/// QP numbers of one device, in the residue classes the receive steering expects:
+/// poll group `i` of `n` gets only QPNs `q` with `q % n == i` (see
+/// [`super::socket::bind_rx_group`]), all in `FIRST_QPN..=MAX_QPN`, counting up from
+/// its start and wrapping within its class (never to 0, 1 or past 24 bits).
+#[derive(Debug)]
+pub struct QpnAllocator {
+    groups: u32,
+    /// Per poll group: the index of the next QPN within the group's class.
+    next: Vec<AtomicU32>,
+}
+
+impl QpnAllocator {
+    /// An allocator for `groups` poll groups (at least 1). `first`: `None` for a random
+    /// start in each class; `Some(qpn)` to start each group at the first QPN of its
+    /// class at or after `qpn` (clamped into `FIRST_QPN..=MAX_QPN`).
+    pub fn new(groups: u32, first: Option<u32>) -> Self {
+        let groups = groups.max(1);
+        let next = (0..groups)
+            .map(|g| {
+                let count = Self::class_len(groups, g);
+                let index = match first {
+                    None => rand::random::<u32>() % count,
+                    Some(q) => {
+                        let q = q.clamp(FIRST_QPN, MAX_QPN);
+                        let base = Self::class_base(groups, g);
+                        q.saturating_sub(base).div_ceil(groups) % count
+                    }
+                };
+                AtomicU32::new(index)
+            })
+            .collect();
+        QpnAllocator { groups, next }
+    }
+
+    /// The smallest QPN >= [`FIRST_QPN`] that steers to group `g`.
+    fn class_base(groups: u32, g: u32) -> u32 {
+        let r = FIRST_QPN % groups;
+        let base = FIRST_QPN - r + g;
+        if base < FIRST_QPN {
+            base + groups
+        } else {
+            base
+        }
+    }
+
+    /// How many QPNs of `FIRST_QPN..=MAX_QPN` steer to group `g`.
+    fn class_len(groups: u32, g: u32) -> u32 {
+        (MAX_QPN - Self::class_base(groups, g)) / groups + 1
+    }
+
+    /// The next QPN of poll group `g` (`g < groups`; a larger `g` is taken modulo).
+    pub fn alloc(&self, g: u32) -> u32 {
+        let g = g % self.groups;
+        let count = Self::class_len(self.groups, g);
+        let i = self.next[g as usize]
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |i| {
+                Some((i + 1) % count)
+            })
+            .unwrap_or(0);
+        Self::class_base(self.groups, g) + i * self.groups
+    }
+}
 
 impl SoftDevice {
     /// Opens the device: binds `ip:4791` (see [`super::socket::bind_rx_group`]).
@@ -243,18 +316,6 @@ impl SoftDevice {
         let netdev_mtu = cfg
             .netdev_mtu
             .unwrap_or_else(|| interface_mtu(cfg.ip).unwrap_or(1500));
-        let next_qpn = (0..rx_queues)
-            .map(|i| {
-                // smallest qpn >= FIRST_QPN with qpn % rx_queues == i
-                let r = FIRST_QPN % rx_queues;
-                let base = FIRST_QPN - r + i;
-                AtomicU32::new(if base < FIRST_QPN {
-                    base + rx_queues
-                } else {
-                    base
-                })
-            })
-            .collect();
         Ok(Arc::new(SoftDevice {
             ip: cfg.ip,
             rx_queues,
@@ -262,7 +323,7 @@ impl SoftDevice {
             netdev_mtu,
             keys: KeyTable::new(),
             rx_sockets: Mutex::new(socks.into_iter().map(Some).collect()),
-            next_qpn,
+            qpns: QpnAllocator::new(rx_queues, cfg.first_qpn),
             counters: DeviceCounters::default(),
             faults: cfg.faults.filter(|f| !f.is_noop()),
         }))
@@ -363,10 +424,9 @@ impl SoftDevice {
         self.rx_sockets.lock().get_mut(idx).and_then(|s| s.take())
     }
 
-    /// Next QP number for poll group `rx_queue`.
+    /// Next QP number for poll group `rx_queue` (see [`QpnAllocator`]).
     pub(crate) fn alloc_qpn(&self, rx_queue: u32) -> u32 {
-        let q = self.next_qpn[rx_queue as usize].fetch_add(self.rx_queues, Ordering::Relaxed);
-        q & 0x00FF_FFFF
+        self.qpns.alloc(rx_queue)
     }
 }
 
@@ -388,4 +448,57 @@ pub fn interface_mtu(ip: IpAddr) -> Option<u32> {
         }
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every QPN steers to its poll group (the BPF program's `qpn % n`), stays in
+    /// `FIRST_QPN..=MAX_QPN`, and a group wraps within its class at the top.
+    #[test]
+    fn qpns_stay_in_their_class_and_range() {
+        for n in [1u32, 2, 3, 5, 7] {
+            let a = QpnAllocator::new(n, Some(MAX_QPN - 3 * n));
+            for g in 0..n {
+                let mut seen = Vec::new();
+                for _ in 0..8 {
+                    let q = a.alloc(g);
+                    assert_eq!(q % n, g, "n {n} group {g}: {q:#x}");
+                    assert!((FIRST_QPN..=MAX_QPN).contains(&q), "{q:#x}");
+                    seen.push(q);
+                }
+                // Wrapped: the class's smallest QPN came after its largest.
+                assert!(seen.contains(&QpnAllocator::class_base(n, g)), "{seen:x?}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_given_first_qpn_is_where_each_class_starts() {
+        let a = QpnAllocator::new(2, Some(0x11));
+        assert_eq!((a.alloc(0), a.alloc(1)), (0x12, 0x11));
+        assert_eq!((a.alloc(0), a.alloc(1)), (0x14, 0x13));
+        let b = QpnAllocator::new(3, Some(0x1000));
+        assert_eq!(
+            [b.alloc(0), b.alloc(1), b.alloc(2)],
+            [0x1002, 0x1000, 0x1001]
+        );
+        // Below FIRST_QPN: clamped, never 0 or 1.
+        let c = QpnAllocator::new(1, Some(0));
+        assert_eq!(c.alloc(0), FIRST_QPN);
+    }
+
+    /// Two device instances (two runs of a process) start at different QPNs: the
+    /// chance that two random starts in a class of 2^23 collide is 2^-23.
+    #[test]
+    fn random_starts_differ_between_instances() {
+        let firsts: Vec<u32> = (0..4)
+            .map(|_| QpnAllocator::new(2, None).alloc(0))
+            .collect();
+        for (i, a) in firsts.iter().enumerate() {
+            assert_eq!(a % 2, 0);
+            assert!(firsts[i + 1..].iter().all(|b| b != a), "{firsts:x?}");
+        }
+    }
 }

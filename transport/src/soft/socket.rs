@@ -41,7 +41,10 @@ pub const TX_SOCKET_BUFFER_BYTES: usize = 8 << 20;
 /// address.
 #[derive(Debug, thiserror::Error)]
 pub enum SocketError {
-    #[error("UDP port {port} on {ip} is already in use (another RoCEv2 stack or nvmf process?)")]
+    /// Another socket holds `ip:port` (EADDRINUSE). For the RoCEv2 port 4791 the
+    /// message names the fix: each RoCEv2 endpoint on a machine needs an address of its
+    /// own ([`port_in_use_words`]).
+    #[error("{}", port_in_use_words(*.ip, *.port))]
     PortInUse { ip: IpAddr, port: u16 },
     #[error("cannot bind UDP {ip}:{port}: {source} (is {ip} an address of this machine?)")]
     Bind {
@@ -61,6 +64,36 @@ pub enum SocketError {
         ip: IpAddr,
         source: super::fault::FaultConfigError,
     },
+}
+
+/// The message of [`SocketError::PortInUse`]: for UDP 4791 (every RoCEv2 receiver's
+/// port) who may hold it and how to pick another address; for another port (a QP's
+/// UDP source port, QP1's), that the ports ran out.
+pub fn port_in_use_words(ip: IpAddr, port: u16) -> String {
+    if port != ROCE_V2_UDP_DPORT {
+        return format!("UDP port {port} on {ip} is already in use");
+    }
+    let other = match ip {
+        IpAddr::V4(v4) if v4.is_loopback() => {
+            let o = v4.octets();
+            format!(
+                " (e.g. {}.{}.{}.{})",
+                o[0],
+                o[1],
+                o[2],
+                if o[3] >= 250 { 5 } else { o[3] + 2 }
+            )
+        }
+        _ => String::new(),
+    };
+    format!(
+        "UDP port {port} on {ip} is already in use: another process holds it (a second \
+         nvmf-bench or nvmf-target, or another RoCEv2 stack such as Linux rdma_rxe on that \
+         address). RoCEv2 receives on UDP {port} of each address, so every endpoint on one \
+         machine needs an address of its own: give nvmf-bench another local address with \
+         --host-traddr{other}, nvmf-target another with --addr (or `addr` under [[listen]] \
+         in its configuration)"
+    )
 }
 
 /// EADDRINUSE as [`SocketError::PortInUse`], anything else as [`SocketError::Bind`].
@@ -508,6 +541,27 @@ mod tests {
     use super::*;
     use crate::soft::fault::{FaultConfig, FaultCounters};
     use std::sync::Arc;
+
+    #[test]
+    fn port_in_use_names_the_fix() {
+        let m = SocketError::PortInUse {
+            ip: "127.0.0.3".parse().unwrap(),
+            port: ROCE_V2_UDP_DPORT,
+        }
+        .to_string();
+        assert!(
+            m.starts_with("UDP port 4791 on 127.0.0.3 is already in use: another process")
+                && m.contains("--host-traddr (e.g. 127.0.0.5)")
+                && m.contains("nvmf-target another with --addr"),
+            "{m}"
+        );
+        let m = SocketError::PortInUse {
+            ip: "10.0.0.1".parse().unwrap(),
+            port: 55410,
+        }
+        .to_string();
+        assert_eq!(m, "UDP port 55410 on 10.0.0.1 is already in use");
+    }
 
     /// A real UDP socket behind the fault layer: every datagram duplicated, so the
     /// batch delivers each twice with its source address, and the counter says so.
