@@ -402,6 +402,37 @@ impl VerbsContext {
         }
     }
 
+    /// Polls `cq` into `out`, sleeping on its completion event while it is empty (poll,
+    /// arm with `ibv_req_notify_cq`, poll again, [`VerbsContext::wait`]), for at most
+    /// `timeout`; returns how many completions it moved (0 on timeout).
+    ///
+    /// # Errors
+    /// As [`VerbsContext::req_notify_cq`].
+    pub fn poll_cq_blocking(
+        &mut self,
+        cq: Cq,
+        out: &mut [WorkCompletion],
+        timeout: Duration,
+    ) -> Result<usize, VerbsError> {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            let n = self.poll_cq(cq, out);
+            if n > 0 {
+                return Ok(n);
+            }
+            self.req_notify_cq(cq)?;
+            let n = self.poll_cq(cq, out);
+            if n > 0 {
+                return Ok(n);
+            }
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return Ok(0);
+            }
+            self.wait(left.min(Duration::from_millis(100)));
+        }
+    }
+
     /// One round of provider work: nothing for real RDMA devices (they work on their own).
     pub fn progress(&mut self) -> usize {
         0

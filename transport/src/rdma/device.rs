@@ -100,10 +100,9 @@ impl DeviceList {
         let list = unsafe { rdma_get_devices(&mut n) };
         if list.is_null() {
             let e = errno();
-            return Err(no_devices(&format!(
-                "{} (errno {e})",
-                std::io::Error::from_raw_os_error(e)
-            )));
+            return Err(no_devices(
+                &std::io::Error::from_raw_os_error(e).to_string(),
+            ));
         }
         let out = DeviceList {
             list,
