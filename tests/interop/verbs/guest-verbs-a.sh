@@ -5,8 +5,9 @@
 #   1. devinfo   verbs_devinfo $LP_ADDR (devices, caps, ports, GID table; the device of
 #                the address), next to ibv_devinfo for reference
 #   2. tests     the device tests transport/tests/verbs_rxe.rs (--ignored), on rxe0
-#   3. pingpong  two verbs_pingpong servers (7471 with a memory window, 7472 with the
-#                MR's rkey) for VM B's clients; touches $LP_OUT/ready once both listen
+#   3. pingpong  verbs_pingpong servers: 7471 (region behind a memory window) and 7472
+#                (the MR's rkey) for VM B's verbs clients, 7474 for the host's soft-provider
+#                client (hook-soft.sh); touches $LP_OUT/ready once all listen
 # One `cell <name> PASS|FAIL <reason>` line per step, also in $LP_OUT/cells.txt.
 . /host/scenarios/lib.sh
 CELLS="$LP_OUT/cells.txt"
@@ -43,17 +44,24 @@ p1=$!
 "$BIN/verbs_pingpong" server --addr "$LP_ADDR" --port 7472 --timeout 240 \
     >"$LP_OUT/pingpong-server-mr.txt" 2>&1 &
 p2=$!
+"$BIN/verbs_pingpong" server --addr "$LP_ADDR" --port 7474 --timeout 240 \
+    >"$LP_OUT/pingpong-server-soft.txt" 2>&1 &
+p3=$!
 for _ in $(seq 1 300); do
-    grep -q listening "$LP_OUT/pingpong-server-mw.txt" && grep -q listening "$LP_OUT/pingpong-server-mr.txt" && break
+    grep -q listening "$LP_OUT/pingpong-server-mw.txt" && grep -q listening "$LP_OUT/pingpong-server-mr.txt" &&
+        grep -q listening "$LP_OUT/pingpong-server-soft.txt" && break
     sleep 0.2
 done
 touch "$LP_OUT/ready"
 wait $p1; r1=$?
 wait $p2; r2=$?
-cat "$LP_OUT/pingpong-server-mw.txt" "$LP_OUT/pingpong-server-mr.txt"
+wait $p3; r3=$?
+cat "$LP_OUT/pingpong-server-mw.txt" "$LP_OUT/pingpong-server-mr.txt" "$LP_OUT/pingpong-server-soft.txt"
 [ $r1 = 0 ] && cell pingpong-server-mw PASS "$(tail -1 "$LP_OUT/pingpong-server-mw.txt")" ||
     cell pingpong-server-mw FAIL "exit $r1: $(tail -2 "$LP_OUT/pingpong-server-mw.txt" | tr '\n' ' ')"
 [ $r2 = 0 ] && cell pingpong-server-mr PASS "$(tail -1 "$LP_OUT/pingpong-server-mr.txt")" ||
     cell pingpong-server-mr FAIL "exit $r2: $(tail -2 "$LP_OUT/pingpong-server-mr.txt" | tr '\n' ' ')"
+[ $r3 = 0 ] && cell pingpong-server-for-soft PASS "$(tail -1 "$LP_OUT/pingpong-server-soft.txt")" ||
+    cell pingpong-server-for-soft FAIL "exit $r3: $(tail -2 "$LP_OUT/pingpong-server-soft.txt" | tr '\n' ' ')"
 rxe_counters >"$LP_OUT/rxe-counters.txt"
 echo "guest A scenario took $(awk -v t0="$T0" '{printf "%.1f", $1-t0}' /proc/uptime)s"

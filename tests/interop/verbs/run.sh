@@ -10,6 +10,9 @@
 #                       two ping-pong servers (memory window / MR rkey)
 #   VM B 192.168.77.11  guest-verbs-b.sh: devinfo, ping-pong clients against A over the
 #                       bridge (SEND, RDMA WRITE, RDMA READ, 1 B .. 1 MiB, bytes checked)
+#                       and against the host's soft-provider server
+#   host 192.168.77.1   hook-soft.sh: soft_pingpong (the soft provider) as server for B
+#                       and as client of A: soft <-> verbs both ways
 # and prints one `cell <name> PASS|FAIL <reason>` line per step.
 # Exit status: 0 all cells passed, 1 a cell failed, 2 it cannot run here (the reason).
 #
@@ -46,6 +49,8 @@ if [ "${VERBS_NO_BUILD:-0}" != 1 ]; then
     say "building (release, --features verbs): examples and the device tests"
     (cd "$REPO" && cargo build --release -p transport --features verbs --examples) >"$OUT/build.log" 2>&1 ||
         cannot "cargo build failed (libibverbs-dev, librdmacm-dev, libclang-dev, pkg-config installed?): $(tail -3 "$OUT/build.log" | tr '\n' ' ')"
+    (cd "$REPO" && cargo build --release -p transport --example soft_pingpong) >>"$OUT/build.log" 2>&1 ||
+        cannot "building soft_pingpong failed: $(tail -3 "$OUT/build.log" | tr '\n' ' ')"
     (cd "$REPO" && cargo test --release -p transport --features verbs --test verbs_rxe --no-run) >>"$OUT/build.log" 2>&1 ||
         cannot "building the device tests failed: $(tail -3 "$OUT/build.log" | tr '\n' ' ')"
     TEST_BIN=$(sed -nE 's#.*Executable tests/verbs_rxe.rs \((.*)\)#\1#p' "$OUT/build.log" | tail -1)
@@ -53,10 +58,12 @@ if [ "${VERBS_NO_BUILD:-0}" != 1 ]; then
 else
     TEST_BIN="${VERBS_TEST_BIN:-$(ls -t "$BIN_DIR"/deps/verbs_rxe-* 2>/dev/null | grep -v '\.d$' | head -1)}"
 fi
-for b in "$BIN_DIR/examples/verbs_devinfo" "$BIN_DIR/examples/verbs_pingpong" "$TEST_BIN"; do
+for b in "$BIN_DIR/examples/verbs_devinfo" "$BIN_DIR/examples/verbs_pingpong" \
+    "$BIN_DIR/examples/soft_pingpong" "$TEST_BIN"; do
     [ -x "$b" ] || cannot "$b not built"
 done
-cp "$BIN_DIR/examples/verbs_devinfo" "$BIN_DIR/examples/verbs_pingpong" "$OUT/run/bin/"
+cp "$BIN_DIR/examples/verbs_devinfo" "$BIN_DIR/examples/verbs_pingpong" \
+    "$BIN_DIR/examples/soft_pingpong" "$OUT/run/bin/"
 cp "$TEST_BIN" "$OUT/run/bin/verbs_rxe"
 
 # ---- a writable copy of linux-peer with our guest scenarios ------------------------------
@@ -70,17 +77,19 @@ t0=$(date +%s)
 extra=()
 [ -n "${VERBS_SIZES:-}" ] && extra+=(-a "sizes=$VERBS_SIZES")
 [ -n "${VERBS_ITERS:-}" ] && extra+=(-a "iters=$VERBS_ITERS")
+export VERBS_SIZES VERBS_ITERS
 "$LP/run.sh" -t 900 -o "$OUT/run" -c "$OUT/verbs.pcap" -f "udp port 4791" "${extra[@]}" \
+    -H "$HERE/hook-soft.sh" \
     A:192.168.77.10:guest-verbs-a.sh B:192.168.77.11:guest-verbs-b.sh >"$OUT/run.log" 2>&1
 say "run.sh exit status $? after $(( $(date +%s) - t0 )) s"
 
 CELLS="$OUT/cells.txt"
 : >"$CELLS"
-for vm in A B; do
-    f="$OUT/run/out/$vm/cells.txt"
+for f in "$OUT/run/out/A/cells.txt" "$OUT/run/out/B/cells.txt" "$OUT/run/cells-host.txt"; do
     [ -f "$f" ] && cat "$f" >>"$CELLS"
 done
-for c in devinfo-A tests pingpong-server-mw pingpong-server-mr devinfo-B pingpong-mw pingpong-mr; do
+for c in devinfo-A tests pingpong-server-mw pingpong-server-mr pingpong-server-for-soft \
+    devinfo-B pingpong-mw pingpong-mr pingpong-soft soft-client soft-server; do
     grep -q "^cell $c " "$CELLS" || echo "cell $c FAIL never reported (see $OUT/run/console-*.log)" >>"$CELLS"
 done
 if command -v tcpdump >/dev/null && [ -s "$OUT/verbs.pcap" ]; then
