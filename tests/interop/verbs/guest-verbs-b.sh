@@ -32,7 +32,6 @@ fi
 for spec in $specs; do
     rest=${spec#*:}
     set -- "${spec%%:*}" "${rest%%:*}" "${rest#*:}"   # name, server, port
-    set -- $spec
     log="$LP_OUT/pingpong-client-$1.txt"
     timeout 240 "$BIN/verbs_pingpong" client --addr "$LP_ADDR" --server "$2" --port "$3" \
         --sizes "${LP_SIZES:-1,64,4096,65536,1048576}" --iters "${LP_ITERS:-3}" --timeout 60 >"$log" 2>&1

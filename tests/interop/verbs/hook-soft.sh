@@ -4,14 +4,17 @@
 # the verbs provider in the guests:
 #   soft-server  soft_pingpong server on :7473 with a memory window, for VM B's
 #                verbs_pingpong client (verbs client -> soft server)
-#   soft-client  soft_pingpong client against VM A's verbs_pingpong server on :7474
-#                (soft client -> verbs server)
+#   soft-client  soft_pingpong client from 192.168.77.2 (a second address on the bridge:
+#                a soft device owns UDP 4791 of its address) against VM A's
+#                verbs_pingpong server on :7474 (soft client -> verbs server)
 # Touches $LP_SHARE/out/host-ready once the server listens; writes
 # `cell <name> PASS|FAIL <reason>` lines to $LP_SHARE/cells-host.txt.
 # Env from run.sh: LP_SHARE, LP_HOST_IP, LP_VMS.
 set -u
 BIN="$LP_SHARE/bin"
 ip=${LP_HOST_IP:-192.168.77.1}
+ip2=192.168.77.2
+ip addr add "$ip2/24" dev "${LP_BRIDGE:-lpbr0}" 2>/dev/null
 A=$(echo "$LP_VMS" | tr ',' '\n' | sed -n 's/^A=//p')
 CELLS="$LP_SHARE/cells-host.txt"
 : >"$CELLS"
@@ -24,7 +27,7 @@ touch "$LP_SHARE/out/host-ready"
 
 for _ in $(seq 1 2000); do [ -e "$LP_SHARE/out/A/ready" ] && break; sleep 0.2; done
 if [ -e "$LP_SHARE/out/A/ready" ]; then
-    timeout 240 "$BIN/soft_pingpong" client --addr "$ip" --server "$A" --port 7474 \
+    timeout 240 "$BIN/soft_pingpong" client --addr "$ip2" --server "$A" --port 7474 \
         --sizes "${VERBS_SIZES:-1,64,4096,65536,1048576}" --iters "${VERBS_ITERS:-3}" \
         >"$LP_SHARE/soft-client.txt" 2>&1
     rc=$?
