@@ -45,3 +45,17 @@ pub use device::{devices, DeviceConfig, DeviceError, DeviceInfo, VerbsDevice};
 pub use gid::{GidEntry, GidError, GidType};
 pub use mr::VerbsMr;
 pub use port::PortInfo;
+
+/// The thread-safety the provider traits ask for, checked at compile time: a device,
+/// an MR and the CM are shared across threads; a poll group moves to its thread.
+#[allow(dead_code)]
+fn _assert_thread_safety() {
+    fn send_sync<T: Send + Sync + 'static>() {}
+    fn send<T: Send + 'static>() {}
+    fn clone<T: Clone>() {}
+    send_sync::<VerbsDevice>();
+    send_sync::<VerbsMr>();
+    send_sync::<VerbsCm>();
+    clone::<VerbsCm>();
+    send::<VerbsContext>();
+}
