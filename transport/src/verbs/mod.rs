@@ -3,6 +3,14 @@
 //! real RNIC.
 //!
 //! The provider objects (device, context/poll group, PD, MR, MW, CQ, SRQ, QP) live in
-//! the provider module (`crate::soft`); this module holds what they exchange.
+//! the provider modules (`crate::soft`, and `crate::rdma` with the `verbs` feature);
+//! this module holds what they exchange: values, handles ([`Pd`], [`Cq`], [`Srq`],
+//! [`Qp`]), device capabilities ([`DeviceCaps`]) and the connection API's shapes
+//! ([`connection`]).
+mod caps;
+pub mod connection;
+mod handles;
 mod types;
+pub use caps::*;
+pub use handles::*;
 pub use types::*;

@@ -421,4 +421,37 @@ pub enum VerbsError {
     NoSuchObject,
     #[error("out of resources: {0}")]
     NoResources(&'static str),
+    /// `modify_qp` asked for a state change the QP state machine does not have (IBTA
+    /// Vol 1 §10.3.1, Figure 124): e.g. Reset -> RTS.
+    #[error("invalid QP state transition {from:?} -> {to:?}")]
+    InvalidTransition { from: QpState, to: QpState },
+    /// A request beyond a device capability (`ibv_query_device`): `what` names the
+    /// attribute and the capability, `asked` the value requested, `max` the limit.
+    #[error("{what}: asked for {asked}, the device supports at most {max}")]
+    CapabilityExceeded {
+        what: &'static str,
+        asked: u32,
+        max: u32,
+    },
+    /// No RDMA device (or none that fits); the message says what was looked at and
+    /// what to check.
+    #[error("{0}")]
+    NoDevice(String),
+    /// Pinning `needed_bytes` more would take the process's registered (pinned) memory
+    /// over `RLIMIT_MEMLOCK`: `pinned_bytes` are already counted, `limit_bytes` is the
+    /// limit.
+    #[error(
+        "registering {needed_bytes} bytes would pin {} bytes in all, over RLIMIT_MEMLOCK \
+         ({limit_bytes} bytes; {pinned_bytes} already pinned): raise the limit \
+         (`ulimit -l`, `LimitMEMLOCK=` in a systemd unit) or run with CAP_IPC_LOCK",
+        pinned_bytes.saturating_add(*needed_bytes)
+    )]
+    MemlockExceeded {
+        needed_bytes: u64,
+        pinned_bytes: u64,
+        limit_bytes: u64,
+    },
+    /// A provider call failed with `errno` (the verbs provider's C calls).
+    #[error("{call} failed: {} (errno {errno})", std::io::Error::from_raw_os_error(*errno))]
+    Os { call: &'static str, errno: i32 },
 }
