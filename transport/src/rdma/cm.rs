@@ -795,7 +795,8 @@ impl VerbsCm {
                         stage: "connection request (RDMA_CM_EVENT_UNREACHABLE / CONNECT_ERROR)",
                     })
                 }
-                Ok(CmEvent::ConnectRequest { .. }) => {}
+                // Passive-side events; an active connection never gets them.
+                Ok(CmEvent::ConnectRequest { .. } | CmEvent::StaleConnection { .. }) => {}
                 Err(RecvTimeoutError::Timeout) => return Err(timeout),
                 Err(RecvTimeoutError::Disconnected) => return Err(ConnError::Gone),
             }
