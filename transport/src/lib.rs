@@ -10,7 +10,9 @@
 //! - [`cm`]: the sans-IO connection manager (RDMA CM semantics on IB CM MADs over QP1).
 //! - [`soft`]: the software provider: drives the cores over UDP sockets on port 4791.
 //! - [`time`]: the timestamp type the sans-IO cores take as `now`.
+//! - [`memlock`]: the process's pinned-memory budget (`RLIMIT_MEMLOCK`, every pin counted).
 pub mod cm;
+pub mod memlock;
 pub mod rc;
 pub mod soft;
 pub mod time;
