@@ -7,8 +7,9 @@
 //! commands), [`io`] (NVM commands), [`discovery`] (the discovery log page),
 //! [`rdma`] (the NVMe/RDMA transport: poll groups and the request state machine),
 //! [`server`] (start/stop, CM and Keep Alive), and the poll groups' building blocks
-//! [`buffers`] (the registered data slab), [`uring`] (io_uring), [`namespace`]
-//! (file-backed namespaces) and [`config`] (the daemon's TOML configuration).
+//! [`buffers`] (the registered data slab), [`memory`] (how much the poll groups pin,
+//! sized from `RLIMIT_MEMLOCK`), [`uring`] (io_uring), [`namespace`] (file-backed
+//! namespaces) and [`config`] (the daemon's TOML configuration).
 
 pub mod admin;
 pub mod buffers;
@@ -20,6 +21,7 @@ pub mod fabrics;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod io;
+pub mod memory;
 pub mod namespace;
 pub mod rdma;
 pub mod server;

@@ -40,6 +40,11 @@ struct Args {
     /// Poll groups (busy-polling threads, one per core you give the target).
     #[arg(long, default_value_t = 1)]
     poll_groups: usize,
+    /// Data slab per poll group: memory registered (pinned) for command data, at least
+    /// MDTS (1M), e.g. 4M or 64M. Default: sized from RLIMIT_MEMLOCK (`ulimit -l`), 64M
+    /// when it allows. In a --config file: `data_slab`.
+    #[arg(long, value_name = "SIZE")]
+    data_slab: Option<String>,
 }
 
 fn main() -> ExitCode {
@@ -68,6 +73,19 @@ fn main() -> ExitCode {
             };
             let mut c = TargetConfig::default_for(args.addr, &args.nqn, &args.file, size);
             c.poll_groups = args.poll_groups;
+            if let Some(slab) = &args.data_slab {
+                match nvmf_target::config::parse_size(slab) {
+                    Ok(b) => c.data_slab = Some(b),
+                    Err(e) => {
+                        eprintln!("nvmf-target: --data-slab {slab}: {e}");
+                        return ExitCode::FAILURE;
+                    }
+                }
+            }
+            if let Err(e) = c.validate() {
+                eprintln!("nvmf-target: {e}");
+                return ExitCode::FAILURE;
+            }
             if let Some(l) = c.listen.first_mut() {
                 l.trsvcid = args.port;
             }
