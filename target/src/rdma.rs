@@ -247,8 +247,8 @@ pub struct PollGroup {
     counters: Arc<PollGroupCounters>,
     wcs: Vec<WorkCompletion>,
     io_done: Vec<(u64, i32)>,
-    /// The process budget's charge for the ring's fixed buffers; released (dropped)
-    /// after [`PollGroup`]'s `Drop` unregistered them.
+    /// The process budget's charge for the ring's fixed buffers; declared after `ring`,
+    /// so it is released after the ring's drop unregistered them.
     _pinned: PinCharge<'static>,
 }
 
@@ -256,17 +256,6 @@ impl PollGroupConfig {
     /// Bytes of the receive region (one SQE plus in-capsule data per SRQ buffer).
     pub fn recv_region_bytes(&self) -> usize {
         self.srq_depth as usize * (SQE_LEN + self.in_capsule_bytes as usize)
-    }
-}
-
-impl Drop for PollGroup {
-    fn drop(&mut self) {
-        // Unpin now: a closed ring gives its pages back only when the kernel's teardown
-        // work runs, later, and the budget charge (a field, dropped after this) must
-        // not be released before the kernel's.
-        if self.ring.buffers_registered() > 0 {
-            let _ = self.ring.unregister_buffers();
-        }
     }
 }
 
@@ -347,8 +336,8 @@ impl PollGroup {
             &what,
             estimate,
             Some(crate::memory::PIN_LESS_HINT),
-            // SAFETY: both regions outlive the ring's registration (`Drop` unregisters
-            // before the fields, the MRs among them, are dropped).
+            // SAFETY: the kernel keeps the registered pages pinned until the ring drops
+            // (and unregisters) them, so no fixed read or write can reach freed memory.
             || unsafe { ring.register_buffers(&regions) },
         )?;
         if !files.is_empty() {

@@ -42,9 +42,12 @@ pub(crate) struct SqEntry {
     pub(super) len: u32,
     pub(super) segs: [MemRef; MAX_SGE],
     pub(super) nsegs: u8,
-    /// READ: a request for `req_psn..=last_psn` is outstanding.
+    /// READ: a request for `req_psn..=req_last_psn` is outstanding.
     pub(super) issued: bool,
     pub(super) req_psn: u32,
+    /// READ: last response PSN of the outstanding request: `last_psn`, or earlier when
+    /// a READ larger than the READ budget is asked for in segments, one at a time.
+    pub(super) req_last_psn: u32,
     /// READ: next expected response PSN.
     pub(super) rd_next: u32,
     pub(super) rd_issued_bytes: u64,
@@ -65,6 +68,7 @@ impl SqEntry {
             nsegs: 0,
             issued: false,
             req_psn: 0,
+            req_last_psn: 0,
             rd_next: 0,
             rd_issued_bytes: 0,
         }
@@ -431,10 +435,16 @@ impl RcQp {
         let i = i as u32;
         let off = i as u64 * mtu as u64;
         if let SendOp::RdmaRead { remote_addr, rkey } = e.wr.op {
+            // A READ larger than the READ budget is asked for in segments of the budget
+            // (whole packets), the next when the previous one's responses are in, so its
+            // response burst stays within what the receive buffer holds (IBTA lets a
+            // requester ask for any part of a READ again, as after a loss).
             let remaining = (e.len as u64).saturating_sub(off);
-            if self.req.rd_count >= ord
-                || (self.req.rd_count > 0
-                    && self.req.rd_bytes + remaining > cfg.max_read_inflight_bytes)
+            let budget = (cfg.max_read_inflight_bytes / mtu as u64).max(1) * mtu as u64;
+            let seg = remaining.min(budget);
+            if e.issued
+                || self.req.rd_count >= ord
+                || (self.req.rd_count > 0 && self.req.rd_bytes + seg > cfg.max_read_inflight_bytes)
             {
                 return None;
             }
@@ -442,18 +452,22 @@ impl RcQp {
             hdr.reth = Some(Reth {
                 va: remote_addr.wrapping_add(off),
                 rkey,
-                dma_len: remaining as u32,
+                dma_len: seg as u32,
             });
-            let last = e.last_psn;
+            let seg_last = psn_add(psn, packets_for(seg, mtu) - 1);
+            let whole = seg_last == e.last_psn;
             let e = &mut self.req.sq[idx];
             e.issued = true;
             e.req_psn = psn;
+            e.req_last_psn = seg_last;
             e.rd_next = psn;
-            e.rd_issued_bytes = remaining;
+            e.rd_issued_bytes = seg;
             self.req.rd_count += 1;
-            self.req.rd_bytes += remaining;
-            self.req.psn_next = psn_add(last, 1);
-            self.req.tx_idx += 1;
+            self.req.rd_bytes += seg;
+            self.req.psn_next = psn_add(seg_last, 1);
+            if whole {
+                self.req.tx_idx += 1;
+            }
             self.counters.rdma_sends += 1;
             self.note_sent(psn, self.req.psn_next, fresh, now);
             return Some(TxPacket {
