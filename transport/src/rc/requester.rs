@@ -12,7 +12,7 @@ use crate::wire::{Opcode, Reth};
 use super::mem::MemRef;
 use super::ops::{ack_timeout, pos_of, send_opcode, write_opcode, Pos};
 use super::payload::{gather, TxPacket};
-use super::psn::{psn_add, psn_diff, psn_in, psn_lt};
+use super::psn::{psn_add, psn_diff, psn_in, psn_lt, PSN_MASK};
 use super::qp::{packets_for, RcEnv, RcQp};
 use super::rtt::RttEstimator;
 use crate::verbs::QpState;
@@ -410,6 +410,8 @@ impl RcQp {
         e.first_psn = psn;
         e.last_psn = psn_add(psn, e.npkts - 1);
         e.rd_next = psn;
+        // No READ request issued yet: its end is before the first PSN.
+        e.req_last_psn = psn_add(psn, PSN_MASK);
         self.req.psn_max = psn_add(psn, e.npkts);
         Ok(true)
     }
@@ -439,9 +441,17 @@ impl RcQp {
             // (whole packets), the next when the previous one's responses are in, so its
             // response burst stays within what the receive buffer holds (IBTA lets a
             // requester ask for any part of a READ again, as after a loss).
-            let remaining = (e.len as u64).saturating_sub(off);
-            let budget = (cfg.max_read_inflight_bytes / mtu as u64).max(1) * mtu as u64;
-            let seg = remaining.min(budget);
+            // A request asked again from inside an earlier one (after a loss) ends where
+            // that one did: the responder answers a PSN it has seen as a duplicate, with
+            // the tail of the original response.
+            let seg_last = if psn_lt(e.req_last_psn, psn) {
+                let remaining = (e.len as u64).saturating_sub(off);
+                let budget = (cfg.max_read_inflight_bytes / mtu as u64).max(1) * mtu as u64;
+                psn_add(psn, packets_for(remaining.min(budget), mtu) - 1)
+            } else {
+                e.req_last_psn
+            };
+            let seg = e.bytes(i, psn_diff(seg_last, e.first_psn) as u32 + 1, mtu);
             if e.issued
                 || self.req.rd_count >= ord
                 || (self.req.rd_count > 0 && self.req.rd_bytes + seg > cfg.max_read_inflight_bytes)
@@ -454,7 +464,6 @@ impl RcQp {
                 rkey,
                 dma_len: seg as u32,
             });
-            let seg_last = psn_add(psn, packets_for(seg, mtu) - 1);
             let whole = seg_last == e.last_psn;
             let e = &mut self.req.sq[idx];
             e.issued = true;
