@@ -10,9 +10,13 @@
 //! - a datagram of a full 4 KiB-MTU packet is charged about twice its size on loopback
 //!   (measured: 50 datagrams of 4154 bytes fill a buffer reported as 425984 bytes), so
 //!   the buffer holds about half the reported value in payload;
-//! - a poll group's socket receives both the peer's requests (bounded by the peer's
-//!   window, sized the same way on a peer of this project) and the READ responses our
-//!   READ budget asks for, so each gets half of that.
+//! - a poll group's socket receives the peer's requests (bounded by the peer's window,
+//!   sized the same way on a peer of this project), the READ responses our READ budget
+//!   asks for, and what no window bounds: a go-back-N resend (up to
+//!   `RcConfig::recovery_window_pkts` packets) arriving while the window it repeats is
+//!   still queued, ACKs and small responses. Each window therefore gets a quarter of
+//!   the payload capacity ([`WINDOW_SHARE_DIVISOR`]); with half (measured), a 128 KiB
+//!   QD16 read still overran the stock buffer by thousands of datagrams in 5 s.
 //!
 //! With the 32 MiB buffers root gets, the defaults (1 MiB window, 4 MiB of READ data)
 //! are below these bounds and stay as they are. Several busy QPs of one poll group share
@@ -37,14 +41,18 @@ pub fn payload_capacity(granted: usize) -> u64 {
     granted as u64 / 2
 }
 
+/// Each RC window gets 1/this of a receive buffer's payload capacity (see the module docs).
+pub const WINDOW_SHARE_DIVISOR: u64 = 4;
+
 /// `base` with its send window (`max_inflight_bytes`) and READ budget
-/// (`max_read_inflight_bytes`) lowered, where needed, to half the payload capacity of a
-/// receive buffer reported as `granted` each. `granted` 0 (unknown) leaves `base`.
+/// (`max_read_inflight_bytes`) lowered, where needed, to 1/[`WINDOW_SHARE_DIVISOR`] of
+/// the payload capacity of a receive buffer reported as `granted` each. `granted` 0
+/// (unknown) leaves `base`.
 pub fn rc_config_for(granted: usize, base: RcConfig) -> RcConfig {
     if granted == 0 {
         return base;
     }
-    let share = payload_capacity(granted) / 2;
+    let share = payload_capacity(granted) / WINDOW_SHARE_DIVISOR;
     RcConfig {
         max_inflight_bytes: base.max_inflight_bytes.min(share),
         max_read_inflight_bytes: base.max_read_inflight_bytes.min(share),
@@ -95,18 +103,19 @@ mod tests {
         let d = RcConfig::default();
         // Stock rmem_max: SO_RCVBUF 212992 is reported as 425984.
         let c = rc_config_for(425_984, d);
-        assert_eq!(c.max_inflight_bytes, 106_496);
-        assert_eq!(c.max_read_inflight_bytes, 106_496);
+        assert_eq!(c.max_inflight_bytes, 53_248);
+        assert_eq!(c.max_read_inflight_bytes, 53_248);
         assert_eq!(c.min_rto, d.min_rto, "other fields untouched");
-        // What both windows invite stays within the payload the buffer holds.
-        assert!(c.max_inflight_bytes + c.max_read_inflight_bytes <= payload_capacity(425_984));
+        // What both windows invite fills at most half the payload the buffer holds.
+        let both = c.max_inflight_bytes + c.max_read_inflight_bytes;
+        assert!(2 * both <= payload_capacity(425_984));
         // Root's 32 MiB (SO_RCVBUFFORCE, reported as 64 MiB): the defaults.
         assert_eq!(rc_config_for(64 << 20, d), d);
-        // This machine's rmem_max of 4 MiB: the window stays 1 MiB, READs get 2 MiB.
+        // An rmem_max of 4 MiB: the window stays 1 MiB, READs get 1 MiB.
         let c = rc_config_for(8 << 20, d);
         assert_eq!(
             (c.max_inflight_bytes, c.max_read_inflight_bytes),
-            (1 << 20, 2 << 20)
+            (1 << 20, 1 << 20)
         );
         assert_eq!(rc_config_for(0, d), d, "unknown: unchanged");
     }
