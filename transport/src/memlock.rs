@@ -89,7 +89,7 @@ impl fmt::Display for Bytes {
         let b = self.0;
         for (unit, name) in UNITS {
             if b >= unit {
-                return if b % unit == 0 {
+                return if b.is_multiple_of(unit) {
                     write!(f, "{} {name}", b / unit)
                 } else {
                     write!(f, "{:.2} {name} ({b} bytes)", b as f64 / unit as f64)
