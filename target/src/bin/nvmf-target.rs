@@ -42,7 +42,7 @@ struct Args {
     poll_groups: usize,
     /// Data slab per poll group: memory registered (pinned) for command data, at least
     /// MDTS (1M), e.g. 4M or 64M. Default: sized from RLIMIT_MEMLOCK (`ulimit -l`), 64M
-    /// when it allows. In a --config file: `data_slab`.
+    /// when it allows. Overrides a --config file's `data_slab`.
     #[arg(long, value_name = "SIZE")]
     data_slab: Option<String>,
 }
@@ -55,7 +55,7 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let args = Args::parse();
-    let cfg = match &args.config {
+    let mut cfg = match &args.config {
         Some(p) => match TargetConfig::from_file(p) {
             Ok(c) => c,
             Err(e) => {
@@ -73,19 +73,6 @@ fn main() -> ExitCode {
             };
             let mut c = TargetConfig::default_for(args.addr, &args.nqn, &args.file, size);
             c.poll_groups = args.poll_groups;
-            if let Some(slab) = &args.data_slab {
-                match nvmf_target::config::parse_size(slab) {
-                    Ok(b) => c.data_slab = Some(b),
-                    Err(e) => {
-                        eprintln!("nvmf-target: --data-slab {slab}: {e}");
-                        return ExitCode::FAILURE;
-                    }
-                }
-            }
-            if let Err(e) = c.validate() {
-                eprintln!("nvmf-target: {e}");
-                return ExitCode::FAILURE;
-            }
             if let Some(l) = c.listen.first_mut() {
                 l.trsvcid = args.port;
             }
@@ -97,6 +84,20 @@ fn main() -> ExitCode {
             c
         }
     };
+    // --data-slab applies with or without --config (it overrides the file's data_slab).
+    if let Some(slab) = &args.data_slab {
+        match nvmf_target::config::parse_size(slab) {
+            Ok(b) => cfg.data_slab = Some(b),
+            Err(e) => {
+                eprintln!("nvmf-target: --data-slab {slab}: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    if let Err(e) = cfg.validate() {
+        eprintln!("nvmf-target: {e}");
+        return ExitCode::FAILURE;
+    }
     // Block SIGINT/SIGTERM before any thread starts, then wait for them here.
     let mut sigs = SigSet::empty();
     sigs.add(Signal::SIGINT);
