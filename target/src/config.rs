@@ -46,6 +46,8 @@ pub const MAX_MDTS_BYTES: u32 = 8 << 20;
 /// units of the 4 KiB page with 0 meaning "no limit", so 8 KiB (MDTS 1) is the
 /// smallest limit a host can be told.
 pub const MIN_MDTS_BYTES: u32 = 8 << 10;
+/// Largest `data_slab` accepted, in bytes: one io_uring fixed buffer holds at most 1 GiB.
+pub const MAX_DATA_SLAB_BYTES: u64 = 1 << 30;
 
 fn default_trsvcid() -> u16 {
     DEFAULT_TRSVCID
@@ -113,6 +115,13 @@ pub struct TargetConfig {
     /// as nvmet does for a port without discovery. Default true.
     #[serde(default = "default_true")]
     pub discovery: bool,
+    /// Bytes of each poll group's data slab, the memory registered (pinned) as io_uring
+    /// fixed buffer for command data: from `mdts_bytes` to 1 GiB, as bytes or a size
+    /// string ("4M"). Absent (the default): sized from `RLIMIT_MEMLOCK`, 64 MiB when
+    /// the limit allows (see [`crate::memory`]). A slab smaller than `mdts_bytes` x the
+    /// commands in flight still works: commands wait for a buffer.
+    #[serde(default, deserialize_with = "de_opt_size_u64")]
+    pub data_slab: Option<u64>,
 }
 
 /// One listen address (NVMe over Fabrics 1.x Discovery Log Page Entry: TRADDR, TRSVCID).
@@ -279,6 +288,16 @@ fn de_opt_size<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Err
     }))
 }
 
+fn de_opt_size_u64<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    use serde::de::Error;
+    Option::<SizeRepr>::deserialize(d)?
+        .map(|r| match r {
+            SizeRepr::Int(n) => Ok(n),
+            SizeRepr::Str(s) => parse_size(&s).map_err(D::Error::custom),
+        })
+        .transpose()
+}
+
 fn de_size_u32<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
     use serde::de::Error;
     let n = match SizeRepr::deserialize(d)? {
@@ -374,6 +393,7 @@ impl TargetConfig {
             max_queue_size: default_max_queue_size(),
             kato_ms: default_kato_ms(),
             discovery: true,
+            data_slab: None,
         }
     }
 
@@ -435,6 +455,9 @@ impl TargetConfig {
                  SGL length carries), e.g. \"1M\"",
                 self.mdts_bytes
             ));
+        }
+        if let Some(slab) = self.data_slab {
+            check_data_slab(slab, self.mdts_bytes)?;
         }
         if self.max_queue_size < 2 {
             return Err(format!(
@@ -521,6 +544,29 @@ impl TargetConfig {
         }
         Ok(())
     }
+}
+
+/// Checks a configured data slab size against MDTS: a slab smaller than one command's
+/// largest transfer could never serve that command, so it is refused (rather than
+/// lowering the advertised MDTS behind the operator's back).
+///
+/// # Errors
+/// A message naming both values and the fix.
+pub fn check_data_slab(slab_bytes: u64, mdts_bytes: u32) -> Result<(), String> {
+    if slab_bytes < u64::from(mdts_bytes) {
+        return Err(format!(
+            "data_slab {slab_bytes} bytes is smaller than mdts_bytes {mdts_bytes}: a command \
+             transferring MDTS bytes could never get a buffer; raise data_slab to at least \
+             {mdts_bytes} or lower mdts_bytes"
+        ));
+    }
+    if slab_bytes > MAX_DATA_SLAB_BYTES {
+        return Err(format!(
+            "data_slab {slab_bytes} bytes is more than {MAX_DATA_SLAB_BYTES} (1 GiB, the largest \
+             io_uring fixed buffer)"
+        ));
+    }
+    Ok(())
 }
 
 impl fmt::Display for ListenAddr {
@@ -772,6 +818,35 @@ nqn = "nqn.2026-11.io.example:a"
                 "{key}: {msg}"
             );
         }
+    }
+
+    #[test]
+    fn data_slab_is_sized_or_automatic() {
+        assert_eq!(
+            TargetConfig::from_toml_str(MINIMAL).unwrap().data_slab,
+            None
+        );
+        let c = TargetConfig::from_toml_str(&format!("data_slab = \"4M\"\n{MINIMAL}")).unwrap();
+        assert_eq!(c.data_slab, Some(4 << 20));
+        let c = TargetConfig::from_toml_str(&format!("data_slab = 2097152\n{MINIMAL}")).unwrap();
+        assert_eq!(c.data_slab, Some(2 << 20));
+        // Smaller than MDTS: refused, naming both and the fix.
+        let r = invalid(&format!("data_slab = \"512K\"\n{MINIMAL}"));
+        assert!(
+            r.contains("data_slab 524288") && r.contains("mdts_bytes 1048576"),
+            "{r}"
+        );
+        assert!(r.contains("lower mdts_bytes"), "{r}");
+        let c = TargetConfig::from_toml_str(&format!(
+            "data_slab = \"512K\"\nmdts_bytes = \"256K\"\n{MINIMAL}"
+        ))
+        .unwrap();
+        assert_eq!(c.data_slab, Some(512 << 10));
+        assert!(invalid(&format!("data_slab = \"2G\"\n{MINIMAL}")).contains("1 GiB"));
+        assert!(matches!(
+            TargetConfig::from_toml_str(&format!("data_slab = \"lots\"\n{MINIMAL}")),
+            Err(ConfigError::Parse { .. })
+        ));
     }
 
     #[test]

@@ -7,10 +7,10 @@
 //! commands), [`io`] (NVM commands), [`discovery`] (the discovery log page),
 //! [`rdma`] (the NVMe/RDMA transport: poll groups and the request state machine),
 //! [`server`] (start/stop, CM and Keep Alive), and the poll groups' building blocks
-//! [`buffers`] (the registered data slab), [`uring`] (io_uring), [`namespace`]
-//! (file-backed namespaces) and [`config`] (the daemon's TOML configuration);
-//! [`oplog`] is what the target tells its operator, [`logging`] how log lines are
-//! written.
+//! [`buffers`] (the registered data slab), [`memory`] (how much the poll groups pin,
+//! sized from `RLIMIT_MEMLOCK`), [`uring`] (io_uring), [`namespace`] (file-backed
+//! namespaces) and [`config`] (the daemon's TOML configuration); [`oplog`] is what the
+//! target tells its operator, [`logging`] how log lines are written.
 
 pub mod admin;
 pub mod buffers;
@@ -23,6 +23,7 @@ pub mod fabrics;
 pub mod fuzzing;
 pub mod io;
 pub mod logging;
+pub mod memory;
 pub mod namespace;
 pub mod oplog;
 pub mod rdma;

@@ -37,6 +37,7 @@ use crate::io::{self, IoCommand};
 use crate::oplog::{self, QueueEnd, QueuePeer};
 use crate::subsystem::Registry;
 use crate::uring::Ring;
+use transport::memlock::{pinned_span_bytes, Bytes, MemlockError, PinBudget, PinCharge};
 
 /// Idle poll rounds (about 0.3-1 us each) before an idle poll group starts yielding
 /// its core every 64 rounds.
@@ -49,7 +50,7 @@ pub struct PollGroupConfig {
     pub srq_depth: u32,
     /// Bytes of in-capsule data a receive buffer holds after the 64-byte SQE.
     pub in_capsule_bytes: u32,
-    /// Bytes of the registered data slab.
+    /// Bytes of the registered data slab ([`crate::memory::plan`] sizes it).
     pub data_slab_bytes: usize,
     /// Largest data transfer of one command (MDTS).
     pub max_io_bytes: u32,
@@ -62,7 +63,7 @@ impl Default for PollGroupConfig {
         PollGroupConfig {
             srq_depth: 512,
             in_capsule_bytes: 4096,
-            data_slab_bytes: 64 << 20,
+            data_slab_bytes: crate::memory::DEFAULT_DATA_SLAB_BYTES as usize,
             max_io_bytes: 1 << 20,
             ring_entries: 512,
         }
@@ -266,6 +267,16 @@ pub struct PollGroup {
     counters: Arc<PollGroupCounters>,
     wcs: Vec<WorkCompletion>,
     io_done: Vec<(u64, i32)>,
+    /// The process budget's charge for the ring's fixed buffers; declared after `ring`,
+    /// so it is released after the ring's drop unregistered them.
+    _pinned: PinCharge<'static>,
+}
+
+impl PollGroupConfig {
+    /// Bytes of the receive region (one SQE plus in-capsule data per SRQ buffer).
+    pub fn recv_region_bytes(&self) -> usize {
+        self.srq_depth as usize * (SQE_LEN + self.in_capsule_bytes as usize)
+    }
 }
 
 /// A poll group's report that one of its QPs went to the error state (a work request
@@ -287,6 +298,9 @@ pub enum PollGroupError {
     Verbs(#[from] transport::verbs::VerbsError),
     #[error("io_uring: {0}")]
     Io(#[from] std::io::Error),
+    /// Registering the fixed buffers would exceed `RLIMIT_MEMLOCK` (or the kernel refused).
+    #[error("{0}")]
+    Memlock(#[from] MemlockError),
 }
 
 impl PollGroup {
@@ -311,7 +325,7 @@ impl PollGroup {
         let pd = dev.alloc_pd();
         let recv_stride = SQE_LEN + cfg.in_capsule_bytes as usize;
         let n = cfg.srq_depth as usize;
-        let recv_mr = dev.reg_mr(pd, n * recv_stride, AccessFlags::LOCAL_WRITE)?;
+        let recv_mr = dev.reg_mr(pd, cfg.recv_region_bytes(), AccessFlags::LOCAL_WRITE)?;
         let resp_mr = dev.reg_mr(pd, n * RESP_SLOT, AccessFlags::LOCAL_WRITE)?;
         let data_mr = dev.reg_mr(pd, cfg.data_slab_bytes, AccessFlags::LOCAL_WRITE)?;
         // SAFETY: the slab lives in data_mr, owned by this poll group for its lifetime.
@@ -325,13 +339,27 @@ impl PollGroup {
         }
         .map_err(|e| std::io::Error::other(format!("data slab: {e}")))?;
         let mut ring = Ring::new(cfg.ring_entries)?;
-        // SAFETY: both regions outlive the ring (fields of the same struct, ring dropped first).
-        unsafe {
-            ring.register_buffers(&[
-                (data_mr.as_ptr(), data_mr.len()),
-                (recv_mr.as_ptr(), recv_mr.len()),
-            ])?
-        };
+        let regions = [
+            (data_mr.as_ptr(), data_mr.len()),
+            (recv_mr.as_ptr(), recv_mr.len()),
+        ];
+        let estimate = regions
+            .iter()
+            .map(|&(p, len)| pinned_span_bytes(p as usize, len))
+            .sum();
+        let what = format!(
+            "io_uring fixed buffers (data slab {} + receive region {})",
+            Bytes(data_mr.len() as u64),
+            Bytes(recv_mr.len() as u64)
+        );
+        let ((), pinned) = PinBudget::process().pin_with(
+            &what,
+            estimate,
+            Some(crate::memory::PIN_LESS_HINT),
+            // SAFETY: the kernel keeps the registered pages pinned until the ring drops
+            // (and unregisters) them, so no fixed read or write can reach freed memory.
+            || unsafe { ring.register_buffers(&regions) },
+        )?;
         if !files.is_empty() {
             ring.register_files(files)?;
         }
@@ -360,6 +388,7 @@ impl PollGroup {
             counters,
             wcs: vec![WorkCompletion::new(0, WcStatus::Success, WcOpcode::Recv, 0); 64],
             io_done: Vec::with_capacity(64),
+            _pinned: pinned,
         };
         for i in 0..n {
             g.post_recv(i)?;

@@ -55,6 +55,9 @@ pub enum TargetError {
     },
     #[error("configuration: {0}")]
     Config(String),
+    /// The poll groups' registered memory does not fit `RLIMIT_MEMLOCK`.
+    #[error("{0}")]
+    Memlock(#[from] transport::memlock::MemlockError),
 }
 
 /// A running target. Dropping it stops every thread.
@@ -196,6 +199,12 @@ pub fn start_with_faults(
         )));
     }
     let poll_groups = cfg.poll_groups.max(1) as u32;
+    let mut gcfg = PollGroupConfig {
+        in_capsule_bytes: cfg.inline_data_size,
+        max_io_bytes: cfg.mdts_bytes,
+        ..PollGroupConfig::default()
+    };
+    gcfg.data_slab_bytes = crate::memory::plan_for(cfg, &gcfg)?.data_slab_bytes as usize;
     let limits = Limits {
         max_queue_size: cfg.max_queue_size,
         max_io_queues: 64,
@@ -213,11 +222,6 @@ pub fn start_with_faults(
         })
         .collect();
     let reg = Registry::with_ports(subsystems, ports, limits, cfg.discovery);
-    let gcfg = PollGroupConfig {
-        in_capsule_bytes: cfg.inline_data_size,
-        max_io_bytes: cfg.mdts_bytes,
-        ..PollGroupConfig::default()
-    };
     if gcfg.data_slab_bytes < cfg.mdts_bytes as usize {
         return Err(TargetError::Config(format!(
             "mdts_bytes {} is larger than a poll group's registered data slab ({} bytes), \

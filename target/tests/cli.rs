@@ -153,3 +153,20 @@ fn unknown_config_key_is_named() {
         "the message lists the known keys: {err}"
     );
 }
+
+#[test]
+fn data_slab_below_mdts_or_unparsable_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ns.img");
+    let p = path.to_str().unwrap();
+    let (code, err) = run(&["--addr", "127.0.0.23", "--file", p, "--data-slab", "512K"]);
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("data_slab 524288") && err.contains("mdts_bytes 1048576"),
+        "{err}"
+    );
+    assert!(!path.exists(), "refused before creating the namespace file");
+    let (code, err) = run(&["--addr", "127.0.0.23", "--file", p, "--data-slab", "lots"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("--data-slab lots"), "{err}");
+}

@@ -12,7 +12,9 @@
 //! - `rdma` (cargo feature `verbs`): the verbs provider on a real RDMA device through
 //!   libibverbs and librdmacm (`rdma-sys`).
 //! - [`time`]: the timestamp type the sans-IO cores take as `now`.
+//! - [`memlock`]: the process's pinned-memory budget (`RLIMIT_MEMLOCK`, every pin counted).
 pub mod cm;
+pub mod memlock;
 pub mod rc;
 #[cfg(feature = "verbs")]
 pub mod rdma;

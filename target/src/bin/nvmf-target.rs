@@ -50,6 +50,11 @@ struct Args {
     /// RUST_LOG, default info).
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
+    /// Data slab per poll group: memory registered (pinned) for command data, at least
+    /// MDTS (1M), e.g. 4M or 64M. Default: sized from RLIMIT_MEMLOCK (`ulimit -l`), 64M
+    /// when it allows. Overrides a --config file's `data_slab`.
+    #[arg(long, value_name = "SIZE")]
+    data_slab: Option<String>,
 }
 
 fn main() -> ExitCode {
@@ -94,6 +99,16 @@ fn main() -> ExitCode {
     };
     if let Some(m) = mdts {
         cfg.mdts_bytes = m;
+    }
+    // --data-slab applies with or without --config (it overrides the file's data_slab).
+    if let Some(slab) = &args.data_slab {
+        match nvmf_target::config::parse_size(slab) {
+            Ok(b) => cfg.data_slab = Some(b),
+            Err(e) => {
+                eprintln!("nvmf-target: --data-slab {slab}: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
     }
     // The command line's values pass the configuration file's checks, with the same
     // messages.

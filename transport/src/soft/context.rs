@@ -104,6 +104,7 @@ impl Context {
     pub(crate) fn new(dev: Arc<SoftDevice>, rxq: u32, rx_sock: Socket) -> Self {
         // The device's receive fault layer, if it has one (soft::fault).
         let rx = RxBatch::with_faults(dev.rx_faults(rxq));
+        let rc_config = dev.rc_config();
         Context {
             dev,
             rxq,
@@ -113,7 +114,7 @@ impl Context {
             qps: HashMap::default(),
             cqs: Vec::new(),
             srqs: Vec::new(),
-            rc_config: RcConfig::default(),
+            rc_config,
             tx: TxQueue::default(),
             dirty: Vec::new(),
             deferred: Vec::new(),
@@ -135,7 +136,8 @@ impl Context {
         self.rxq
     }
 
-    /// The RC tuning (window sizes) applied to QPs created from now on.
+    /// The RC tuning (window sizes) applied to QPs created from now on (initially the
+    /// device's, [`SoftDevice::rc_config`]).
     pub fn set_rc_config(&mut self, cfg: RcConfig) {
         self.rc_config = cfg;
     }

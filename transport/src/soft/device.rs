@@ -9,8 +9,9 @@ use socket2::Socket;
 
 use super::context::Context;
 use super::fault::{group_seed, FaultConfig, FaultCounters, RxFaults};
+use super::rx_buffer::{granted_rx_buffer, rc_config_for, report_capped};
 use super::socket::{bind_rx_group, SocketError};
-use crate::rc::{KeyTable, MrKeys, MrMemory};
+use crate::rc::{KeyTable, MrKeys, MrMemory, RcConfig};
 use crate::verbs::{AccessFlags, Mtu, VerbsError};
 
 /// How to open a soft device.
@@ -223,6 +224,10 @@ pub struct SoftDevice {
     qpns: QpnAllocator,
     counters: DeviceCounters,
     faults: Option<FaultConfig>,
+    /// Receive buffer the kernel granted each poll group's socket (getsockopt SO_RCVBUF).
+    rx_buffer_bytes: usize,
+    /// The RC tuning of new QPs, windows sized from `rx_buffer_bytes`.
+    rc_config: RcConfig,
 }
 
 impl std::fmt::Debug for SoftDevice {
@@ -313,6 +318,9 @@ impl SoftDevice {
         }
         let rx_queues = cfg.rx_queues.max(1);
         let socks = bind_rx_group(cfg.ip, rx_queues)?;
+        let rx_buffer_bytes = socks.last().map_or(0, granted_rx_buffer);
+        let rc_config = rc_config_for(rx_buffer_bytes, RcConfig::default());
+        report_capped(rx_buffer_bytes, &rc_config);
         let netdev_mtu = cfg
             .netdev_mtu
             .unwrap_or_else(|| interface_mtu(cfg.ip).unwrap_or(1500));
@@ -326,6 +334,8 @@ impl SoftDevice {
             qpns: QpnAllocator::new(rx_queues, cfg.first_qpn),
             counters: DeviceCounters::default(),
             faults: cfg.faults.filter(|f| !f.is_noop()),
+            rx_buffer_bytes,
+            rc_config,
         }))
     }
 
@@ -344,6 +354,16 @@ impl SoftDevice {
     /// Number of poll groups (receive queues).
     pub fn rx_queues(&self) -> u32 {
         self.rx_queues
+    }
+    /// Receive buffer bytes the kernel granted each poll group's socket, as getsockopt
+    /// `SO_RCVBUF` reports it (0 if unknown); see [`super::rx_buffer`].
+    pub fn rx_buffer_bytes(&self) -> usize {
+        self.rx_buffer_bytes
+    }
+    /// The RC tuning a new context starts with: the defaults, with the windows sized
+    /// from [`SoftDevice::rx_buffer_bytes`] ([`super::rx_buffer::rc_config_for`]).
+    pub fn rc_config(&self) -> RcConfig {
+        self.rc_config
     }
     /// The memory key tables (MRs and MWs) of the device.
     pub fn keys(&self) -> &KeyTable {

@@ -4,11 +4,13 @@
 //! - [`SoftDevice`]: one local IP address, its sockets, memory keys and QP numbers;
 //! - [`Context`]: a poll group (one thread) driving its QPs' sans-IO RC cores;
 //! - [`CmAgent`]: QP1 and the connection manager, on a thread of its own;
-//! - [`fault`]: seeded drop, duplication, reordering and corruption on receive, for tests.
+//! - [`fault`]: seeded drop, duplication, reordering and corruption on receive, for tests;
+//! - [`rx_buffer`]: the receive buffer the kernel granted and the RC windows sized from it.
 mod cm_agent;
 mod context;
 mod device;
 pub mod fault;
+pub mod rx_buffer;
 mod rx_check;
 pub mod socket;
 

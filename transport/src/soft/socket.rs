@@ -32,7 +32,8 @@ const SO_SNDBUFFORCE: libc::c_int = 32;
 
 /// Receive buffer asked for each receive socket (bytes). Sized so QD32 x 1 MiB of
 /// windowed traffic does not overrun it; SO_RCVBUFFORCE is tried first (needs
-/// CAP_NET_ADMIN), SO_RCVBUF (capped by net.core.rmem_max) otherwise.
+/// CAP_NET_ADMIN), SO_RCVBUF (capped by net.core.rmem_max) otherwise. The device reads
+/// back what it got and sizes its RC windows from that ([`super::rx_buffer`]).
 pub const RX_SOCKET_BUFFER_BYTES: usize = 32 << 20;
 /// Send buffer asked for each per-QP socket (bytes).
 pub const TX_SOCKET_BUFFER_BYTES: usize = 8 << 20;
