@@ -33,14 +33,8 @@ fn build_bins(repo: &Path) -> (PathBuf, PathBuf) {
     let dir = profile_dir();
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = Command::new(cargo);
-    cmd.current_dir(repo).args([
-        "build",
-        "-p",
-        "nvmf-target",
-        "-p",
-        "nvmf-initiator",
-        "--bins",
-    ]);
+    cmd.current_dir(repo)
+        .args(["build", "-p", "nvmf-target", "-p", "nvmf-bench", "--bins"]);
     if dir.file_name().is_some_and(|n| n == "release") {
         cmd.arg("--release");
     }

@@ -1,5 +1,5 @@
 //! Splitting one block I/O into commands a queue can carry, written once for the async
-//! [`crate::Host`] and the benchmark's [`crate::QueueEngine`].
+//! [`crate::Host`] and the benchmark's `QueueEngine` (`nvmf-bench`).
 //!
 //! One Read or Write moves at most (NVM Command Set 1.x §3.3.4, §3.3.6; NVMe Base 2.x
 //! §5.17.2.1 MDTS; NVMe over Fabrics 1.1 §2.3.1 keyed SGL data block):

@@ -183,7 +183,7 @@ impl AdminKeeper {
     }
 
     /// The controller's health as this keeper sees it (shared: clone it to whoever
-    /// drives the I/O queues, e.g. [`crate::QueueEngine::with_health`]).
+    /// drives the I/O queues, e.g. `nvmf-bench`'s `QueueEngine::with_health`).
     pub fn health(&self) -> &ControllerHealth {
         &self.health
     }

@@ -66,7 +66,7 @@ ip netns add "$probe_ns" 2>/tmp/interop-netns.err ||
 ip netns del "$probe_ns"
 [ -x "$LP_DIR/run.sh" ] || cannot "linux-peer harness not found at $LP_DIR (set LP_DIR)"
 for b in "$NVMF_TARGET_BIN" "$NVMF_BENCH_BIN"; do
-    [ -x "$b" ] || cannot "$b not built (cargo build -p nvmf-target -p nvmf-initiator --bins)"
+    [ -x "$b" ] || cannot "$b not built (cargo build -p nvmf-target -p nvmf-bench --bins)"
 done
 mkdir -p "$OUT"
 OUT="$(realpath "$OUT")"

@@ -1,4 +1,4 @@
-//! Reports of a [`BenchResult`](crate::bench::result::BenchResult): fio's normal text
+//! Reports of a [`crate::BenchResult`]: fio's normal text
 //! output ([`render_text`]) and fio 3.x JSON ([`render_json`], [`fio_json`]).
 
 pub mod fmt;
@@ -12,8 +12,8 @@ use std::fs::File;
 use std::io::Write;
 use std::path::PathBuf;
 
-use crate::bench::options::{BenchArgs, OutputFormat};
-use crate::bench::result::BenchResult;
+use crate::options::{BenchArgs, OutputFormat};
+use crate::result::BenchResult;
 
 /// The report `args` asks for (`--output-format`): fio text with this process's
 /// ID, or fio JSON with [`BenchArgs::fio_global_options`].
@@ -96,9 +96,9 @@ pub fn write_report(
 pub(crate) mod testdata {
     use std::time::{Duration, UNIX_EPOCH};
 
-    use crate::bench::options::{JobSpec, RunOptions, RwMode, VerifyMode};
-    use crate::bench::result::{BenchResult, GroupResult, JobResult, VerifySummary};
-    use crate::bench::stats::DirStats;
+    use crate::options::{JobSpec, RunOptions, RwMode, VerifyMode};
+    use crate::result::{BenchResult, GroupResult, JobResult, VerifySummary};
+    use crate::stats::DirStats;
 
     /// Job 0: 1000 reads of 4 KiB in 1000 ms: 990 at 10 us, 9 at 50 us, 1 at 400 us.
     /// Job 1: the same plus 500 writes at 20 us, in 500 ms.

@@ -621,8 +621,8 @@ fn describe(req: &IoRequest) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::mem_engine::{MemEngine, ReadCorruption};
-    use crate::bench::options::RwMode;
+    use crate::mem_engine::{MemEngine, ReadCorruption};
+    use crate::options::RwMode;
 
     const BS: u32 = 4096;
 

@@ -42,7 +42,7 @@ impl StopSignals {
         Ok(Self { stop, signal })
     }
 
-    /// The flag the first signal sets (for [`crate::bench::RunControl::stop`]).
+    /// The flag the first signal sets (for [`crate::RunControl::stop`]).
     pub fn flag(&self) -> &AtomicBool {
         &self.stop
     }

@@ -6,8 +6,8 @@ mod fio_json;
 
 use clap::Parser;
 use fio_json::FioReport;
-use nvmf_initiator::bench::report::render_json;
-use nvmf_initiator::bench::{run, shared_disk, BenchArgs, Job, MemEngine};
+use nvmf_bench::report::render_json;
+use nvmf_bench::{run, shared_disk, BenchArgs, Job, MemEngine};
 
 #[test]
 fn fio_json_consumer_reads_the_numbers_of_the_run() {

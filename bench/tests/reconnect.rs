@@ -18,9 +18,10 @@ use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use nvme::RdmaCmRequest;
-use nvmf_initiator::bench::engine::{IoCompletion, IoEngine};
-use nvmf_initiator::bench::workload::{IoOp, IoRequest};
-use nvmf_initiator::{Controller, ControllerOptions, HostOptions, QueueEngine};
+use nvmf_bench::engine::{IoCompletion, IoEngine};
+use nvmf_bench::workload::{IoOp, IoRequest};
+use nvmf_bench::QueueEngine;
+use nvmf_initiator::{Controller, ControllerOptions, HostOptions};
 use nvmf_target::config::TargetConfig;
 use nvmf_target::TargetHandle;
 use transport::cm::{CmEvent, ConnectParams};

@@ -295,7 +295,7 @@ mod tests {
 
     #[test]
     fn verifying_nothing_after_writes_fails_the_run() {
-        let mut r = crate::bench::report::testdata::result();
+        let mut r = crate::report::testdata::result();
         assert!(r.passed());
         r.verify = Some(VerifySummary {
             verified: 0,

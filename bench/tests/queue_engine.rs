@@ -7,9 +7,10 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use nvmf_initiator::bench::engine::{EngineError, IoCompletion, IoEngine};
-use nvmf_initiator::bench::workload::{IoOp, IoRequest};
-use nvmf_initiator::{ControllerHealth, HostOptions, QueueEngine, SyncHost};
+use nvmf_bench::engine::{EngineError, IoCompletion, IoEngine};
+use nvmf_bench::workload::{IoOp, IoRequest};
+use nvmf_bench::QueueEngine;
+use nvmf_initiator::{ControllerHealth, HostOptions, SyncHost};
 use nvmf_target::config::TargetConfig;
 use nvmf_target::TargetHandle;
 

@@ -9,9 +9,10 @@
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 
-use nvmf_initiator::bench::engine::{IoCompletion, IoEngine};
-use nvmf_initiator::bench::workload::{IoOp, IoRequest};
-use nvmf_initiator::{Host, HostError, HostOptions, QueueEngine, SyncHost};
+use nvmf_bench::engine::{IoCompletion, IoEngine};
+use nvmf_bench::workload::{IoOp, IoRequest};
+use nvmf_bench::QueueEngine;
+use nvmf_initiator::{Host, HostError, HostOptions, SyncHost};
 use nvmf_target::config::TargetConfig;
 use nvmf_target::TargetHandle;
 

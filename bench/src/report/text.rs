@@ -10,9 +10,9 @@ use std::fmt::Write as _;
 use std::time::SystemTime;
 
 use super::fmt::{ctime_utc, num2str, N2sUnit};
-use crate::bench::options::BenchArgs;
-use crate::bench::result::{bw_bytes_per_sec, BenchResult, FaultSummary, JobError, VerifySummary};
-use crate::bench::stats::{DirStats, LatencyStats, FIO_PERCENTILES};
+use crate::options::BenchArgs;
+use crate::result::{bw_bytes_per_sec, BenchResult, FaultSummary, JobError, VerifySummary};
+use crate::stats::{DirStats, LatencyStats, FIO_PERCENTILES};
 
 /// fio's default `sig_figs`.
 const SIG_FIGS: usize = 4;
@@ -350,8 +350,8 @@ fn render_group_status(out: &mut String, result: &BenchResult) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::report::testdata;
-    use crate::bench::result::{JobError, ERRNO_EILSEQ};
+    use crate::report::testdata;
+    use crate::result::{JobError, ERRNO_EILSEQ};
     use clap::Parser;
 
     #[test]
@@ -482,7 +482,7 @@ mod tests {
             duplicate: 0.0,
             corrupt: 0.0,
             seed: 5,
-            sides: vec![crate::bench::result::InjectedFaults {
+            sides: vec![crate::result::InjectedFaults {
                 side: "target".into(),
                 dropped: 12,
                 duplicated: 0,
@@ -509,7 +509,7 @@ mod tests {
             errno: ERRNO_EILSEQ,
             message: "verify: bad crc32c at offset 8192".into(),
         });
-        r.group = crate::bench::result::GroupResult::from_jobs(&r.jobs);
+        r.group = crate::result::GroupResult::from_jobs(&r.jobs);
         let text = render_text(&r, 7);
         assert!(!text.contains("jobs=2"));
         assert!(text.starts_with(

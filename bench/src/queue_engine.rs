@@ -5,7 +5,7 @@
 //! - **direct** (every request fits one command): tag = command identifier, and the
 //!   tag's buffer is the slot's registered buffer, so data moves with no copy;
 //! - **split** (requests may exceed one command: MDTS, the 24-bit keyed SGL length,
-//!   65536 blocks; see [`crate::split`]): each tag has its own buffer of the largest
+//!   65536 blocks; see [`nvmf_initiator::split`]): each tag has its own buffer of the largest
 //!   request; a request becomes pieces that go out on whichever command slots are
 //!   free (writes copy their piece into the slot, reads copy it back), and the request
 //!   completes when its last piece does, with the first piece's error if any.
@@ -20,13 +20,12 @@ use std::time::{Duration, Instant};
 
 use nvme::Sqe;
 
-use crate::bench::engine::{EngineError, IoCompletion, IoEngine};
-use crate::bench::workload::{IoOp, IoRequest};
-use crate::capsule::DataDir;
-use crate::error::QueueError;
-use crate::health::ControllerHealth;
-use crate::queue::{NvmeRdmaQueue, QueueCompletion};
-use crate::split::{self, Piece};
+use nvmf_initiator::queue::{NvmeRdmaQueue, QueueCompletion};
+use nvmf_initiator::split::{self, Piece};
+use nvmf_initiator::{ControllerHealth, DataDir, QueueError};
+
+use crate::engine::{EngineError, IoCompletion, IoEngine};
+use crate::workload::{IoOp, IoRequest};
 
 /// How long a dead queue may still hold commands before [`IoEngine::poll`] gives up on
 /// them (a queue that failed completes them at once; this bounds the other cases).

@@ -14,13 +14,11 @@ use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde::Serialize as DeriveSerialize;
 
 use super::fmt::ctime_utc;
-use crate::bench::options::{JobSpec, RunOptions};
-use crate::bench::result::{
+use crate::options::{JobSpec, RunOptions};
+use crate::result::{
     bw_bytes_per_sec, iops, BenchResult, FaultSummary, GroupResult, InjectedFaults, JobResult,
 };
-use crate::bench::stats::{
-    DirStats, LatencyStats, FIO_LAT_BOUNDS, FIO_LAT_BUCKETS, FIO_PERCENTILES,
-};
+use crate::stats::{DirStats, LatencyStats, FIO_LAT_BOUNDS, FIO_LAT_BUCKETS, FIO_PERCENTILES};
 
 /// A JSON object whose keys keep insertion order.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -533,7 +531,7 @@ pub fn render_json(result: &BenchResult, global_options: &[(String, String)]) ->
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::report::testdata;
+    use crate::report::testdata;
 
     fn doc() -> serde_json::Value {
         let r = testdata::result();

@@ -11,19 +11,20 @@
 //! created, before anything starts; the block size is checked against the namespace
 //! right after Identify, before any I/O. Ctrl-C or SIGTERM stops the jobs; the report
 //! of what ran is printed, the host disconnects and the exit status is 128 (fio's); a
-//! second signal exits at once (see `bench::signals`).
+//! second signal exits at once (see `nvmf_bench::signals`).
 use std::io::{IsTerminal, Write};
 use std::net::{IpAddr, SocketAddr};
 use std::process::ExitCode;
 
 use clap::Parser;
-use nvmf_initiator::bench::embedded::{EmbeddedTarget, EMBEDDED_NQN};
-use nvmf_initiator::bench::report::{self, render_header, verify_problem, ReportOutput};
-use nvmf_initiator::bench::signals::{StopSignals, EXIT_STATUS_SIGNALED};
-use nvmf_initiator::bench::{
+use nvmf_bench::embedded::{EmbeddedTarget, EMBEDDED_NQN};
+use nvmf_bench::report::{self, render_header, verify_problem, ReportOutput};
+use nvmf_bench::signals::{StopSignals, EXIT_STATUS_SIGNALED};
+use nvmf_bench::QueueEngine;
+use nvmf_bench::{
     run_with, BenchArgs, EtaLine, EtaMode, FaultSummary, Job, OutputFormat, RunControl,
 };
-use nvmf_initiator::{HostOptions, QueueEngine, SyncHost};
+use nvmf_initiator::{HostOptions, SyncHost};
 
 fn fail(msg: impl std::fmt::Display) -> ExitCode {
     eprintln!("nvmf-bench: {msg}");
@@ -43,7 +44,7 @@ fn plan(args: &BenchArgs) -> Result<Plan, String> {
     let faults = args.fault_config().map_err(|e| e.to_string())?;
     let remote = match &args.traddr {
         None => {
-            nvmf_initiator::bench::embedded::check_size(args.embedded_size)?;
+            nvmf_bench::embedded::check_size(args.embedded_size)?;
             // The namespace is exactly the embedded file: regions can be checked now.
             args.job_specs(args.embedded_size)
                 .map_err(|e| format!("{e} (the embedded target's namespace is --embedded-size)"))?;
@@ -204,7 +205,7 @@ fn bench(args: &BenchArgs) -> ExitCode {
     }
 
     let mut eta = EtaLine::new();
-    let mut print_progress = |p: &nvmf_initiator::bench::Progress| {
+    let mut print_progress = |p: &nvmf_bench::Progress| {
         if let Some(line) = eta.render(p) {
             print_stdout(&line);
         }
@@ -217,7 +218,7 @@ fn bench(args: &BenchArgs) -> ExitCode {
     let ctl = RunControl {
         stop: Some(signals.flag()),
         progress: show_progress(args)
-            .then_some(&mut print_progress as &mut dyn FnMut(&nvmf_initiator::bench::Progress)),
+            .then_some(&mut print_progress as &mut dyn FnMut(&nvmf_bench::Progress)),
         ..RunControl::default()
     };
     let mut result = run_with(&mut jobs, &args.run_options(), ctl);

@@ -164,7 +164,7 @@ impl Iterator for Workload {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::options::RwMode;
+    use crate::options::RwMode;
 
     fn spec(rw: RwMode, blocks: u64, io_blocks: Option<u64>) -> JobSpec {
         JobSpec {
