@@ -3,7 +3,8 @@
 //! QP state machine and capability checks against the device, a QP looped back to
 //! itself, SRQ limit events (one-shot, re-armed), the completion channel, and RDMA CM
 //! connect / accept / reject / disconnect with private data between two poll groups of
-//! one device.
+//! one device; and the provider-generic checks of `provider/checks.rs` (the same code
+//! the soft provider passes in `provider_soft.rs`).
 //!
 //! Every test needs a device and is ignored by default; run them where there is one:
 //!
@@ -21,9 +22,15 @@ use transport::cm::CmEvent;
 use transport::rdma::{DeviceConfig, VerbsContext, VerbsDevice, VerbsMr};
 use transport::verbs::connection::{ConnError, ConnRequest, ConnectRequestParams};
 use transport::verbs::{
-    AccessFlags, AhAttr, AsyncEvent, Cq, Pd, Qp, QpAttr, QpCap, QpInitAttr, QpState, RecvWr,
-    SendFlags, SendOp, SendWr, SgList, Sge, Srq, VerbsError, WcOpcode, WcStatus, WorkCompletion,
+    AccessFlags, AhAttr, AsyncEvent, ConnectionManager as _, Context as _, Cq, Device as _,
+    MemoryRegion as _, Pd, Qp, QpAttr, QpCap, QpInitAttr, QpState, RecvWr, SendFlags, SendOp,
+    SendWr, SgList, Sge, Srq, VerbsError, WcOpcode, WcStatus, WorkCompletion,
 };
+
+#[path = "provider/checks.rs"]
+mod checks;
+#[path = "../examples/pingpong/proto.rs"]
+mod proto;
 
 const NEEDS: &str = "needs an RDMA device (run in the QEMU guest: tests/interop/verbs/run.sh)";
 const T: Duration = Duration::from_secs(20);
@@ -870,4 +877,18 @@ fn rdma_cm_connect_accept_reject_disconnect() {
         "{e}"
     );
     println!("nobody at {}: {e}", p.dest);
+}
+
+/// The provider-generic checks (`provider/checks.rs`), between two poll groups of the
+/// device: connect / accept with private data, the READ depths of the REP, SEND / RDMA
+/// WRITE / RDMA READ, disconnect seen by both; reject with private data; a port nobody
+/// listens on.
+#[test]
+#[ignore = "needs an RDMA device (run in the QEMU guest: tests/interop/verbs/run.sh)"]
+fn provider_generic_checks() {
+    let dev = open(2);
+    checks::connect_accept_traffic_disconnect::<transport::rdma::VerbsProvider>(
+        &dev, 0, &dev, 1, 7310,
+    );
+    checks::reject_and_unlistened::<transport::rdma::VerbsProvider>(&dev, &dev, 1, 7320);
 }
