@@ -31,6 +31,8 @@ use transport::verbs::{
 mod checks;
 #[path = "../examples/pingpong/proto.rs"]
 mod proto;
+#[path = "../examples/pingpong/run.rs"]
+mod run;
 
 const NEEDS: &str = "needs an RDMA device (run in the QEMU guest: tests/interop/verbs/run.sh)";
 const T: Duration = Duration::from_secs(20);

@@ -73,9 +73,8 @@ enum Cmd {
     },
 }
 
-/// One side's device, poll group, MR, CQ, QP creation attributes and CM.
+/// One side's poll group, MR (the protocol's layout), CQ, QP creation attributes and CM.
 pub struct Side<P: Provider> {
-    pub dev: Arc<DeviceOf<P>>,
     pub ctx: ContextOf<P>,
     pub mr: MrOf<P>,
     pub cq: Cq,
@@ -83,14 +82,16 @@ pub struct Side<P: Provider> {
     pub cm: CmOf<P>,
 }
 
-/// Opens the device of `addr`, its first poll group, the MR, a CQ and the CM.
-pub fn open<P: Provider>(addr: IpAddr) -> Res<Side<P>> {
-    let dev = P::open(&P::device_config(addr, 1)).map_err(|e| e.to_string())?;
+/// Opens poll group `group` of `dev` with the protocol's MR (in a new PD), a CQ and the
+/// device's CM.
+pub fn side<P: Provider>(dev: &Arc<DeviceOf<P>>, group: u32) -> Res<Side<P>> {
     let pd = dev.alloc_pd().map_err(|e| format!("alloc_pd: {e}"))?;
     let mr = dev
         .reg_mr(pd, MR_LEN, MR_ACCESS)
         .map_err(|e| format!("reg_mr: {e}"))?;
-    let mut ctx = dev.open_context(0).map_err(|e| format!("context: {e}"))?;
+    let mut ctx = dev
+        .open_context(group)
+        .map_err(|e| format!("context: {e}"))?;
     let cq = ctx.create_cq(64).map_err(|e| format!("create_cq: {e}"))?;
     let init = QpInitAttr {
         pd,
@@ -101,13 +102,19 @@ pub fn open<P: Provider>(addr: IpAddr) -> Res<Side<P>> {
     };
     let cm = dev.cm().map_err(|e| format!("RDMA CM: {e}"))?;
     Ok(Side {
-        dev,
         ctx,
         mr,
         cq,
         init,
         cm,
     })
+}
+
+/// Opens the device of `addr` and its first poll group's [`Side`].
+pub fn open<P: Provider>(addr: IpAddr) -> Res<(Arc<DeviceOf<P>>, Side<P>)> {
+    let dev = P::open(&P::device_config(addr, 1)).map_err(|e| e.to_string())?;
+    let s = side::<P>(&dev, 0)?;
+    Ok((dev, s))
 }
 
 /// Drives `ctx` until `events` says the connection is gone, at most `timeout`; whether
@@ -138,14 +145,16 @@ pub fn server<P: Provider>(
     timeout: Duration,
     listening: &dyn Fn(),
 ) -> Res<()> {
-    let Side {
+    let (
         dev,
-        mut ctx,
-        mut mr,
-        cq,
-        init,
-        cm,
-    } = open::<P>(addr)?;
+        Side {
+            mut ctx,
+            mut mr,
+            cq,
+            init,
+            cm,
+        },
+    ) = open::<P>(addr)?;
     let events = cm
         .listen(port)
         .map_err(|e| format!("listen on {addr}:{port}: {e}"))?;
@@ -226,14 +235,16 @@ pub fn client<P: Provider>(
     iters: u32,
     timeout: Duration,
 ) -> Res<()> {
-    let Side {
+    let (
         dev,
-        mut ctx,
-        mr,
-        cq,
-        init,
-        cm,
-    } = open::<P>(addr)?;
+        Side {
+            mut ctx,
+            mr,
+            cq,
+            init,
+            cm,
+        },
+    ) = open::<P>(addr)?;
     let params = ConnectRequestParams {
         dest: server,
         responder_resources: RD_ATOMIC,

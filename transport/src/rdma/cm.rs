@@ -40,7 +40,7 @@ use super::sys::{errno, os_err, set_nonblocking, sockaddr_from, sockaddr_to};
 use super::VerbsProvider;
 use crate::cm::{CmError, CmEvent, ConnId};
 use crate::verbs::connection::{
-    AcceptToken, ActiveConn, ConnError, ConnRequest, ConnectRequestParams, CM_REJ_STALE_CONN,
+    AcceptToken, ActiveConn, ConnError, ConnRequest, ConnectRequestParams,
 };
 use crate::verbs::{
     ConnectionManager, Context as _, Device as _, DeviceCaps, Mtu, PostReceives, Qp, QpInitAttr,
@@ -100,9 +100,11 @@ pub struct CopiedEvent {
     pub conn: u32,
     /// `param.conn.private_data`, `private_data_len` bytes.
     pub private_data: Vec<u8>,
-    /// `param.conn.responder_resources`.
+    /// `param.conn.responder_resources`: from the local QP's view, as ib_cm reports a
+    /// REQ or REP (`cm_format_req_event`, `cm_format_rep_event`): the message's
+    /// initiator depth.
     pub responder_resources: u8,
-    /// `param.conn.initiator_depth`.
+    /// `param.conn.initiator_depth`: the message's responder resources (see above).
     pub initiator_depth: u8,
     /// `param.conn.retry_count`.
     pub retry_count: u8,
@@ -120,6 +122,11 @@ pub struct CopiedEvent {
 /// none for resolution events and TIMEWAIT_EXIT; for the active side's ESTABLISHED a
 /// [`CmEvent::ConnectReply`] (the REP's values; librdmacm already moved the QP to RTS
 /// and sent the RTU) followed by [`CmEvent::Established`].
+///
+/// The READ depths are swapped back: ib_cm reports a REQ's or REP's responder
+/// resources and initiator depth from the local QP's view (the peer's initiator depth
+/// as the local responder resources), the model carries them as the message does (the
+/// soft provider's CM, [`ConnRequest`], [`ActiveConn`]).
 pub fn to_cm_events(ev: &CopiedEvent, id: ConnId, role: Role, path_mtu: Mtu) -> Vec<CmEvent> {
     use rdma_cm_event_type::*;
     match ev.event {
@@ -139,8 +146,8 @@ pub fn to_cm_events(ev: &CopiedEvent, id: ConnId, role: Role, path_mtu: Mtu) -> 
                 local_port,
                 remote_qpn: ev.qp_num,
                 remote_psn: 0,
-                responder_resources: ev.responder_resources,
-                initiator_depth: ev.initiator_depth,
+                responder_resources: ev.initiator_depth,
+                initiator_depth: ev.responder_resources,
                 path_mtu,
                 local_ack_timeout: 0,
                 retry_count: ev.retry_count,
@@ -164,8 +171,8 @@ pub fn to_cm_events(ev: &CopiedEvent, id: ConnId, role: Role, path_mtu: Mtu) -> 
                         id,
                         remote_qpn: ev.qp_num,
                         remote_psn: 0,
-                        responder_resources: ev.responder_resources,
-                        initiator_depth: ev.initiator_depth,
+                        responder_resources: ev.initiator_depth,
+                        initiator_depth: ev.responder_resources,
                         rnr_retry_count: ev.rnr_retry_count,
                         flow_label: 0,
                         target_ack_delay: 0,
@@ -546,16 +553,7 @@ impl VerbsCm {
                     reason,
                     private_data,
                     ..
-                }) => {
-                    return Err(if reason == CM_REJ_STALE_CONN {
-                        ConnError::Stale
-                    } else {
-                        ConnError::Rejected {
-                            reason,
-                            private_data,
-                        }
-                    })
-                }
+                }) => return Err(ConnError::from_rej(reason, private_data)),
                 Ok(CmEvent::Unreachable { .. }) | Ok(CmEvent::Disconnected { .. }) => {
                     return Err(ConnError::Unreachable {
                         dest,
@@ -1016,9 +1014,11 @@ mod tests {
         assert_eq!(req.id, ConnId(9));
         assert_eq!(req.remote_ip, "192.168.77.11".parse::<IpAddr>().unwrap());
         assert_eq!((req.remote_port, req.local_port), (40001, 4420));
+        // ib_cm's local view (responder resources 16, initiator depth 4) is the REQ's
+        // initiator depth 16 and responder resources 4.
         assert_eq!(
             (req.remote_qpn, req.responder_resources, req.initiator_depth),
-            (0x11, 16, 4)
+            (0x11, 4, 16)
         );
         assert_eq!(
             (req.retry_count, req.rnr_retry_count, req.srq),
@@ -1040,6 +1040,15 @@ mod tests {
             &out[..],
             [CmEvent::ConnectReply { remote_qpn: 0x11, private_data, .. }, CmEvent::Established { .. }]
                 if private_data == &vec![1, 2, 3]
+        ));
+        // The REP's values, not ib_cm's local view of them.
+        assert!(matches!(
+            out[0],
+            CmEvent::ConnectReply {
+                responder_resources: 4,
+                initiator_depth: 16,
+                ..
+            }
         ));
         let out = to_cm_events(
             &ev(RDMA_CM_EVENT_ESTABLISHED),

@@ -52,8 +52,7 @@ use super::cm_agent::{CmAgent, CmAgentError};
 use super::context::Context;
 use crate::cm::{CmError, CmEvent, ConnectParams, CM_HOP_LIMIT};
 use crate::verbs::connection::{
-    AcceptToken, ActiveConn, ConnError, ConnRequest, ConnectRequestParams, CM_REJ_STALE_CONN,
-    DEFAULT_ACK_TIMEOUT,
+    AcceptToken, ActiveConn, ConnError, ConnRequest, ConnectRequestParams, DEFAULT_ACK_TIMEOUT,
 };
 use crate::verbs::{
     AccessFlags, AhAttr, DeviceCaps, Mtu, PostReceives, Qp, QpAttr, QpInitAttr, QpState, VerbsError,
@@ -433,16 +432,7 @@ fn connect_qp(
                 reason,
                 private_data,
                 ..
-            } => {
-                return Err(if reason == CM_REJ_STALE_CONN {
-                    ConnError::Stale
-                } else {
-                    ConnError::Rejected {
-                        reason,
-                        private_data,
-                    }
-                })
-            }
+            } => return Err(ConnError::from_rej(reason, private_data)),
             CmEvent::Unreachable { .. } => {
                 return Err(unreachable(
                     "connection request (REQ unanswered through all retries)",

@@ -13,7 +13,7 @@ use super::fault::{group_seed, FaultConfig, FaultCounters, RxFaults};
 use super::rx_buffer::{granted_rx_buffer, rc_config_for, report_capped};
 use super::socket::{bind_rx_group, SocketError};
 use crate::rc::{KeyTable, MrKeys, MrMemory, RcConfig};
-use crate::verbs::{AccessFlags, DeviceCaps, Mtu, Pd, VerbsError, MAX_SGE};
+use crate::verbs::{AccessFlags, DeviceCaps, MemoryRegion, Mtu, Pd, VerbsError, MAX_SGE};
 
 /// How to open a soft device.
 #[derive(Clone, Debug)]
@@ -171,36 +171,15 @@ impl Mr {
     pub fn memory(&self) -> &Arc<MrMemory> {
         &self.mem
     }
-    /// Copies `data` into the region at `offset`. Panics if out of range (a caller bug).
+    /// Copies `data` into the region at `offset` ([`MemoryRegion::write`]). Panics if
+    /// out of range (a caller bug).
     pub fn write(&self, offset: usize, data: &[u8]) {
-        assert!(
-            offset
-                .checked_add(data.len())
-                .is_some_and(|e| e <= self.len()),
-            "Mr::write out of range"
-        );
-        // SAFETY: in range; concurrent remote access to the same bytes is the RDMA
-        // programming model's race (as with a NIC's DMA), not a Rust aliasing one here.
-        unsafe {
-            std::ptr::copy_nonoverlapping(data.as_ptr(), self.mem.as_ptr().add(offset), data.len())
-        }
+        MemoryRegion::write(self, offset, data)
     }
-    /// Copies bytes at `offset` into `out`. Panics if out of range (a caller bug).
+    /// Copies bytes at `offset` into `out` ([`MemoryRegion::read`]). Panics if out of
+    /// range (a caller bug).
     pub fn read(&self, offset: usize, out: &mut [u8]) {
-        assert!(
-            offset
-                .checked_add(out.len())
-                .is_some_and(|e| e <= self.len()),
-            "Mr::read out of range"
-        );
-        // SAFETY: as in `write`.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                self.mem.as_ptr().add(offset),
-                out.as_mut_ptr(),
-                out.len(),
-            )
-        }
+        MemoryRegion::read(self, offset, out)
     }
 }
 

@@ -214,3 +214,19 @@ pub enum ConnError {
     #[error("the connection manager is gone (its device was closed)")]
     Gone,
 }
+
+impl ConnError {
+    /// The error of a REJ the passive side sent: [`ConnError::Stale`] for reason 10
+    /// ([`CM_REJ_STALE_CONN`]), [`ConnError::Rejected`] with the reason and private
+    /// data otherwise.
+    pub fn from_rej(reason: u16, private_data: Vec<u8>) -> ConnError {
+        if reason == CM_REJ_STALE_CONN {
+            ConnError::Stale
+        } else {
+            ConnError::Rejected {
+                reason,
+                private_data,
+            }
+        }
+    }
+}

@@ -143,8 +143,9 @@ pub trait Device: Send + Sync + 'static {
     ) -> Result<<Self::Provider as Provider>::Context, VerbsError>;
 
     /// The device's connection manager (soft: the CM agent on QP1; verbs: librdmacm),
-    /// started on first use; every call returns a handle to the same one while any
-    /// handle lives.
+    /// started on first use and kept by the device: every call returns a handle to the
+    /// same one, which answers the CM messages of the device's address (REJ for a port
+    /// nobody listens on, DREP, stale connections) for as long as the device lives.
     ///
     /// # Errors
     /// `NoDevice` without `/dev/infiniband/rdma_cm` (verbs); `Os` when its thread or

@@ -5,8 +5,9 @@
 //! (the ping-pong protocol of `examples/pingpong/proto.rs`), disconnect seen by both
 //! sides, reject with private data, and a port nobody listens on.
 //!
-//! A test file that includes this module also includes
-//! `#[path = "../examples/pingpong/proto.rs"] mod proto;`.
+//! A test file that includes this module also includes the ping-pong's
+//! `#[path = "../examples/pingpong/proto.rs"] mod proto;` and
+//! `#[path = "../examples/pingpong/run.rs"] mod run;`.
 #![allow(dead_code)]
 
 use std::net::SocketAddr;
@@ -18,11 +19,11 @@ use crossbeam::channel::Receiver;
 use transport::cm::{CmEvent, ConnId};
 use transport::verbs::connection::{ConnError, ConnRequest, ConnectRequestParams};
 use transport::verbs::{
-    CmOf, ConnectionManager as _, Context as _, ContextOf, Cq, Device as _, DeviceOf,
-    MemoryRegion as _, MrOf, Provider, Qp, QpInitAttr, QpState,
+    ConnectionManager as _, Context as _, ContextOf, Device as _, DeviceOf, MemoryRegion as _,
+    Provider, Qp, QpState,
 };
 
-use crate::proto::{self, Link, Session, MR_ACCESS, MR_LEN, QP_CAP, RD_ATOMIC};
+use crate::proto::{self, Link, Session, RD_ATOMIC};
 
 /// How long any step may take.
 pub const T: Duration = Duration::from_secs(20);
@@ -35,36 +36,12 @@ pub const REJ_PD: &[u8] = b"provider-check REJ: go away";
 /// IBTA Table 112 REJ reason 8, invalid service ID (nobody listens on the port).
 pub const CM_REJ_INVALID_SERVICE_ID: u16 = 8;
 
-/// One side's poll group, MR (the ping-pong layout), CQ, QP attributes and CM.
-pub struct Side<P: Provider> {
-    pub ctx: ContextOf<P>,
-    pub mr: MrOf<P>,
-    pub cq: Cq,
-    pub init: QpInitAttr,
-    pub cm: CmOf<P>,
-}
+pub use crate::run::Side;
 
-/// Opens poll group `group` of `dev` with the ping-pong's MR and a CQ.
+/// Opens poll group `group` of `dev` with the ping-pong's MR, a CQ and the CM
+/// (`examples/pingpong/run.rs`).
 pub fn side<P: Provider>(dev: &Arc<DeviceOf<P>>, group: u32) -> Side<P> {
-    let pd = dev.alloc_pd().expect("alloc_pd");
-    let mr = dev.reg_mr(pd, MR_LEN, MR_ACCESS).expect("reg_mr");
-    let mut ctx = dev.open_context(group).expect("open_context");
-    let cq = ctx.create_cq(64).expect("create_cq");
-    let init = QpInitAttr {
-        pd,
-        send_cq: cq,
-        recv_cq: cq,
-        srq: None,
-        cap: QP_CAP,
-    };
-    let cm = dev.cm().expect("the device's CM");
-    Side {
-        ctx,
-        mr,
-        cq,
-        init,
-        cm,
-    }
+    crate::run::side::<P>(dev, group).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// What a client asks for: IRD and ORD [`RD_ATOMIC`], the provider's ACK timeout.
