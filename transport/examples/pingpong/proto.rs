@@ -74,6 +74,17 @@ pub struct Link<P: Provider> {
 }
 
 impl<P: Provider> Link<P> {
+    /// The link of connected `qp` of `ctx`, with the inline bytes the QP was granted.
+    pub fn new(ctx: ContextOf<P>, mr: MrOf<P>, cq: Cq, qp: Qp) -> Self {
+        let inline = ctx.qp_cap(qp).map_or(0, |c| c.max_inline_data);
+        Link {
+            ctx,
+            mr,
+            cq,
+            qp,
+            inline,
+        }
+    }
     /// Virtual address (iova) of the MR's first byte.
     fn addr(&self) -> u64 {
         self.mr.addr()

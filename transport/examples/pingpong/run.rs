@@ -199,24 +199,17 @@ pub fn server<P: Provider>(
                 Err(_) => return Err("no RTU (Established) within the timeout".into()),
             }
         }
-        let inline = ctx.qp_cap(qp).map_or(0, |c| c.max_inline_data);
+        let mut s = Session::new(Link::<P>::new(ctx, mr, cq, qp), timeout);
         println!(
-            "server: connected {}:{} qpn {:#x} (peer qpn {:#x}), IRD {} ORD {}, inline {inline}",
+            "server: connected {}:{} qpn {:#x} (peer qpn {:#x}), IRD {} ORD {}, inline {}",
             req.remote_ip,
             req.remote_port,
             qp.qpn(),
             req.remote_qpn,
             token.responder_resources,
             token.initiator_depth,
+            s.link.inline,
         );
-        let link = Link::<P> {
-            ctx,
-            mr,
-            cq,
-            qp,
-            inline,
-        };
-        let mut s = Session::new(link, timeout);
         let answered = s.serve(mw)?;
         println!("server: client done after {answered} requests");
         await_disconnect::<P>(&mut s.link.ctx, &events, timeout);
@@ -265,23 +258,16 @@ pub fn client<P: Provider>(
     if !conn.rep_private_data.starts_with(CM_MAGIC) {
         return Err("the server's REP private data is not ours".into());
     }
-    let inline = ctx.qp_cap(qp).map_or(0, |c| c.max_inline_data);
+    let state = ctx.query_qp_state(qp);
+    let mut s = Session::new(Link::<P>::new(ctx, mr, cq, qp), timeout);
     println!(
-        "client: {} provider {} connected to {server}, qpn {:#x}, state {:?}, peer IRD {}, inline {inline}",
+        "client: {} provider {} connected to {server}, qpn {:#x}, state {state:?}, peer IRD {}, inline {}",
         P::NAME,
         dev.ip(),
         qp.qpn(),
-        ctx.query_qp_state(qp),
         conn.responder_resources,
+        s.link.inline,
     );
-    let link = Link::<P> {
-        ctx,
-        mr,
-        cq,
-        qp,
-        inline,
-    };
-    let mut s = Session::new(link, timeout);
     let checks = s.run_client(sizes, iters);
     cm.disconnect(conn.id)
         .map_err(|e| format!("disconnect: {e}"))?;

@@ -142,18 +142,8 @@ pub fn accept_and_serve<P: Provider>(
         CmEvent::Established { id, .. } if id == req.id => {}
         other => panic!("before Established: {other:?}"),
     }
-    let inline = s.ctx.qp_cap(qp).expect("qp_cap").max_inline_data;
     let Side { ctx, mr, cq, .. } = s;
-    let mut session = Session::new(
-        Link::<P> {
-            ctx,
-            mr,
-            cq,
-            qp,
-            inline,
-        },
-        T,
-    );
+    let mut session = Session::new(Link::<P>::new(ctx, mr, cq, qp), T);
     let answered = session.serve(None).expect("serve");
     await_disconnected::<P>(&mut session.link.ctx, &events, req.id);
     session.link.ctx.destroy_qp(qp).expect("destroy_qp");
@@ -209,20 +199,10 @@ pub fn connect_accept_traffic_disconnect<P: Provider>(
         (sc.ird_for(u8::MAX, req_ord), sc.ord_for(4, req_ird)),
         "the REP's READ depths"
     );
-    let inline = c.ctx.qp_cap(conn.qp).expect("qp_cap").max_inline_data;
     let Side {
         ctx, mr, cq, cm, ..
     } = c;
-    let mut session = Session::new(
-        Link::<P> {
-            ctx,
-            mr,
-            cq,
-            qp: conn.qp,
-            inline,
-        },
-        T,
-    );
+    let mut session = Session::new(Link::<P>::new(ctx, mr, cq, conn.qp), T);
     session
         .run_client(&[1, 4096, 65536], 2)
         .expect("SEND, RDMA WRITE and RDMA READ checked");
