@@ -707,6 +707,8 @@ fn cm_server(dev: Arc<VerbsDevice>, port: u16, ready: std::sync::mpsc::Sender<()
         .unwrap();
         cm.accept(req.id, token, b"welcome").unwrap();
         assert_eq!(ctx.query_qp_state(qp), Some(QpState::Rts));
+        // The client disconnects (and the QP goes to Error) only after this check.
+        ready.send(()).unwrap();
         let mut established = false;
         let mut buf = [wc0(); 4];
         let n = ctx.poll_cq_blocking(cq, &mut buf, T).unwrap();
@@ -847,6 +849,7 @@ fn rdma_cm_connect_accept_reject_disconnect() {
     let mut buf = [wc0(); 4];
     assert_eq!(ctx.poll_cq_blocking(cq, &mut buf, T).unwrap(), 1);
     assert_eq!((buf[0].wr_id, buf[0].status), (2, WcStatus::Success));
+    rx.recv_timeout(T).expect("the server checked its QP");
     cm.disconnect(conn.id).unwrap();
     match conn.events.recv_timeout(T) {
         Ok(CmEvent::Disconnected { id }) => assert_eq!(id, conn.id),
