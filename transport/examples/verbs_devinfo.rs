@@ -11,6 +11,7 @@ use std::net::IpAddr;
 use std::process::ExitCode;
 
 use transport::rdma::{devices, DeviceConfig, VerbsDevice};
+use transport::verbs::Device as _;
 
 fn main() -> ExitCode {
     let list = match devices() {

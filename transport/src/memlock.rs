@@ -212,6 +212,115 @@ pub enum MemlockError {
     },
 }
 
+/// An `io::Error` rebuilt with the same OS error code, or kind and message (it has no
+/// `Clone` of its own).
+fn clone_io_error(e: &io::Error) -> io::Error {
+    match e.raw_os_error() {
+        Some(code) => io::Error::from_raw_os_error(code),
+        None => io::Error::new(e.kind(), e.to_string()),
+    }
+}
+
+/// Cloned field by field (the `io::Error` of [`MemlockError::Register`] by its OS code or
+/// kind and message), so that errors that carry a `MemlockError` (`VerbsError::Memlock`)
+/// stay `Clone`.
+impl Clone for MemlockError {
+    fn clone(&self) -> Self {
+        match self {
+            MemlockError::OverLimit {
+                what,
+                limit,
+                pinned,
+                needed,
+                smaller,
+            } => MemlockError::OverLimit {
+                what: what.clone(),
+                limit: *limit,
+                pinned: *pinned,
+                needed: *needed,
+                smaller: smaller.clone(),
+            },
+            MemlockError::KernelRefused {
+                what,
+                limit,
+                pinned,
+                needed,
+                uid,
+                smaller,
+            } => MemlockError::KernelRefused {
+                what: what.clone(),
+                limit: *limit,
+                pinned: *pinned,
+                needed: *needed,
+                uid: *uid,
+                smaller: smaller.clone(),
+            },
+            MemlockError::Register { what, source } => MemlockError::Register {
+                what: what.clone(),
+                source: clone_io_error(source),
+            },
+        }
+    }
+}
+
+/// Equal when every field is (an `io::Error` by OS code, kind and message).
+impl PartialEq for MemlockError {
+    fn eq(&self, other: &Self) -> bool {
+        use MemlockError::*;
+        match (self, other) {
+            (
+                OverLimit {
+                    what: a,
+                    limit: b,
+                    pinned: c,
+                    needed: d,
+                    smaller: e,
+                },
+                OverLimit {
+                    what: a2,
+                    limit: b2,
+                    pinned: c2,
+                    needed: d2,
+                    smaller: e2,
+                },
+            ) => (a, b, c, d, e) == (a2, b2, c2, d2, e2),
+            (
+                KernelRefused {
+                    what: a,
+                    limit: b,
+                    pinned: c,
+                    needed: d,
+                    uid: u,
+                    smaller: e,
+                },
+                KernelRefused {
+                    what: a2,
+                    limit: b2,
+                    pinned: c2,
+                    needed: d2,
+                    uid: u2,
+                    smaller: e2,
+                },
+            ) => (a, b, c, d, u, e) == (a2, b2, c2, d2, u2, e2),
+            (
+                Register { what: a, source: s },
+                Register {
+                    what: a2,
+                    source: s2,
+                },
+            ) => {
+                a == a2
+                    && s.kind() == s2.kind()
+                    && s.raw_os_error() == s2.raw_os_error()
+                    && s.to_string() == s2.to_string()
+            }
+            _ => false,
+        }
+    }
+}
+
+impl Eq for MemlockError {}
+
 fn lowercase_first(s: &str) -> String {
     let mut c = s.chars();
     match c.next() {
@@ -568,5 +677,20 @@ mod tests {
         if has_cap_ipc_lock() {
             assert_eq!(limit, MemlockLimit::Unlimited);
         }
+    }
+
+    #[test]
+    fn errors_clone_and_compare_field_by_field() {
+        let b = PinBudget::with_limit(MemlockLimit::Bytes(8 * MIB));
+        let e = b.charge("ibv_reg_mr", 9 * MIB, None).unwrap_err();
+        assert_eq!(e.clone(), e);
+        assert_ne!(b.charge("ibv_reg_mr", 10 * MIB, None).unwrap_err(), e);
+        let r = MemlockError::Register {
+            what: "x".into(),
+            source: io::Error::from_raw_os_error(libc::EFAULT),
+        };
+        assert_eq!(r.clone(), r);
+        assert_eq!(r.clone().to_string(), r.to_string());
+        assert_ne!(r, e);
     }
 }

@@ -3,7 +3,8 @@
 //! QP state machine and capability checks against the device, a QP looped back to
 //! itself, SRQ limit events (one-shot, re-armed), the completion channel, and RDMA CM
 //! connect / accept / reject / disconnect with private data between two poll groups of
-//! one device.
+//! one device; and the provider-generic checks of `provider/checks.rs` (the same code
+//! the soft provider passes in `provider_soft.rs`).
 //!
 //! Every test needs a device and is ignored by default; run them where there is one:
 //!
@@ -21,9 +22,17 @@ use transport::cm::CmEvent;
 use transport::rdma::{DeviceConfig, VerbsContext, VerbsDevice, VerbsMr};
 use transport::verbs::connection::{ConnError, ConnRequest, ConnectRequestParams};
 use transport::verbs::{
-    AccessFlags, AhAttr, AsyncEvent, Cq, Pd, Qp, QpAttr, QpCap, QpInitAttr, QpState, RecvWr,
-    SendFlags, SendOp, SendWr, SgList, Sge, Srq, VerbsError, WcOpcode, WcStatus, WorkCompletion,
+    AccessFlags, AhAttr, AsyncEvent, ConnectionManager as _, Context as _, Cq, Device as _,
+    MemoryRegion as _, Pd, Qp, QpAttr, QpCap, QpInitAttr, QpState, RecvWr, SendFlags, SendOp,
+    SendWr, SgList, Sge, Srq, VerbsError, WcOpcode, WcStatus, WorkCompletion,
 };
+
+#[path = "provider/checks.rs"]
+mod checks;
+#[path = "../examples/pingpong/proto.rs"]
+mod proto;
+#[path = "../examples/pingpong/run.rs"]
+mod run;
 
 const NEEDS: &str = "needs an RDMA device (run in the QEMU guest: tests/interop/verbs/run.sh)";
 const T: Duration = Duration::from_secs(20);
@@ -698,6 +707,8 @@ fn cm_server(dev: Arc<VerbsDevice>, port: u16, ready: std::sync::mpsc::Sender<()
         .unwrap();
         cm.accept(req.id, token, b"welcome").unwrap();
         assert_eq!(ctx.query_qp_state(qp), Some(QpState::Rts));
+        // The client disconnects (and the QP goes to Error) only after this check.
+        ready.send(()).unwrap();
         let mut established = false;
         let mut buf = [wc0(); 4];
         let n = ctx.poll_cq_blocking(cq, &mut buf, T).unwrap();
@@ -838,6 +849,7 @@ fn rdma_cm_connect_accept_reject_disconnect() {
     let mut buf = [wc0(); 4];
     assert_eq!(ctx.poll_cq_blocking(cq, &mut buf, T).unwrap(), 1);
     assert_eq!((buf[0].wr_id, buf[0].status), (2, WcStatus::Success));
+    rx.recv_timeout(T).expect("the server checked its QP");
     cm.disconnect(conn.id).unwrap();
     match conn.events.recv_timeout(T) {
         Ok(CmEvent::Disconnected { id }) => assert_eq!(id, conn.id),
@@ -870,4 +882,18 @@ fn rdma_cm_connect_accept_reject_disconnect() {
         "{e}"
     );
     println!("nobody at {}: {e}", p.dest);
+}
+
+/// The provider-generic checks (`provider/checks.rs`), between two poll groups of the
+/// device: connect / accept with private data, the READ depths of the REP, SEND / RDMA
+/// WRITE / RDMA READ, disconnect seen by both; reject with private data; a port nobody
+/// listens on.
+#[test]
+#[ignore = "needs an RDMA device (run in the QEMU guest: tests/interop/verbs/run.sh)"]
+fn provider_generic_checks() {
+    let dev = open(2);
+    checks::connect_accept_traffic_disconnect::<transport::rdma::VerbsProvider>(
+        &dev, 0, &dev, 1, 7310,
+    );
+    checks::reject_and_unlistened::<transport::rdma::VerbsProvider>(&dev, &dev, 1, 7320);
 }

@@ -1,5 +1,5 @@
 //! The ping-pong protocol of `verbs_pingpong` and `soft_pingpong`, written once over
-//! [`Link`]: one connected RC QP, its CQ and one MR, whichever provider supplies them.
+//! [`Link`]: one connected RC QP, its CQ and one MR of any provider (`P: Provider`).
 //!
 //! Layout of each side's MR: a receive buffer (header + 1 MiB), a send buffer (header +
 //! 1 MiB), and a 1 MiB region (the server's is the target of the client's RDMA WRITEs
@@ -18,8 +18,8 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use transport::verbs::{
-    inc_rkey, AccessFlags, QpCap, RecvWr, SendFlags, SendOp, SendWr, SgList, Sge, WcOpcode,
-    WcStatus, WorkCompletion,
+    inc_rkey, AccessFlags, Context as _, ContextOf, Cq, MemoryRegion as _, MrOf, Provider, Qp,
+    QpCap, RecvWr, SendFlags, SendOp, SendWr, SgList, Sge, WcOpcode, WcStatus, WorkCompletion,
 };
 
 /// Largest message and region.
@@ -63,26 +63,71 @@ pub const RD_ATOMIC: u8 = 16;
 
 pub type Res<T> = Result<T, String>;
 
-/// What the protocol needs of a connected QP.
-pub trait Link {
-    /// Virtual address (iova) of the MR's first byte.
-    fn addr(&self) -> u64;
-    /// The MR's lkey.
-    fn lkey(&self) -> u32;
-    /// The MR's rkey.
-    fn rkey(&self) -> u32;
-    /// Copies into the MR.
-    fn write(&self, off: usize, data: &[u8]);
-    /// Copies out of the MR.
-    fn read(&self, off: usize, out: &mut [u8]);
+/// A connected QP of provider `P`, its CQ and its MR: what the protocol runs on.
+pub struct Link<P: Provider> {
+    pub ctx: ContextOf<P>,
+    pub mr: MrOf<P>,
+    pub cq: Cq,
+    pub qp: Qp,
     /// Inline bytes granted to the QP.
-    fn inline(&self) -> u32;
+    pub inline: u32,
+}
+
+impl<P: Provider> Link<P> {
+    /// The link of connected `qp` of `ctx`, with the inline bytes the QP was granted.
+    pub fn new(ctx: ContextOf<P>, mr: MrOf<P>, cq: Cq, qp: Qp) -> Self {
+        let inline = ctx.qp_cap(qp).map_or(0, |c| c.max_inline_data);
+        Link {
+            ctx,
+            mr,
+            cq,
+            qp,
+            inline,
+        }
+    }
+    /// Virtual address (iova) of the MR's first byte.
+    fn addr(&self) -> u64 {
+        self.mr.addr()
+    }
+    /// The MR's lkey.
+    fn lkey(&self) -> u32 {
+        self.mr.lkey()
+    }
+    /// The MR's rkey.
+    fn rkey(&self) -> u32 {
+        self.mr.rkey()
+    }
+    /// Copies into the MR.
+    fn write(&self, off: usize, data: &[u8]) {
+        self.mr.write(off, data)
+    }
+    /// Copies out of the MR.
+    fn read(&self, off: usize, out: &mut [u8]) {
+        self.mr.read(off, out)
+    }
+    /// Inline bytes granted to the QP.
+    fn inline(&self) -> u32 {
+        self.inline
+    }
     /// Posts a chain of send WRs.
-    fn post_send_list(&mut self, wrs: &[SendWr]) -> Res<()>;
+    fn post_send_list(&mut self, wrs: &[SendWr]) -> Res<()> {
+        self.ctx
+            .post_send_list(self.qp, wrs)
+            .map_err(|e| format!("post_send: {e}"))
+    }
     /// Posts one receive WR.
-    fn post_recv(&mut self, wr: &RecvWr) -> Res<()>;
-    /// Completions of the QP's CQ, waiting up to `timeout` for at least one.
-    fn poll(&mut self, out: &mut [WorkCompletion], timeout: Duration) -> Res<usize>;
+    fn post_recv(&mut self, wr: &RecvWr) -> Res<()> {
+        self.ctx
+            .post_recv(self.qp, wr)
+            .map_err(|e| format!("post_recv: {e}"))
+    }
+    /// Completions of the QP's CQ, sleeping on the CQ's event up to `timeout` for at
+    /// least one.
+    fn poll(&mut self, out: &mut [WorkCompletion], timeout: Duration) -> Res<usize> {
+        self.ctx
+            .poll_cq_blocking(self.cq, out, timeout)
+            .map_err(|e| format!("req_notify_cq: {e}"))
+    }
 }
 
 fn pattern(seed: u32, len: usize) -> Vec<u8> {
@@ -108,14 +153,14 @@ pub fn recv_wr(addr: u64, lkey: u32) -> RecvWr {
 }
 
 /// One side of a connection.
-pub struct Session<L: Link> {
-    pub link: L,
+pub struct Session<P: Provider> {
+    pub link: Link<P>,
     pending: VecDeque<WorkCompletion>,
     timeout: Duration,
 }
 
-impl<L: Link> Session<L> {
-    pub fn new(link: L, timeout: Duration) -> Self {
+impl<P: Provider> Session<P> {
+    pub fn new(link: Link<P>, timeout: Duration) -> Self {
         Session {
             link,
             pending: VecDeque::new(),

@@ -7,8 +7,8 @@
 //! `rdma_disconnect`, `rdma_destroy_id`.
 //!
 //! librdmacm brings the QP created on a cm_id to RTR and RTS itself (`rdma_accept` on
-//! the passive side, the REP on the active side), so [`VerbsCm::connect`] and
-//! [`VerbsCm::accept`] return with the QP in RTS. What the kernel's CM hides (the
+//! the passive side, the REP on the active side), so [`ConnectionManager::connect`] and
+//! [`ConnectionManager::accept`] return with the QP in RTS. What the kernel's CM hides (the
 //! Starting PSN, the flow label, the ACK timeout of a request) is reported as 0.
 //!
 //! Connections are named by [`ConnId`]s this module hands out; the cm_id's `context`
@@ -37,11 +37,15 @@ use super::context::VerbsContext;
 use super::device::VerbsDevice;
 use super::qp;
 use super::sys::{errno, os_err, set_nonblocking, sockaddr_from, sockaddr_to};
+use super::VerbsProvider;
 use crate::cm::{CmError, CmEvent, ConnId};
 use crate::verbs::connection::{
-    AcceptToken, ActiveConn, ConnError, ConnRequest, ConnectRequestParams, CM_REJ_STALE_CONN,
+    AcceptToken, ActiveConn, ConnError, ConnRequest, ConnectRequestParams,
 };
-use crate::verbs::{DeviceCaps, Mtu, Qp, QpInitAttr, VerbsError};
+use crate::verbs::{
+    ConnectionManager, Context as _, Device as _, DeviceCaps, Mtu, PostReceives, Qp, QpInitAttr,
+    VerbsError,
+};
 
 /// User private data of a REQ in RDMA CM's TCP port space (92 - the 36-byte CMA header).
 pub const REQ_PRIVATE_DATA_MAX: usize = 56;
@@ -96,9 +100,11 @@ pub struct CopiedEvent {
     pub conn: u32,
     /// `param.conn.private_data`, `private_data_len` bytes.
     pub private_data: Vec<u8>,
-    /// `param.conn.responder_resources`.
+    /// `param.conn.responder_resources`: from the local QP's view, as ib_cm reports a
+    /// REQ or REP (`cm_format_req_event`, `cm_format_rep_event`): the message's
+    /// initiator depth.
     pub responder_resources: u8,
-    /// `param.conn.initiator_depth`.
+    /// `param.conn.initiator_depth`: the message's responder resources (see above).
     pub initiator_depth: u8,
     /// `param.conn.retry_count`.
     pub retry_count: u8,
@@ -116,6 +122,11 @@ pub struct CopiedEvent {
 /// none for resolution events and TIMEWAIT_EXIT; for the active side's ESTABLISHED a
 /// [`CmEvent::ConnectReply`] (the REP's values; librdmacm already moved the QP to RTS
 /// and sent the RTU) followed by [`CmEvent::Established`].
+///
+/// The READ depths are swapped back: ib_cm reports a REQ's or REP's responder
+/// resources and initiator depth from the local QP's view (the peer's initiator depth
+/// as the local responder resources), the model carries them as the message does (the
+/// soft provider's CM, [`ConnRequest`], [`ActiveConn`]).
 pub fn to_cm_events(ev: &CopiedEvent, id: ConnId, role: Role, path_mtu: Mtu) -> Vec<CmEvent> {
     use rdma_cm_event_type::*;
     match ev.event {
@@ -135,8 +146,8 @@ pub fn to_cm_events(ev: &CopiedEvent, id: ConnId, role: Role, path_mtu: Mtu) -> 
                 local_port,
                 remote_qpn: ev.qp_num,
                 remote_psn: 0,
-                responder_resources: ev.responder_resources,
-                initiator_depth: ev.initiator_depth,
+                responder_resources: ev.initiator_depth,
+                initiator_depth: ev.responder_resources,
                 path_mtu,
                 local_ack_timeout: 0,
                 retry_count: ev.retry_count,
@@ -160,8 +171,8 @@ pub fn to_cm_events(ev: &CopiedEvent, id: ConnId, role: Role, path_mtu: Mtu) -> 
                         id,
                         remote_qpn: ev.qp_num,
                         remote_psn: 0,
-                        responder_resources: ev.responder_resources,
-                        initiator_depth: ev.initiator_depth,
+                        responder_resources: ev.initiator_depth,
+                        initiator_depth: ev.responder_resources,
                         rnr_retry_count: ev.rnr_retry_count,
                         flow_label: 0,
                         target_ack_delay: 0,
@@ -423,250 +434,13 @@ impl VerbsCm {
         Ok((conn, id))
     }
 
-    /// Listens on RDMA CM port `port` of the device's address (`rdma_bind_addr`,
-    /// `rdma_listen`); connection requests and the later events of their connections
-    /// arrive on the returned channel.
-    ///
-    /// # Errors
-    /// [`CmError::AlreadyListening`] (EADDRINUSE); [`VerbsError::Os`] otherwise.
-    pub fn listen(&self, port: u16) -> Result<Receiver<CmEvent>, ConnError> {
-        let (tx, rx) = channel::unbounded();
-        let (conn, id) = self.new_id(Role::Listener { port }, Some(tx), None)?;
-        let mut sa = sockaddr_from(SocketAddr::new(self.shared.ip, port));
-        // SAFETY: live id; sa is a valid sockaddr.
-        let rc = unsafe { rdma_bind_addr(id, &mut sa as *mut _ as *mut libc::sockaddr) };
-        if rc != 0 {
-            let e = errno();
-            self.shared.destroy(conn);
-            if e == libc::EADDRINUSE {
-                return Err(CmError::AlreadyListening(port).into());
-            }
-            return Err(VerbsError::Os {
-                call: "rdma_bind_addr",
-                errno: e,
-            }
-            .into());
-        }
-        // SAFETY: live, bound id.
-        if unsafe { rdma_listen(id, LISTEN_BACKLOG) } != 0 {
-            let err = os_err("rdma_listen");
-            self.shared.destroy(conn);
-            return Err(err.into());
-        }
-        Ok(rx)
-    }
-
-    /// Passive side, in the poll group's thread: creates the QP of request `req` in
-    /// `ctx` (`rdma_create_qp` on the request's cm_id; the QP is in Init, `accept`
-    /// brings it to RTS) and decides the RDMA READ depths: responder resources =
-    /// min(device `max_qp_rd_atom`, the request's initiator depth), initiator depth =
-    /// min(`ord`, device `max_qp_init_rd_atom`, the request's responder resources).
-    ///
-    /// # Errors
-    /// [`CmError::UnknownConnection`]; the verbs errors of QP creation.
-    pub fn create_accept_qp(
-        &self,
-        ctx: &mut VerbsContext,
-        req: &ConnRequest,
-        init: &QpInitAttr,
-        ord: u8,
-    ) -> Result<(Qp, AcceptToken), ConnError> {
-        let ids = self.shared.ids.lock();
-        let e = ids
-            .get(&req.id.0)
-            .ok_or(CmError::UnknownConnection(req.id))?;
-        let link = CmLink {
-            shared: self.shared.clone(),
-            conn: req.id.0,
-        };
-        // SAFETY: the id is live while we hold the table lock.
-        let qp = unsafe { ctx.create_qp_on_cm_id(e.id, init, link)? };
-        let caps = self.shared.caps;
-        Ok((
-            qp,
-            AcceptToken {
-                qpn: qp.qpn(),
-                starting_psn: 0,
-                responder_resources: caps.ird_for(u8::MAX, req.initiator_depth),
-                initiator_depth: caps.ord_for(ord, req.responder_resources),
-                rnr_retry_count: 7,
-            },
-        ))
-    }
-
-    /// Accepts request `req` with `private_data` in the REP (`rdma_accept`; librdmacm
-    /// moves the QP to RTR and RTS first). The connection's [`CmEvent::Established`]
-    /// follows on the listener's channel.
-    ///
-    /// # Errors
-    /// [`CmError::PrivateDataTooLong`] beyond 196 bytes; [`CmError::UnknownConnection`];
-    /// [`VerbsError::Os`] from `rdma_accept` (EINVAL: no QP, wrong state).
-    pub fn accept(
-        &self,
-        req: ConnId,
-        token: AcceptToken,
-        private_data: &[u8],
-    ) -> Result<(), ConnError> {
-        if private_data.len() > REP_PRIVATE_DATA_MAX {
-            return Err(CmError::PrivateDataTooLong {
-                len: private_data.len(),
-                max: REP_PRIVATE_DATA_MAX,
-            }
-            .into());
-        }
-        let ids = self.shared.ids.lock();
-        let e = ids.get(&req.0).ok_or(CmError::UnknownConnection(req))?;
-        // SAFETY: the id is live under the lock; its QP (if any) too.
-        let srq = unsafe { !(*e.id).qp.is_null() && !(*(*e.id).qp).srq.is_null() };
-        let mut p = rdma_conn_param {
-            private_data: private_data.as_ptr().cast(),
-            private_data_len: private_data.len() as u8,
-            responder_resources: token.responder_resources,
-            initiator_depth: token.initiator_depth,
-            flow_control: 1,
-            retry_count: 7,
-            rnr_retry_count: token.rnr_retry_count,
-            srq: u8::from(srq),
-            qp_num: token.qpn,
-        };
-        // SAFETY: live id; p points to private_data for the call.
-        if unsafe { rdma_accept(e.id, &mut p) } != 0 {
-            return Err(os_err("rdma_accept").into());
-        }
-        Ok(())
-    }
-
-    /// Rejects request `req` with `private_data` in the REJ (`rdma_reject`: reason 28,
-    /// consumer defined) and forgets it.
-    ///
-    /// # Errors
-    /// [`CmError::PrivateDataTooLong`] beyond 148 bytes; [`CmError::UnknownConnection`];
-    /// [`VerbsError::Os`] from `rdma_reject`.
-    pub fn reject(&self, req: ConnId, private_data: &[u8]) -> Result<(), ConnError> {
-        if private_data.len() > REJ_PRIVATE_DATA_MAX {
-            return Err(CmError::PrivateDataTooLong {
-                len: private_data.len(),
-                max: REJ_PRIVATE_DATA_MAX,
-            }
-            .into());
-        }
-        let rc = {
-            let ids = self.shared.ids.lock();
-            let e = ids.get(&req.0).ok_or(CmError::UnknownConnection(req))?;
-            // SAFETY: live id under the lock.
-            unsafe { rdma_reject(e.id, private_data.as_ptr().cast(), private_data.len() as u8) }
-        };
-        let err = (rc != 0).then(|| os_err("rdma_reject"));
-        self.shared.destroy(req.0);
-        match err {
-            Some(e) => Err(e.into()),
-            None => Ok(()),
-        }
-    }
-
-    /// Disconnects (`rdma_disconnect`: DREQ, and the QP to Error). `Ok` when the
-    /// connection is already gone.
-    ///
-    /// # Errors
-    /// [`CmError::UnknownConnection`] for an id this CM never handed out;
-    /// [`VerbsError::Os`] from `rdma_disconnect`.
-    pub fn disconnect(&self, id: ConnId) -> Result<(), ConnError> {
-        let ids = self.shared.ids.lock();
-        match ids.get(&id.0) {
-            // SAFETY: live id under the lock.
-            Some(e) => {
-                if unsafe { rdma_disconnect(e.id) } != 0 {
-                    return Err(os_err("rdma_disconnect").into());
-                }
-                Ok(())
-            }
-            None if id.0 != 0 && id.0 < self.shared.next_id.load(Ordering::Relaxed) => Ok(()),
-            None => Err(CmError::UnknownConnection(id).into()),
-        }
-    }
-
-    /// Active side, blocking up to `params.timeout`: resolves the address and route
-    /// (`rdma_resolve_addr`, `rdma_resolve_route`, each at most [`RESOLVE_TIMEOUT`]),
-    /// creates the QP in `ctx` (`rdma_create_qp`, Init), lets `post_receives` post the
-    /// receive buffers, sends the REQ with `params.private_data` (`rdma_connect`) and
-    /// waits for the REP (librdmacm moves the QP to RTR and RTS and sends the RTU).
-    ///
-    /// # Errors
-    /// [`ConnError::Rejected`] with the REJ's reason and private data,
-    /// [`ConnError::Stale`] (reason 10), [`ConnError::Unreachable`] (address, route or
-    /// REQ unanswered), [`ConnError::Timeout`]; [`CmError::PrivateDataTooLong`] beyond 56
-    /// bytes, [`CmError::AddressFamilyMismatch`]; verbs errors of the QP or of
-    /// `post_receives`. Whatever was created is destroyed on error.
-    pub fn connect(
-        &self,
-        ctx: &mut VerbsContext,
-        init: &QpInitAttr,
-        params: &ConnectRequestParams,
-        post_receives: &mut dyn FnMut(&mut VerbsContext, Qp) -> Result<(), VerbsError>,
-    ) -> Result<ActiveConn, ConnError> {
-        if params.private_data.len() > REQ_PRIVATE_DATA_MAX {
-            return Err(CmError::PrivateDataTooLong {
-                len: params.private_data.len(),
-                max: REQ_PRIVATE_DATA_MAX,
-            }
-            .into());
-        }
-        let dest = params.dest;
-        if dest.is_ipv4() != self.shared.ip.to_canonical().is_ipv4() {
-            return Err(CmError::AddressFamilyMismatch {
-                local: self.shared.ip,
-                dest: dest.ip(),
-            }
-            .into());
-        }
-        let start = Instant::now();
-        let deadline = start + params.timeout;
-        let (etx, erx) = channel::unbounded();
-        let (stx, srx) = channel::unbounded();
-        let (conn, id) = self.new_id(Role::Active, Some(etx), Some(stx))?;
-        let mut qp_made: Option<Qp> = None;
-        let r = self.connect_steps(
-            ctx,
-            init,
-            params,
-            post_receives,
-            (conn, id),
-            (&srx, &erx),
-            deadline,
-            &mut qp_made,
-        );
-        match r {
-            Ok((rep, rr, idepth)) => Ok(ActiveConn {
-                id: ConnId(conn),
-                qp: qp_made.expect("QP made before the REP"),
-                rep_private_data: rep,
-                responder_resources: rr,
-                initiator_depth: idepth,
-                events: erx,
-            }),
-            Err(e) => {
-                if let Some(q) = qp_made {
-                    let _ = ctx.destroy_qp(q);
-                }
-                self.shared.destroy(conn);
-                Err(match e {
-                    ConnError::Timeout { dest, .. } => ConnError::Timeout {
-                        dest,
-                        after: start.elapsed(),
-                    },
-                    e => e,
-                })
-            }
-        }
-    }
-
     #[allow(clippy::too_many_arguments)]
     fn connect_steps(
         &self,
         ctx: &mut VerbsContext,
         init: &QpInitAttr,
         params: &ConnectRequestParams,
-        post_receives: &mut dyn FnMut(&mut VerbsContext, Qp) -> Result<(), VerbsError>,
+        post_receives: &mut PostReceives<'_, VerbsContext>,
         (conn, id): (u32, *mut rdma_cm_id),
         (srx, erx): (&Receiver<Setup>, &Receiver<CmEvent>),
         deadline: Instant,
@@ -779,16 +553,7 @@ impl VerbsCm {
                     reason,
                     private_data,
                     ..
-                }) => {
-                    return Err(if reason == CM_REJ_STALE_CONN {
-                        ConnError::Stale
-                    } else {
-                        ConnError::Rejected {
-                            reason,
-                            private_data,
-                        }
-                    })
-                }
+                }) => return Err(ConnError::from_rej(reason, private_data)),
                 Ok(CmEvent::Unreachable { .. }) | Ok(CmEvent::Disconnected { .. }) => {
                     return Err(ConnError::Unreachable {
                         dest,
@@ -800,6 +565,247 @@ impl VerbsCm {
                 Err(RecvTimeoutError::Timeout) => return Err(timeout),
                 Err(RecvTimeoutError::Disconnected) => return Err(ConnError::Gone),
             }
+        }
+    }
+}
+
+impl ConnectionManager for VerbsCm {
+    type Provider = VerbsProvider;
+
+    /// Listens on RDMA CM port `port` of the device's address (`rdma_bind_addr`,
+    /// `rdma_listen`); connection requests and the later events of their connections
+    /// arrive on the returned channel.
+    ///
+    /// # Errors
+    /// [`CmError::AlreadyListening`] (EADDRINUSE); [`VerbsError::Os`] otherwise.
+    fn listen(&self, port: u16) -> Result<Receiver<CmEvent>, ConnError> {
+        let (tx, rx) = channel::unbounded();
+        let (conn, id) = self.new_id(Role::Listener { port }, Some(tx), None)?;
+        let mut sa = sockaddr_from(SocketAddr::new(self.shared.ip, port));
+        // SAFETY: live id; sa is a valid sockaddr.
+        let rc = unsafe { rdma_bind_addr(id, &mut sa as *mut _ as *mut libc::sockaddr) };
+        if rc != 0 {
+            let e = errno();
+            self.shared.destroy(conn);
+            if e == libc::EADDRINUSE {
+                return Err(CmError::AlreadyListening(port).into());
+            }
+            return Err(VerbsError::Os {
+                call: "rdma_bind_addr",
+                errno: e,
+            }
+            .into());
+        }
+        // SAFETY: live, bound id.
+        if unsafe { rdma_listen(id, LISTEN_BACKLOG) } != 0 {
+            let err = os_err("rdma_listen");
+            self.shared.destroy(conn);
+            return Err(err.into());
+        }
+        Ok(rx)
+    }
+
+    /// Passive side, in the poll group's thread: creates the QP of request `req` in
+    /// `ctx` (`rdma_create_qp` on the request's cm_id; the QP is in Init, `accept`
+    /// brings it to RTS) and decides the RDMA READ depths: responder resources =
+    /// min(device `max_qp_rd_atom`, the request's initiator depth), initiator depth =
+    /// min(`ord`, device `max_qp_init_rd_atom`, the request's responder resources).
+    ///
+    /// # Errors
+    /// [`CmError::UnknownConnection`]; the verbs errors of QP creation.
+    fn create_accept_qp(
+        &self,
+        ctx: &mut VerbsContext,
+        req: &ConnRequest,
+        init: &QpInitAttr,
+        ord: u8,
+    ) -> Result<(Qp, AcceptToken), ConnError> {
+        let ids = self.shared.ids.lock();
+        let e = ids
+            .get(&req.id.0)
+            .ok_or(CmError::UnknownConnection(req.id))?;
+        let link = CmLink {
+            shared: self.shared.clone(),
+            conn: req.id.0,
+        };
+        // SAFETY: the id is live while we hold the table lock.
+        let qp = unsafe { ctx.create_qp_on_cm_id(e.id, init, link)? };
+        let caps = self.shared.caps;
+        Ok((
+            qp,
+            AcceptToken {
+                qpn: qp.qpn(),
+                starting_psn: 0,
+                responder_resources: caps.ird_for(u8::MAX, req.initiator_depth),
+                initiator_depth: caps.ord_for(ord, req.responder_resources),
+                rnr_retry_count: 7,
+            },
+        ))
+    }
+
+    /// Accepts request `req` with `private_data` in the REP (`rdma_accept`; librdmacm
+    /// moves the QP to RTR and RTS first). The connection's [`CmEvent::Established`]
+    /// follows on the listener's channel.
+    ///
+    /// # Errors
+    /// [`CmError::PrivateDataTooLong`] beyond 196 bytes; [`CmError::UnknownConnection`];
+    /// [`VerbsError::Os`] from `rdma_accept` (EINVAL: no QP, wrong state).
+    fn accept(
+        &self,
+        req: ConnId,
+        token: AcceptToken,
+        private_data: &[u8],
+    ) -> Result<(), ConnError> {
+        if private_data.len() > REP_PRIVATE_DATA_MAX {
+            return Err(CmError::PrivateDataTooLong {
+                len: private_data.len(),
+                max: REP_PRIVATE_DATA_MAX,
+            }
+            .into());
+        }
+        let ids = self.shared.ids.lock();
+        let e = ids.get(&req.0).ok_or(CmError::UnknownConnection(req))?;
+        // SAFETY: the id is live under the lock; its QP (if any) too.
+        let srq = unsafe { !(*e.id).qp.is_null() && !(*(*e.id).qp).srq.is_null() };
+        let mut p = rdma_conn_param {
+            private_data: private_data.as_ptr().cast(),
+            private_data_len: private_data.len() as u8,
+            responder_resources: token.responder_resources,
+            initiator_depth: token.initiator_depth,
+            flow_control: 1,
+            retry_count: 7,
+            rnr_retry_count: token.rnr_retry_count,
+            srq: u8::from(srq),
+            qp_num: token.qpn,
+        };
+        // SAFETY: live id; p points to private_data for the call.
+        if unsafe { rdma_accept(e.id, &mut p) } != 0 {
+            return Err(os_err("rdma_accept").into());
+        }
+        Ok(())
+    }
+
+    /// Rejects request `req` with `private_data` in the REJ (`rdma_reject`: reason 28,
+    /// consumer defined) and forgets it.
+    ///
+    /// # Errors
+    /// [`CmError::PrivateDataTooLong`] beyond 148 bytes; [`CmError::UnknownConnection`];
+    /// [`VerbsError::Os`] from `rdma_reject`.
+    fn reject(&self, req: ConnId, private_data: &[u8]) -> Result<(), ConnError> {
+        if private_data.len() > REJ_PRIVATE_DATA_MAX {
+            return Err(CmError::PrivateDataTooLong {
+                len: private_data.len(),
+                max: REJ_PRIVATE_DATA_MAX,
+            }
+            .into());
+        }
+        let rc = {
+            let ids = self.shared.ids.lock();
+            let e = ids.get(&req.0).ok_or(CmError::UnknownConnection(req))?;
+            // SAFETY: live id under the lock.
+            unsafe { rdma_reject(e.id, private_data.as_ptr().cast(), private_data.len() as u8) }
+        };
+        let err = (rc != 0).then(|| os_err("rdma_reject"));
+        self.shared.destroy(req.0);
+        match err {
+            Some(e) => Err(e.into()),
+            None => Ok(()),
+        }
+    }
+
+    /// Active side, blocking up to `params.timeout`: resolves the address and route
+    /// (`rdma_resolve_addr`, `rdma_resolve_route`, each at most [`RESOLVE_TIMEOUT`]),
+    /// creates the QP in `ctx` (`rdma_create_qp`, Init), lets `post_receives` post the
+    /// receive buffers, sends the REQ with `params.private_data` (`rdma_connect`) and
+    /// waits for the REP (librdmacm moves the QP to RTR and RTS and sends the RTU).
+    ///
+    /// # Errors
+    /// [`ConnError::Rejected`] with the REJ's reason and private data,
+    /// [`ConnError::Stale`] (reason 10), [`ConnError::Unreachable`] (address, route or
+    /// REQ unanswered), [`ConnError::Timeout`]; [`CmError::PrivateDataTooLong`] beyond 56
+    /// bytes, [`CmError::AddressFamilyMismatch`]; verbs errors of the QP or of
+    /// `post_receives`. Whatever was created is destroyed on error.
+    fn connect(
+        &self,
+        ctx: &mut VerbsContext,
+        init: &QpInitAttr,
+        params: &ConnectRequestParams,
+        post_receives: &mut PostReceives<'_, VerbsContext>,
+    ) -> Result<ActiveConn, ConnError> {
+        if params.private_data.len() > REQ_PRIVATE_DATA_MAX {
+            return Err(CmError::PrivateDataTooLong {
+                len: params.private_data.len(),
+                max: REQ_PRIVATE_DATA_MAX,
+            }
+            .into());
+        }
+        let dest = params.dest;
+        if dest.is_ipv4() != self.shared.ip.to_canonical().is_ipv4() {
+            return Err(CmError::AddressFamilyMismatch {
+                local: self.shared.ip,
+                dest: dest.ip(),
+            }
+            .into());
+        }
+        let start = Instant::now();
+        let deadline = start + params.timeout;
+        let (etx, erx) = channel::unbounded();
+        let (stx, srx) = channel::unbounded();
+        let (conn, id) = self.new_id(Role::Active, Some(etx), Some(stx))?;
+        let mut qp_made: Option<Qp> = None;
+        let r = self.connect_steps(
+            ctx,
+            init,
+            params,
+            post_receives,
+            (conn, id),
+            (&srx, &erx),
+            deadline,
+            &mut qp_made,
+        );
+        match r {
+            Ok((rep, rr, idepth)) => Ok(ActiveConn {
+                id: ConnId(conn),
+                qp: qp_made.expect("QP made before the REP"),
+                rep_private_data: rep,
+                responder_resources: rr,
+                initiator_depth: idepth,
+                events: erx,
+            }),
+            Err(e) => {
+                if let Some(q) = qp_made {
+                    let _ = ctx.destroy_qp(q);
+                }
+                self.shared.destroy(conn);
+                Err(match e {
+                    ConnError::Timeout { dest, .. } => ConnError::Timeout {
+                        dest,
+                        after: start.elapsed(),
+                    },
+                    e => e,
+                })
+            }
+        }
+    }
+
+    /// Disconnects (`rdma_disconnect`: DREQ, and the QP to Error). `Ok` when the
+    /// connection is already gone.
+    ///
+    /// # Errors
+    /// [`CmError::UnknownConnection`] for an id this CM never handed out;
+    /// [`VerbsError::Os`] from `rdma_disconnect`.
+    fn disconnect(&self, id: ConnId) -> Result<(), ConnError> {
+        let ids = self.shared.ids.lock();
+        match ids.get(&id.0) {
+            // SAFETY: live id under the lock.
+            Some(e) => {
+                if unsafe { rdma_disconnect(e.id) } != 0 {
+                    return Err(os_err("rdma_disconnect").into());
+                }
+                Ok(())
+            }
+            None if id.0 != 0 && id.0 < self.shared.next_id.load(Ordering::Relaxed) => Ok(()),
+            None => Err(CmError::UnknownConnection(id).into()),
         }
     }
 }
@@ -1008,9 +1014,11 @@ mod tests {
         assert_eq!(req.id, ConnId(9));
         assert_eq!(req.remote_ip, "192.168.77.11".parse::<IpAddr>().unwrap());
         assert_eq!((req.remote_port, req.local_port), (40001, 4420));
+        // ib_cm's local view (responder resources 16, initiator depth 4) is the REQ's
+        // initiator depth 16 and responder resources 4.
         assert_eq!(
             (req.remote_qpn, req.responder_resources, req.initiator_depth),
-            (0x11, 16, 4)
+            (0x11, 4, 16)
         );
         assert_eq!(
             (req.retry_count, req.rnr_retry_count, req.srq),
@@ -1032,6 +1040,15 @@ mod tests {
             &out[..],
             [CmEvent::ConnectReply { remote_qpn: 0x11, private_data, .. }, CmEvent::Established { .. }]
                 if private_data == &vec![1, 2, 3]
+        ));
+        // The REP's values, not ib_cm's local view of them.
+        assert!(matches!(
+            out[0],
+            CmEvent::ConnectReply {
+                responder_resources: 4,
+                initiator_depth: 16,
+                ..
+            }
         ));
         let out = to_cm_events(
             &ev(RDMA_CM_EVENT_ESTABLISHED),

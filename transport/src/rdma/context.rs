@@ -1,8 +1,8 @@
-//! A poll group of the verbs provider: its completion channel, CQs, SRQs and QPs, kept
-//! in tables from the model's handles to the `ibv_*` objects (a work request costs one
-//! lookup), and the sleep on the completion channel and the async descriptor
-//! ([`VerbsContext::wait`]), so a poll group with nothing to do does not spin (the
-//! QEMU guests run rxe on the same single vCPU).
+//! A poll group of the verbs provider ([`Context`] for [`VerbsProvider`]): its
+//! completion channel, CQs, SRQs and QPs, kept in tables from the model's handles to
+//! the `ibv_*` objects (a work request costs one lookup), and the sleep on the
+//! completion channel and the async descriptor ([`Context::wait`]), so a poll group
+//! with nothing to do does not spin (the QEMU guests run rxe on the same single vCPU).
 //!
 //! One thread drives a context (`Send`, not `Sync`).
 use std::mem::MaybeUninit;
@@ -15,11 +15,11 @@ use super::cm::CmLink;
 use super::device::VerbsDevice;
 use super::event::Owned;
 use super::wr::{self, SendLimits};
+use super::VerbsProvider;
 use super::{cq, qp, srq};
-use crate::rc::QpCounters;
 use crate::verbs::{
-    AsyncEvent, Cq, Pd, Qp, QpAttr, QpCap, QpInitAttr, QpState, RecvWr, SendWr, Srq, VerbsError,
-    WorkCompletion,
+    AsyncEvent, Context, Cq, Device as _, Pd, Qp, QpAttr, QpCap, QpInitAttr, QpState, RecvWr,
+    SendWr, Srq, VerbsError, WorkCompletion,
 };
 
 /// Completions fetched per `ibv_poll_cq` call at most.
@@ -79,16 +79,6 @@ impl VerbsContext {
         })
     }
 
-    /// The device of this poll group.
-    pub fn device(&self) -> &Arc<VerbsDevice> {
-        &self.dev
-    }
-
-    /// The poll group's index.
-    pub fn index(&self) -> u32 {
-        self.index
-    }
-
     fn slot(&self, qp: Qp) -> Result<&QpSlot, VerbsError> {
         self.qps
             .binary_search_by_key(&qp.0, |(n, _)| *n)
@@ -109,51 +99,6 @@ impl VerbsContext {
             .ok_or(VerbsError::InvalidArgument(
                 "no such SRQ in this poll group",
             ))
-    }
-
-    /// Creates a CQ of at least `cqe` entries on the poll group's completion channel
-    /// (`ibv_create_cq`).
-    ///
-    /// # Errors
-    /// `CapabilityExceeded` beyond `max_cqe`; `Os` (EINVAL, ENOMEM).
-    pub fn create_cq(&mut self, cqe: u32) -> Result<Cq, VerbsError> {
-        // SAFETY: the device context and channel are live.
-        let c = unsafe { cq::create(self.dev.raw(), cqe, self.channel, &self.dev.caps())? };
-        self.cqs.push(c);
-        let h = Cq(self.cqs.len() as u32 - 1);
-        self.dev
-            .events()
-            .register(c.cast(), self.index, Owned::Cq(h));
-        Ok(h)
-    }
-
-    /// Creates an SRQ of `max_wr` receive WRs in `pd` (`ibv_create_srq`).
-    ///
-    /// # Errors
-    /// `CapabilityExceeded` beyond `max_srq_wr`; `NoSuchObject` for an unknown PD;
-    /// `Os` (EINVAL, ENOMEM, ENOSYS).
-    pub fn create_srq(&mut self, pd: Pd, max_wr: u32) -> Result<Srq, VerbsError> {
-        let p = self.dev.pd_ptr(pd)?;
-        // SAFETY: p is live.
-        let s = unsafe { srq::create(p, max_wr, &self.dev.caps())? };
-        self.srqs.push(SrqSlot { srq: s, max_wr });
-        let h = Srq(self.srqs.len() as u32 - 1);
-        self.dev
-            .events()
-            .register(s.cast(), self.index, Owned::Srq(h));
-        Ok(h)
-    }
-
-    /// Arms the SRQ limit (`ibv_modify_srq` IBV_SRQ_LIMIT): one-shot; an
-    /// [`AsyncEvent::SrqLimitReached`] comes when fewer than `limit` WRs remain; re-arm
-    /// after it.
-    ///
-    /// # Errors
-    /// `InvalidArgument` for an unknown SRQ or a limit outside 1..max_wr; `Os`.
-    pub fn arm_srq_limit(&mut self, srq: Srq, limit: u32) -> Result<(), VerbsError> {
-        let s = self.srq_slot(srq)?;
-        // SAFETY: live SRQ of this group.
-        unsafe { srq::arm_limit(s.srq, limit, s.max_wr) }
     }
 
     fn init_ptrs(
@@ -190,20 +135,6 @@ impl VerbsContext {
         Qp(qpn)
     }
 
-    /// Creates an RC QP in Reset (`ibv_create_qp`); the granted capacities (inline data
-    /// included) are kept and checked at post time ([`VerbsContext::qp_cap`]).
-    ///
-    /// # Errors
-    /// `CapabilityExceeded` for sizes beyond the device's; `InvalidArgument` for CQs or
-    /// an SRQ of another group; `NoSuchObject` for an unknown PD; `Os` (EINVAL, ENOMEM).
-    pub fn create_qp(&mut self, attr: &QpInitAttr) -> Result<Qp, VerbsError> {
-        let (scq, rcq, s) = self.init_ptrs(attr)?;
-        let p = self.dev.pd_ptr(attr.pd)?;
-        // SAFETY: all objects are live and of this device.
-        let (q, granted) = unsafe { qp::create(p, scq, rcq, s, &attr.cap, &self.dev.caps())? };
-        Ok(self.insert_qp(q, granted, None))
-    }
-
     /// Creates the QP of an rdma_cm id (`rdma_create_qp`: the QP comes out in Init, and
     /// `rdma_accept` / the REP move it to RTR and RTS). The caller holds the CM's lock
     /// of `id`.
@@ -232,9 +163,81 @@ impl VerbsContext {
         }
         Ok(self.insert_qp((*id).qp, qp::granted(&init.cap), Some(link)))
     }
+}
+
+impl Context for VerbsContext {
+    type Provider = VerbsProvider;
+
+    /// The device of this poll group.
+    fn device(&self) -> &Arc<VerbsDevice> {
+        &self.dev
+    }
+
+    /// Creates a CQ of at least `cqe` entries on the poll group's completion channel
+    /// (`ibv_create_cq`).
+    ///
+    /// # Errors
+    /// `CapabilityExceeded` beyond `max_cqe`; `Os` (EINVAL, ENOMEM).
+    fn poll_group(&self) -> u32 {
+        self.index
+    }
+
+    fn create_cq(&mut self, cqe: u32) -> Result<Cq, VerbsError> {
+        // SAFETY: the device context and channel are live.
+        let c = unsafe { cq::create(self.dev.raw(), cqe, self.channel, &self.dev.caps())? };
+        self.cqs.push(c);
+        let h = Cq(self.cqs.len() as u32 - 1);
+        self.dev
+            .events()
+            .register(c.cast(), self.index, Owned::Cq(h));
+        Ok(h)
+    }
+
+    /// Creates an SRQ of `max_wr` receive WRs in `pd` (`ibv_create_srq`).
+    ///
+    /// # Errors
+    /// `CapabilityExceeded` beyond `max_srq_wr`; `NoSuchObject` for an unknown PD;
+    /// `Os` (EINVAL, ENOMEM, ENOSYS).
+    fn create_srq(&mut self, pd: Pd, max_wr: u32) -> Result<Srq, VerbsError> {
+        let p = self.dev.pd_ptr(pd)?;
+        // SAFETY: p is live.
+        let s = unsafe { srq::create(p, max_wr, &self.dev.caps())? };
+        self.srqs.push(SrqSlot { srq: s, max_wr });
+        let h = Srq(self.srqs.len() as u32 - 1);
+        self.dev
+            .events()
+            .register(s.cast(), self.index, Owned::Srq(h));
+        Ok(h)
+    }
+
+    /// Arms the SRQ limit (`ibv_modify_srq` IBV_SRQ_LIMIT): one-shot; an
+    /// [`AsyncEvent::SrqLimitReached`] comes when fewer than `limit` WRs remain; re-arm
+    /// after it.
+    ///
+    /// # Errors
+    /// `InvalidArgument` for an unknown SRQ or a limit outside 1..max_wr; `Os`.
+    fn arm_srq_limit(&mut self, srq: Srq, limit: u32) -> Result<(), VerbsError> {
+        let s = self.srq_slot(srq)?;
+        // SAFETY: live SRQ of this group.
+        unsafe { srq::arm_limit(s.srq, limit, s.max_wr) }
+    }
+
+    /// Creates an RC QP in Reset (`ibv_create_qp`); the granted capacities (inline data
+    /// included) are kept and checked at post time ([`Context::qp_cap`]).
+    ///
+    /// # Errors
+    /// `CapabilityExceeded` for sizes beyond the device's; `InvalidArgument` for CQs or
+    /// an SRQ of another group; `NoSuchObject` for an unknown PD; `Os` (EINVAL, ENOMEM).
+    fn create_qp(&mut self, attr: &QpInitAttr) -> Result<Qp, VerbsError> {
+        let (scq, rcq, s) = self.init_ptrs(attr)?;
+        let p = self.dev.pd_ptr(attr.pd)?;
+        // SAFETY: all objects are live and of this device.
+        let (q, granted) = unsafe { qp::create(p, scq, rcq, s, &attr.cap, &self.dev.caps())? };
+        Ok(self.insert_qp(q, granted, None))
+    }
 
     /// The capacities the device granted `qp` at creation (`max_inline_data` included).
-    pub fn qp_cap(&self, qp: Qp) -> Option<QpCap> {
+    fn qp_cap(&self, qp: Qp) -> Option<QpCap> {
         self.slot(qp).ok().map(|s| s.granted)
     }
 
@@ -244,7 +247,7 @@ impl VerbsContext {
     /// # Errors
     /// `InvalidTransition { from, to }`; `InvalidArgument` naming missing attributes;
     /// `CapabilityExceeded` for RDMA READ depths; `NoSuchObject`; `Os` (EINVAL).
-    pub fn modify_qp(&mut self, qp: Qp, attr: &QpAttr) -> Result<(), VerbsError> {
+    fn modify_qp(&mut self, qp: Qp, attr: &QpAttr) -> Result<(), VerbsError> {
         let s = self.slot(qp)?;
         // SAFETY: live QP of this group.
         unsafe { qp::modify(s.qp, attr, self.dev.path(), &self.dev.caps()) }
@@ -252,7 +255,7 @@ impl VerbsContext {
 
     /// The QP's state as the device reports it (`ibv_query_qp`); `None` for an unknown
     /// QP.
-    pub fn query_qp_state(&self, qp: Qp) -> Option<QpState> {
+    fn query_qp_state(&self, qp: Qp) -> Option<QpState> {
         let s = self.slot(qp).ok()?;
         // SAFETY: live QP of this group.
         unsafe { qp::query_state(s.qp) }
@@ -263,7 +266,7 @@ impl VerbsContext {
     ///
     /// # Errors
     /// `NoSuchObject`; `Os` (EBUSY).
-    pub fn destroy_qp(&mut self, qp: Qp) -> Result<(), VerbsError> {
+    fn destroy_qp(&mut self, qp: Qp) -> Result<(), VerbsError> {
         let i = self
             .qps
             .binary_search_by_key(&qp.0, |(n, _)| *n)
@@ -284,7 +287,7 @@ impl VerbsContext {
     /// # Errors
     /// `NoSuchObject`; `CapabilityExceeded` (SGEs, inline bytes beyond the QP's grant);
     /// `QueueFull` (ENOMEM); `Os` (EINVAL).
-    pub fn post_send(&mut self, qp: Qp, wr: &SendWr) -> Result<(), VerbsError> {
+    fn post_send(&mut self, qp: Qp, wr: &SendWr) -> Result<(), VerbsError> {
         self.post_send_list(qp, std::slice::from_ref(wr))
     }
 
@@ -292,8 +295,8 @@ impl VerbsContext {
     /// on the stack. On error the WRs before the failing one were posted.
     ///
     /// # Errors
-    /// As [`VerbsContext::post_send`].
-    pub fn post_send_list(&mut self, qp: Qp, wrs: &[SendWr]) -> Result<(), VerbsError> {
+    /// As [`Context::post_send`].
+    fn post_send_list(&mut self, qp: Qp, wrs: &[SendWr]) -> Result<(), VerbsError> {
         let s = self.slot(qp)?;
         // SAFETY: live QP of this group; the SGEs are the caller's registered memory.
         unsafe { wr::post_send_list(s.qp, wrs, s.limits, &*self.dev) }
@@ -303,7 +306,7 @@ impl VerbsContext {
     ///
     /// # Errors
     /// `NoSuchObject`; `QueueFull` (ENOMEM); `Os` (EINVAL).
-    pub fn post_recv(&mut self, qp: Qp, wr: &RecvWr) -> Result<(), VerbsError> {
+    fn post_recv(&mut self, qp: Qp, wr: &RecvWr) -> Result<(), VerbsError> {
         let s = self.slot(qp)?;
         // SAFETY: live QP of this group.
         unsafe { wr::post_recv(s.qp, wr) }
@@ -313,7 +316,7 @@ impl VerbsContext {
     ///
     /// # Errors
     /// `InvalidArgument` for an unknown SRQ; `QueueFull` (ENOMEM); `Os` (EINVAL).
-    pub fn post_srq_recv(&mut self, srq: Srq, wr: &RecvWr) -> Result<(), VerbsError> {
+    fn post_srq_recv(&mut self, srq: Srq, wr: &RecvWr) -> Result<(), VerbsError> {
         let s = self.srq_slot(srq)?;
         // SAFETY: live SRQ of this group.
         unsafe { wr::post_srq_recv(s.srq, wr) }
@@ -321,7 +324,7 @@ impl VerbsContext {
 
     /// Moves up to `out.len()` completions of `cq` into `out` (`ibv_poll_cq`); returns
     /// how many. 0 for an unknown CQ.
-    pub fn poll_cq(&mut self, cq: Cq, out: &mut [WorkCompletion]) -> usize {
+    fn poll_cq(&mut self, cq: Cq, out: &mut [WorkCompletion]) -> usize {
         let Ok(c) = self.cq_ptr(cq) else {
             return 0;
         };
@@ -340,7 +343,7 @@ impl VerbsContext {
     /// The next asynchronous event of this poll group's objects (or of the port or
     /// device), without blocking (`ibv_get_async_event` on the non-blocking async
     /// descriptor, read when nothing is queued).
-    pub fn poll_async_event(&mut self) -> Option<AsyncEvent> {
+    fn poll_async_event(&mut self) -> Option<AsyncEvent> {
         let ev = self.dev.events();
         if let Some(e) = ev.pop(self.index) {
             return Some(e);
@@ -353,11 +356,11 @@ impl VerbsContext {
     }
 
     /// Arms `cq` for one completion event (`ibv_req_notify_cq`); poll the CQ once more
-    /// after arming, then [`VerbsContext::wait`].
+    /// after arming, then [`Context::wait`].
     ///
     /// # Errors
     /// `InvalidArgument` for an unknown CQ; `Os`.
-    pub fn req_notify_cq(&mut self, cq: Cq) -> Result<(), VerbsError> {
+    fn req_notify_cq(&mut self, cq: Cq) -> Result<(), VerbsError> {
         let c = self.cq_ptr(cq)?;
         // SAFETY: live CQ of this group.
         unsafe { cq::req_notify(c) }
@@ -367,7 +370,7 @@ impl VerbsContext {
     /// (`poll(2)` on the completion channel and the async descriptor); takes and
     /// acknowledges the events it wakes for (`ibv_get_cq_event` + `ibv_ack_cq_events`,
     /// `ibv_get_async_event` + `ibv_ack_async_event`).
-    pub fn wait(&mut self, timeout: Duration) {
+    fn wait(&mut self, timeout: Duration) {
         let ev = self.dev.events();
         if ev.pending(self.index) {
             return;
@@ -400,53 +403,6 @@ impl VerbsContext {
             // SAFETY: live context.
             unsafe { ev.drain(self.dev.raw()) };
         }
-    }
-
-    /// Polls `cq` into `out`, sleeping on its completion event while it is empty (poll,
-    /// arm with `ibv_req_notify_cq`, poll again, [`VerbsContext::wait`]), for at most
-    /// `timeout`; returns how many completions it moved (0 on timeout).
-    ///
-    /// # Errors
-    /// As [`VerbsContext::req_notify_cq`].
-    pub fn poll_cq_blocking(
-        &mut self,
-        cq: Cq,
-        out: &mut [WorkCompletion],
-        timeout: Duration,
-    ) -> Result<usize, VerbsError> {
-        let deadline = std::time::Instant::now() + timeout;
-        loop {
-            let n = self.poll_cq(cq, out);
-            if n > 0 {
-                return Ok(n);
-            }
-            self.req_notify_cq(cq)?;
-            let n = self.poll_cq(cq, out);
-            if n > 0 {
-                return Ok(n);
-            }
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            if left.is_zero() {
-                return Ok(0);
-            }
-            self.wait(left.min(Duration::from_millis(100)));
-        }
-    }
-
-    /// One round of provider work: nothing for real RDMA devices (they work on their own).
-    pub fn progress(&mut self) -> usize {
-        0
-    }
-
-    /// Latency-mode hint of the soft provider (deferred ACKs); a device ACKs by itself.
-    pub fn set_deferred_transmit(&mut self, _on: bool) {}
-
-    /// Soft provider's flush of deferred ACKs; nothing to do here.
-    pub fn flush_deferred(&mut self) {}
-
-    /// Per-QP counters: the device keeps its own (sysfs `hw_counters`), none per QP here.
-    pub fn qp_counters(&self, _qp: Qp) -> Option<QpCounters> {
-        None
     }
 }
 

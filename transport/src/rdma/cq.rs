@@ -1,7 +1,7 @@
 //! Completion queues and their completion channel: `ibv_create_comp_channel`,
 //! `ibv_create_cq`, `ibv_req_notify_cq`, `ibv_get_cq_event` + `ibv_ack_cq_events`,
 //! `ibv_poll_cq`. A poll group owns one channel for all its CQs, so it can sleep on one
-//! descriptor (see [`super::context::VerbsContext::wait`]).
+//! descriptor (see [`crate::verbs::Context::wait`]).
 use std::mem::MaybeUninit;
 use std::os::fd::RawFd;
 

@@ -23,8 +23,9 @@ use super::port::{self, PortInfo};
 use super::qp::PathInfo;
 use super::sys::{carray, cstr, errno, rc_err, set_nonblocking};
 use super::wr::KeyResolver;
+use super::VerbsProvider;
 use super::{mw, pd};
-use crate::verbs::{AccessFlags, DeviceCaps, Mtu, Pd, VerbsError};
+use crate::verbs::{AccessFlags, Device, DeviceCaps, Mtu, Pd, VerbsError};
 
 /// How to open a verbs device.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -351,51 +352,27 @@ impl VerbsDevice {
         }))
     }
 
-    /// The local IP address (its RoCE v2 GID).
-    pub fn ip(&self) -> IpAddr {
-        self.gid.ip()
-    }
-    /// The port's active MTU.
-    pub fn path_mtu(&self) -> Mtu {
-        self.path_mtu
-    }
-    /// What the device supports (`ibv_query_device`).
-    pub fn caps(&self) -> DeviceCaps {
-        self.caps
-    }
-    /// Number of poll groups.
-    pub fn poll_groups(&self) -> u32 {
-        self.poll_groups
-    }
     /// The device name (`rxe0`).
     pub fn name(&self) -> &str {
         &self.name
     }
+
     /// The GID entry in use (device, port, index, type, netdev).
     pub fn gid(&self) -> &GidEntry {
         &self.gid
     }
+
     /// The port and source GID index of address vectors.
     pub fn path(&self) -> PathInfo {
         self.path
     }
+
     pub(crate) fn raw(&self) -> *mut ibv_context {
         self.ctx
     }
+
     pub(crate) fn events(&self) -> &AsyncRouter {
         &self.events
-    }
-
-    /// Allocates a protection domain (`ibv_alloc_pd`).
-    ///
-    /// # Errors
-    /// [`VerbsError::Os`]: ENOMEM.
-    pub fn alloc_pd(&self) -> Result<Pd, VerbsError> {
-        // SAFETY: the context is live.
-        let p = unsafe { pd::alloc(self.ctx)? };
-        let mut pds = self.pds.lock();
-        pds.push(p);
-        Ok(Pd(pds.len() as u32 - 1))
     }
 
     /// The `ibv_pd` of `pd`.
@@ -410,13 +387,65 @@ impl VerbsDevice {
             .ok_or(VerbsError::NoSuchObject)
     }
 
+    /// Poll group `index` closed: it may be opened again.
+    pub(crate) fn context_closed(&self, index: u32) {
+        if let Some(o) = self.opened.lock().get_mut(index as usize) {
+            *o = false;
+        }
+        self.events.clear(index);
+    }
+
+    pub(crate) fn remember_mr(&self, lkey: u32, mr: *mut ibv_mr) {
+        self.keys.write().mrs.insert(lkey, mr);
+    }
+
+    pub(crate) fn forget_mr(&self, lkey: u32) {
+        self.keys.write().mrs.remove(&lkey);
+    }
+}
+
+impl Device for VerbsDevice {
+    type Provider = VerbsProvider;
+
+    /// The local IP address (its RoCE v2 GID).
+    fn ip(&self) -> IpAddr {
+        self.gid.ip()
+    }
+
+    /// The port's active MTU.
+    fn path_mtu(&self) -> Mtu {
+        self.path_mtu
+    }
+
+    /// What the device supports (`ibv_query_device`).
+    fn caps(&self) -> DeviceCaps {
+        self.caps
+    }
+
+    /// Number of poll groups.
+    fn poll_groups(&self) -> u32 {
+        self.poll_groups
+    }
+
+    /// Allocates a protection domain (`ibv_alloc_pd`).
+    ///
+    /// # Errors
+    /// [`VerbsError::Os`]: ENOMEM.
+    fn alloc_pd(&self) -> Result<Pd, VerbsError> {
+        // SAFETY: the context is live.
+        let p = unsafe { pd::alloc(self.ctx)? };
+        let mut pds = self.pds.lock();
+        pds.push(p);
+        Ok(Pd(pds.len() as u32 - 1))
+    }
+
     /// Allocates `len` bytes (page aligned, zeroed) and registers them in `pd`
     /// (`ibv_reg_mr`), after charging them to the pinned-memory budget.
     ///
     /// # Errors
-    /// See [`VerbsMr`]'s registration: `InvalidArgument`, `MemlockExceeded`,
+    /// See [`VerbsMr`]'s registration: `InvalidArgument`, `Memlock`,
     /// `NoResources`, `Os` (ENOMEM, EINVAL, EFAULT); `NoSuchObject` for an unknown PD.
-    pub fn reg_mr(
+    fn reg_mr(
         self: &Arc<Self>,
         pd: Pd,
         len: usize,
@@ -438,7 +467,7 @@ impl VerbsDevice {
     ///
     /// # Errors
     /// `CapabilityExceeded` without memory windows; `Os` (EOPNOTSUPP, ENOMEM).
-    pub fn alloc_mw(&self, pd: Pd) -> Result<u32, VerbsError> {
+    fn alloc_mw(&self, pd: Pd) -> Result<u32, VerbsError> {
         let p = self.pd_ptr(pd)?;
         // SAFETY: p is live.
         let (w, rkey) = unsafe { mw::alloc(p, &self.caps)? };
@@ -452,7 +481,7 @@ impl VerbsDevice {
     /// # Errors
     /// `InvalidArgument` for an index out of range or already open; `Os` from
     /// `ibv_create_comp_channel`.
-    pub fn open_context(self: &Arc<Self>, index: u32) -> Result<VerbsContext, VerbsError> {
+    fn open_context(self: &Arc<Self>, index: u32) -> Result<VerbsContext, VerbsError> {
         {
             let mut opened = self.opened.lock();
             match opened.get_mut(index as usize) {
@@ -467,20 +496,12 @@ impl VerbsDevice {
         VerbsContext::new(self.clone(), index).inspect_err(|_| self.context_closed(index))
     }
 
-    /// Poll group `index` closed: it may be opened again.
-    pub(crate) fn context_closed(&self, index: u32) {
-        if let Some(o) = self.opened.lock().get_mut(index as usize) {
-            *o = false;
-        }
-        self.events.clear(index);
-    }
-
     /// The device's connection manager (librdmacm), started on first use.
     ///
     /// # Errors
     /// [`VerbsError::NoDevice`] / `Os` when the RDMA CM event channel cannot be created
     /// (`rdma_create_event_channel`: ENODEV without `/dev/infiniband/rdma_cm`).
-    pub fn cm(self: &Arc<Self>) -> Result<VerbsCm, VerbsError> {
+    fn cm(self: &Arc<Self>) -> Result<VerbsCm, VerbsError> {
         let mut cm = self.cm.lock();
         if let Some(c) = &*cm {
             return Ok(c.clone());
@@ -488,14 +509,6 @@ impl VerbsDevice {
         let c = VerbsCm::start(self)?;
         *cm = Some(c.clone());
         Ok(c)
-    }
-
-    pub(crate) fn remember_mr(&self, lkey: u32, mr: *mut ibv_mr) {
-        self.keys.write().mrs.insert(lkey, mr);
-    }
-
-    pub(crate) fn forget_mr(&self, lkey: u32) {
-        self.keys.write().mrs.remove(&lkey);
     }
 }
 

@@ -10,7 +10,8 @@
 //! - [`port`]: port attributes (`ibv_query_port`).
 //! - [`gid`]: the sysfs GID table and RoCEv2 GID selection (pure, unit-tested).
 //! - [`pd`], [`mr`], [`mw`]: protection domains, memory regions (pinned memory counted
-//!   against `RLIMIT_MEMLOCK` first, see `memlock`), type 2 memory windows.
+//!   against `RLIMIT_MEMLOCK` first, in the process's [`crate::memlock::PinBudget`]),
+//!   type 2 memory windows.
 //! - [`cq`], [`srq`], [`qp`]: completion queues with a completion channel, SRQs with
 //!   limit events, RC QPs (attribute mapping and the state machine checks).
 //! - [`wr`], [`wc`]: work requests built on the stack, work completions mapped one to one.
@@ -20,15 +21,16 @@
 //! - [`cm`]: librdmacm ([`VerbsCm`]): an event channel thread turning `rdma_cm` events
 //!   into [`CmEvent`](crate::cm::CmEvent)s, connect / accept / reject / disconnect.
 //!
-//! The types have the methods of the provider traits drafted for issue 9 (as inherent
-//! methods until the traits land).
+//! [`VerbsProvider`] names the family for the provider traits
+//! ([`crate::verbs::provider`]): [`VerbsDevice`], [`VerbsContext`], [`VerbsMr`] and
+//! [`VerbsCm`] implement them (bring them into scope, `use transport::verbs::{Context as
+//! _, ...}`, to call their methods).
 pub mod cm;
 pub mod context;
 pub mod cq;
 pub mod device;
 pub mod event;
 pub mod gid;
-mod memlock;
 pub mod mr;
 pub mod mw;
 pub mod pd;
@@ -45,6 +47,33 @@ pub use device::{devices, DeviceConfig, DeviceError, DeviceInfo, VerbsDevice};
 pub use gid::{GidEntry, GidError, GidType};
 pub use mr::VerbsMr;
 pub use port::PortInfo;
+
+/// The verbs provider: a real RDMA device through libibverbs and librdmacm.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct VerbsProvider;
+
+impl crate::verbs::Provider for VerbsProvider {
+    type Device = VerbsDevice;
+    type Context = VerbsContext;
+    type Mr = VerbsMr;
+    type Cm = VerbsCm;
+    type DeviceConfig = DeviceConfig;
+    type OpenError = DeviceError;
+    const NAME: &'static str = "verbs";
+
+    /// [`DeviceConfig::new`] with `poll_groups` poll groups (at least 1).
+    fn device_config(ip: std::net::IpAddr, poll_groups: u32) -> DeviceConfig {
+        DeviceConfig {
+            poll_groups: poll_groups.max(1),
+            ..DeviceConfig::new(ip)
+        }
+    }
+
+    /// [`VerbsDevice::open`].
+    fn open(cfg: &DeviceConfig) -> Result<std::sync::Arc<VerbsDevice>, DeviceError> {
+        VerbsDevice::open(cfg)
+    }
+}
 
 /// The thread-safety the provider traits ask for, checked at compile time: a device,
 /// an MR and the CM are shared across threads; a poll group moves to its thread.

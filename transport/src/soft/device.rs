@@ -7,12 +7,13 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use socket2::Socket;
 
+use super::cm_agent::{CmAgent, CmAgentError};
 use super::context::Context;
 use super::fault::{group_seed, FaultConfig, FaultCounters, RxFaults};
 use super::rx_buffer::{granted_rx_buffer, rc_config_for, report_capped};
 use super::socket::{bind_rx_group, SocketError};
 use crate::rc::{KeyTable, MrKeys, MrMemory, RcConfig};
-use crate::verbs::{AccessFlags, Mtu, VerbsError};
+use crate::verbs::{AccessFlags, DeviceCaps, MemoryRegion, Mtu, Pd, VerbsError, MAX_SGE};
 
 /// How to open a soft device.
 #[derive(Clone, Debug)]
@@ -122,10 +123,6 @@ impl DeviceCounters {
     }
 }
 
-/// A protection domain (`ibv_pd`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Pd(pub u32);
-
 /// A registered memory region (`ibv_mr`) with memory the device allocated (page
 /// aligned, zeroed). Its address range `[addr(), addr() + len())` is the iova that
 /// SGEs and RETHs use; `lkey`/`rkey` name it.
@@ -174,36 +171,15 @@ impl Mr {
     pub fn memory(&self) -> &Arc<MrMemory> {
         &self.mem
     }
-    /// Copies `data` into the region at `offset`. Panics if out of range (a caller bug).
+    /// Copies `data` into the region at `offset` ([`MemoryRegion::write`]). Panics if
+    /// out of range (a caller bug).
     pub fn write(&self, offset: usize, data: &[u8]) {
-        assert!(
-            offset
-                .checked_add(data.len())
-                .is_some_and(|e| e <= self.len()),
-            "Mr::write out of range"
-        );
-        // SAFETY: in range; concurrent remote access to the same bytes is the RDMA
-        // programming model's race (as with a NIC's DMA), not a Rust aliasing one here.
-        unsafe {
-            std::ptr::copy_nonoverlapping(data.as_ptr(), self.mem.as_ptr().add(offset), data.len())
-        }
+        MemoryRegion::write(self, offset, data)
     }
-    /// Copies bytes at `offset` into `out`. Panics if out of range (a caller bug).
+    /// Copies bytes at `offset` into `out` ([`MemoryRegion::read`]). Panics if out of
+    /// range (a caller bug).
     pub fn read(&self, offset: usize, out: &mut [u8]) {
-        assert!(
-            offset
-                .checked_add(out.len())
-                .is_some_and(|e| e <= self.len()),
-            "Mr::read out of range"
-        );
-        // SAFETY: as in `write`.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                self.mem.as_ptr().add(offset),
-                out.as_mut_ptr(),
-                out.len(),
-            )
-        }
+        MemoryRegion::read(self, offset, out)
     }
 }
 
@@ -222,12 +198,15 @@ pub struct SoftDevice {
     keys: KeyTable,
     rx_sockets: Mutex<Vec<Option<Socket>>>,
     qpns: QpnAllocator,
-    counters: DeviceCounters,
+    counters: Arc<DeviceCounters>,
     faults: Option<FaultConfig>,
     /// Receive buffer the kernel granted each poll group's socket (getsockopt SO_RCVBUF).
     rx_buffer_bytes: usize,
     /// The RC tuning of new QPs, windows sized from `rx_buffer_bytes`.
     rc_config: RcConfig,
+    /// The device's CM agent once started ([`SoftDevice::cm_agent`]); it holds no
+    /// reference to the device, so this one keeps no cycle.
+    cm_agent: Mutex<Option<CmAgent>>,
 }
 
 impl std::fmt::Debug for SoftDevice {
@@ -243,6 +222,44 @@ impl std::fmt::Debug for SoftDevice {
 pub const FIRST_QPN: u32 = 0x11;
 /// Largest QP number (QPNs are 24 bits on the wire, BTH DestQP).
 pub const MAX_QPN: u32 = 0x00FF_FFFF;
+
+/// Most work requests of one queue (send queue, receive queue, SRQ) and entries of one
+/// CQ. The soft provider's queues are bounded by memory only; this keeps a request
+/// meaningful (each send WR takes at least one PSN, and an RC requester keeps its
+/// outstanding PSNs within half the 24-bit PSN space, IBTA Vol 1 §9.7.1) and a CQ's
+/// preallocation sane.
+pub const SOFT_MAX_QUEUE_WR: u32 = 1 << 22;
+
+/// The soft provider's limits, as [`crate::verbs::Device::caps`] reports them:
+/// - `max_sge` / `max_sge_rd` / `max_srq_sge`: [`MAX_SGE`] (the model's inline SGE list);
+/// - `max_qp_wr`, `max_srq_wr`, `max_cqe`: [`SOFT_MAX_QUEUE_WR`];
+/// - `max_qp_rd_atom`, `max_qp_init_rd_atom`: 255, what the 8-bit CM fields and
+///   `QpAttr` carry (the RC core keeps a READ's state per outstanding READ, any depth);
+/// - `max_inline_data`: 0. `SendFlags::INLINE` is accepted but the payload is gathered
+///   from registered memory like any other (lkeys checked, buffer in use until the
+///   completion), so no inline bytes are granted;
+/// - `max_mr`, `max_mw`: the key table's 2^24 - 1 slots, shared by MRs and windows;
+/// - `max_qp`: the QPNs of `FIRST_QPN..=MAX_QPN`; `max_mr_size` and `max_pd`: memory
+///   and a 32-bit counter;
+/// - `local_ca_ack_delay`: the CM's Target ACK Delay ([`crate::cm::CM_TARGET_ACK_DELAY`]).
+pub const SOFT_CAPS: DeviceCaps = DeviceCaps {
+    max_qp_wr: SOFT_MAX_QUEUE_WR,
+    max_sge: MAX_SGE as u32,
+    max_sge_rd: MAX_SGE as u32,
+    max_srq_wr: SOFT_MAX_QUEUE_WR,
+    max_srq_sge: MAX_SGE as u32,
+    max_cqe: SOFT_MAX_QUEUE_WR,
+    max_qp: MAX_QPN - FIRST_QPN + 1,
+    max_qp_rd_atom: u8::MAX as u32,
+    max_qp_init_rd_atom: u8::MAX as u32,
+    max_inline_data: 0,
+    max_mr_size: u64::MAX,
+    max_mr: 0x00FF_FFFF,
+    max_mw: 0x00FF_FFFF,
+    max_pd: u32::MAX,
+    local_ca_ack_delay: crate::cm::CM_TARGET_ACK_DELAY,
+    phys_port_cnt: 1,
+};
 
 /// QP numbers of one device, in the residue classes the receive steering expects:
 /// poll group `i` of `n` gets only QPNs `q` with `q % n == i` (see
@@ -332,10 +349,11 @@ impl SoftDevice {
             keys: KeyTable::new(),
             rx_sockets: Mutex::new(socks.into_iter().map(Some).collect()),
             qpns: QpnAllocator::new(rx_queues, cfg.first_qpn),
-            counters: DeviceCounters::default(),
+            counters: Arc::default(),
             faults: cfg.faults.filter(|f| !f.is_noop()),
             rx_buffer_bytes,
             rc_config,
+            cm_agent: Mutex::new(None),
         }))
     }
 
@@ -365,6 +383,10 @@ impl SoftDevice {
     pub fn rc_config(&self) -> RcConfig {
         self.rc_config
     }
+    /// The soft provider's limits ([`SOFT_CAPS`]).
+    pub fn caps(&self) -> DeviceCaps {
+        SOFT_CAPS
+    }
     /// The memory key tables (MRs and MWs) of the device.
     pub fn keys(&self) -> &KeyTable {
         &self.keys
@@ -372,6 +394,10 @@ impl SoftDevice {
     /// Device counters.
     pub fn counters(&self) -> &DeviceCounters {
         &self.counters
+    }
+    /// The device counters, shared (with the CM agent, which holds no device).
+    pub(crate) fn counters_arc(&self) -> Arc<DeviceCounters> {
+        self.counters.clone()
     }
 
     /// The fault injection configured at open (`None` also when every probability
@@ -438,6 +464,41 @@ impl SoftDevice {
     /// Takes the QP1 receive socket (for the CM agent).
     pub(crate) fn take_cm_socket(&self) -> Option<Socket> {
         self.take_socket(0)
+    }
+
+    /// The device's CM agent: the one started with [`CmAgent::start`] or by an earlier
+    /// call, else a new one with the default configuration. The device keeps it
+    /// running for as long as it lives (every handle is the same agent).
+    ///
+    /// # Errors
+    /// [`CmAgentError::Socket`] / [`CmAgentError::Io`] when its sockets or thread cannot
+    /// be set up.
+    pub fn cm_agent(self: &Arc<Self>) -> Result<CmAgent, CmAgentError> {
+        loop {
+            {
+                let mut slot = self.cm_agent.lock();
+                if let Some(a) = &*slot {
+                    return Ok(a.clone());
+                }
+                match CmAgent::start_unregistered(self, crate::cm::CmConfig::default()) {
+                    Ok(a) => {
+                        *slot = Some(a.clone());
+                        return Ok(a);
+                    }
+                    // `CmAgent::start` on another thread took QP1's socket and records
+                    // its agent next.
+                    Err(CmAgentError::AlreadyStarted) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            std::thread::yield_now();
+        }
+    }
+
+    /// Records `agent` as the device's CM agent (it holds QP1's socket, so it is the
+    /// only one).
+    pub(crate) fn register_cm_agent(&self, agent: &CmAgent) {
+        *self.cm_agent.lock() = Some(agent.clone());
     }
 
     fn take_socket(&self, idx: usize) -> Option<Socket> {

@@ -23,6 +23,14 @@ pub const CM_REJ_STALE_CONN: u16 = 10;
 /// (`rdma_reject`); its private data says why (NVMe/RDMA: the RDMA_CM_REJECT record).
 pub const CM_REJ_CONSUMER_DEFINED: u16 = 28;
 
+/// The IBTA local ACK timeout (4.096 us x 2^17 = 537 ms, IBTA Vol 1 §9.7.6.1.3) of QPs
+/// the soft provider's connection manager brings up: the passive side's always, the
+/// active side's when [`ConnectRequestParams::local_ack_timeout`] is `None`. With retry
+/// count 7 a silent peer fails the QP after about 4.3 s; loss is repaired sooner by the
+/// adaptive retransmission timer, which this only caps. Shorter values (16.8 ms) killed
+/// connections to Linux peers in emulated VMs, which stall for more than 8 x 16.8 ms.
+pub const DEFAULT_ACK_TIMEOUT: u8 = 17;
+
 /// A connection request as the passive side sees it: the fields of
 /// [`CmEvent::ConnectRequest`], kept to create and accept the QP.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -205,4 +213,20 @@ pub enum ConnError {
     /// The connection manager's event thread is gone (its device was closed).
     #[error("the connection manager is gone (its device was closed)")]
     Gone,
+}
+
+impl ConnError {
+    /// The error of a REJ the passive side sent: [`ConnError::Stale`] for reason 10
+    /// ([`CM_REJ_STALE_CONN`]), [`ConnError::Rejected`] with the reason and private
+    /// data otherwise.
+    pub fn from_rej(reason: u16, private_data: Vec<u8>) -> ConnError {
+        if reason == CM_REJ_STALE_CONN {
+            ConnError::Stale
+        } else {
+            ConnError::Rejected {
+                reason,
+                private_data,
+            }
+        }
+    }
 }

@@ -437,20 +437,12 @@ pub enum VerbsError {
     /// what to check.
     #[error("{0}")]
     NoDevice(String),
-    /// Pinning `needed_bytes` more would take the process's registered (pinned) memory
-    /// over `RLIMIT_MEMLOCK`: `pinned_bytes` are already counted, `limit_bytes` is the
-    /// limit.
-    #[error(
-        "registering {needed_bytes} bytes would pin {} bytes in all, over RLIMIT_MEMLOCK \
-         ({limit_bytes} bytes; {pinned_bytes} already pinned): raise the limit \
-         (`ulimit -l`, `LimitMEMLOCK=` in a systemd unit) or run with CAP_IPC_LOCK",
-        pinned_bytes.saturating_add(*needed_bytes)
-    )]
-    MemlockExceeded {
-        needed_bytes: u64,
-        pinned_bytes: u64,
-        limit_bytes: u64,
-    },
+    /// Registering memory would take the process's pinned memory over
+    /// `RLIMIT_MEMLOCK` (checked against [`crate::memlock::PinBudget::process`] before
+    /// the kernel is asked); the error states the limit, what is pinned, what was
+    /// needed and how to raise the limit.
+    #[error(transparent)]
+    Memlock(#[from] crate::memlock::MemlockError),
     /// A provider call failed with `errno` (the verbs provider's C calls).
     #[error("{call} failed: {} (errno {errno})", std::io::Error::from_raw_os_error(*errno))]
     Os { call: &'static str, errno: i32 },

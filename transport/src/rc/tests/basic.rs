@@ -374,12 +374,16 @@ fn state_machine_and_flush() {
         qp.post_send(&wr),
         Err(VerbsError::InvalidState(QpState::Reset))
     );
-    assert!(qp
-        .modify(&QpAttr {
+    assert_eq!(
+        qp.modify(&QpAttr {
             qp_state: Some(QpState::Rts),
             ..Default::default()
+        }),
+        Err(VerbsError::InvalidTransition {
+            from: QpState::Reset,
+            to: QpState::Rts
         })
-        .is_err());
+    );
     qp.modify(&QpAttr {
         qp_state: Some(QpState::Init),
         ..Default::default()
