@@ -1,24 +1,48 @@
-//! Namespaces backed by regular files (NVM Command Set 1.x: a namespace is a range of
-//! logical blocks, LBA 0 to NSZE - 1).
+//! Namespace back ends: where a namespace's logical blocks live (NVM Command Set 1.x: a
+//! namespace is a range of logical blocks, LBA 0 to NSZE - 1). As Linux nvmet's
+//! `io-cmd-file.c` and `io-cmd-bdev.c`, a namespace is backed by either
 //!
-//! The file is opened read-write and, by default, through the page cache: on this host
-//! a cached 4 KiB io_uring read costs about 1.25 us against about 50 us with O_DIRECT on
-//! the virtio disk (DESIGN, facts). O_DIRECT is available as an option. Durability then
-//! comes from Flush (fsync) and FUA (RWF_DSYNC), see [`crate::uring`].
+//! - a regular file ([`file`]): created sparse at a given size when missing; logical
+//!   blocks of the configured size (512 by default);
+//! - a block device ([`block`]), an SSD or a partition, a loop or a device-mapper
+//!   device: opened with `O_EXCL`, as nvmet opens it (`bdev_open_by_path` with an
+//!   exclusive holder), so a mounted device or one another target serves is refused;
+//!   its size from `BLKGETSIZE64` and its logical block size from `BLKSSZGET`.
+//!
+//! Either is opened read-write, through the page cache (the default: on this host a
+//! cached 4 KiB io_uring read costs about 1.25 us against about 50 us with O_DIRECT on
+//! the virtio disk, DESIGN facts) or with O_DIRECT (`direct = true`, `--direct`), and
+//! served through each poll group's io_uring ring from the registered data slab
+//! ([`crate::uring`]); durability comes from Flush (fsync) and FUA (`RWF_DSYNC`).
+//!
+//! O_DIRECT wants memory and file offsets aligned (statx `STATX_DIOALIGN`: the
+//! logical block size of the device under the file system, or of the block device).
+//! File offsets and lengths are whole logical blocks, so the block size must be at
+//! least the offset alignment (checked at open). Data buffers are aligned: the slab's
+//! chunks start at multiples of 4 KiB, and in-capsule data at multiples of the
+//! receive buffers' in-capsule size (4096 by default); in-capsule write data that is
+//! not aligned (an SGL offset, an odd in-capsule size) is copied into a slab chunk
+//! first (counted in `direct_bounce_bytes`).
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
-use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+pub mod block;
+pub mod file;
+
 /// Shortest interval between two I/O error log lines of one namespace
-/// ([`FileNamespace::error_log_due`]).
+/// ([`Backend::error_log_due`]).
 pub const ERROR_LOG_INTERVAL: Duration = Duration::from_secs(1);
 
-/// Why a file namespace could not be opened. Every message names the path.
+/// Logical block size of a file namespace when none is configured.
+pub const DEFAULT_FILE_BLOCK_SIZE: u32 = 512;
+
+/// Why a namespace's back end could not be opened. Every message names the path.
 #[derive(Debug, thiserror::Error)]
 pub enum NamespaceError {
     /// The file does not exist and no size was given to create it.
@@ -42,8 +66,9 @@ pub enum NamespaceError {
         /// The namespace path.
         path: PathBuf,
     },
-    /// The path names something other than a regular file (block device, FIFO, ...).
-    #[error("namespace file {}: is a {kind}, not a regular file", path.display())]
+    /// The path names something other than a regular file or a block device (character
+    /// device, FIFO, socket).
+    #[error("namespace file {}: is a {kind}, not a regular file or a block device", path.display())]
     NotRegularFile {
         /// The namespace path.
         path: PathBuf,
@@ -58,6 +83,13 @@ pub enum NamespaceError {
         /// The operating system's error.
         source: io::Error,
     },
+    /// The block device is open exclusively elsewhere: mounted, in use by another
+    /// target (nvmet or another nvmf-target), a RAID or device-mapper member.
+    #[error("namespace block device {}: in use (mounted, or opened exclusively by another program such as another nvmf-target; O_EXCL refused it): unmount it or stop that program", path.display())]
+    Busy {
+        /// The namespace path.
+        path: PathBuf,
+    },
     /// The logical block size is not a power of two from 512 to 4096 bytes.
     #[error("namespace file {}: block size {block_size} is not 512, 1024, 2048 or 4096 bytes", path.display())]
     BadBlockSize {
@@ -65,6 +97,32 @@ pub enum NamespaceError {
         path: PathBuf,
         /// The block size asked for, in bytes.
         block_size: u32,
+    },
+    /// The configured block size is smaller than the block device's logical block size.
+    #[error("namespace block device {}: block_size {block_size} is smaller than the device's logical block size {device_block_size} (BLKSSZGET): set block_size to {device_block_size} (or leave it out)", path.display())]
+    BlockSizeBelowDevice {
+        /// The namespace path.
+        path: PathBuf,
+        /// The block size asked for, in bytes.
+        block_size: u32,
+        /// The device's logical block size, in bytes.
+        device_block_size: u32,
+    },
+    /// With O_DIRECT, whole logical blocks would not be aligned for the storage.
+    #[error("namespace {}: direct = true needs I/O aligned to {align} bytes here (statx STATX_DIOALIGN) but block_size is {block_size}: set block_size to {align} or more, or direct = false", path.display())]
+    DirectAlignment {
+        /// The namespace path.
+        path: PathBuf,
+        /// The block size, in bytes.
+        block_size: u32,
+        /// The file offset alignment O_DIRECT needs, in bytes.
+        align: u32,
+    },
+    /// The file system refuses O_DIRECT (tmpfs, for one).
+    #[error("namespace file {}: the file system does not support O_DIRECT (direct = true): set direct = false, or put the file on a file system that does (ext4, xfs)", path.display())]
+    DirectUnsupported {
+        /// The namespace path.
+        path: PathBuf,
     },
     /// The (existing or requested) size is not a whole number of logical blocks.
     #[error("namespace file {}: size {size} bytes is not a multiple of the block size {block_size}", path.display())]
@@ -76,57 +134,59 @@ pub enum NamespaceError {
         /// Logical block size in bytes.
         block_size: u32,
     },
-    /// The file (or the size asked for) is 0 bytes: a namespace needs at least one block.
+    /// The file or device (or the size asked for) holds no logical block.
     #[error("namespace file {}: size is 0 bytes, a namespace needs at least one logical block", path.display())]
     Empty {
         /// The namespace path.
         path: PathBuf,
     },
-    /// Another I/O error while opening, creating or sizing the file.
+    /// Another I/O error while opening, creating or sizing the file or device.
     #[error("namespace file {}: {op} failed: {source}", path.display())]
     Io {
         /// The namespace path.
         path: PathBuf,
-        /// What was being done ("open", "create", "set size", "stat").
+        /// What was being done ("open", "create", "set size", "stat", "BLKGETSIZE64", ...).
         op: &'static str,
         /// The operating system's error.
         source: io::Error,
     },
 }
 
-/// How to open a [`FileNamespace`] (see [`FileNamespace::open_with`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// How to open a [`Backend`] (see [`Backend::open_with`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct NamespaceOptions {
-    /// When the file does not exist, create it, sparse, with this many bytes. Ignored
-    /// (with a warning if it differs) when the file exists.
+    /// When a file does not exist, create it, sparse, with this many bytes. Ignored
+    /// (with a warning if it differs) when the file or device exists.
     pub create_size_bytes: Option<u64>,
     /// Logical block size in bytes: 512, 1024, 2048 or 4096 (NVMe LBA data size,
-    /// LBADS = log2).
-    pub block_size: u32,
-    /// Open with O_DIRECT (bypass the page cache). Buffers and offsets must then be
-    /// aligned to the device's logical block size. Default false.
+    /// LBADS = log2). `None`: 512 for a file, the device's logical block size
+    /// (`BLKSSZGET`) for a block device.
+    pub block_size: Option<u32>,
+    /// Open with O_DIRECT (bypass the page cache). Default false.
     pub direct: bool,
 }
 
-impl Default for NamespaceOptions {
-    fn default() -> Self {
-        NamespaceOptions {
-            create_size_bytes: None,
-            block_size: 512,
-            direct: false,
-        }
-    }
+/// What a namespace is backed by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendKind {
+    /// A regular file.
+    File,
+    /// A block device (opened with `O_EXCL`).
+    BlockDevice,
 }
 
-/// A namespace backed by a regular file: `nlb()` logical blocks of `block_size()` bytes,
-/// LBA `n` at byte offset `n * block_size()`.
+/// A namespace's back end: `nlb()` logical blocks of `block_size()` bytes, LBA `n` at
+/// byte offset `n * block_size()` of the file or block device.
 #[derive(Debug)]
-pub struct FileNamespace {
+pub struct Backend {
     file: File,
     path: PathBuf,
+    kind: BackendKind,
     size_bytes: u64,
     block_size: u32,
     direct: bool,
+    /// Memory alignment O_DIRECT needs (1 without O_DIRECT).
+    dio_mem_align: u32,
     created: bool,
     /// When the file was opened: the origin of `last_error_log_ms`.
     opened: Instant,
@@ -134,6 +194,15 @@ pub struct FileNamespace {
     last_error_log_ms: AtomicU64,
     /// I/O errors not logged since that line.
     errors_not_logged: AtomicU64,
+}
+
+/// What [`file::open`] and [`block::open`] found.
+#[derive(Debug)]
+pub(crate) struct Opened {
+    pub file: File,
+    pub size_bytes: u64,
+    pub block_size: u32,
+    pub created: bool,
 }
 
 fn file_kind(ft: std::fs::FileType) -> &'static str {
@@ -150,130 +219,103 @@ fn file_kind(ft: std::fs::FileType) -> &'static str {
     }
 }
 
-impl FileNamespace {
-    /// Opens the regular file at `path` read-write through the page cache, creating it
-    /// sparse with `create_size_bytes` bytes when it is missing and a size is given.
-    /// `block_size` is the logical block size (512 or 4096; 1024 and 2048 also work).
+impl Backend {
+    /// Opens the regular file or block device at `path` read-write through the page
+    /// cache, creating a missing file sparse with `create_size_bytes` bytes when a size
+    /// is given. `block_size` is the logical block size (512 or 4096; 1024 and 2048 also
+    /// work).
     ///
     /// # Errors
-    /// See [`FileNamespace::open_with`].
+    /// See [`Backend::open_with`].
     pub fn open(
         path: &Path,
         create_size_bytes: Option<u64>,
         block_size: u32,
-    ) -> Result<FileNamespace, NamespaceError> {
+    ) -> Result<Backend, NamespaceError> {
         Self::open_with(
             path,
             &NamespaceOptions {
                 create_size_bytes,
-                block_size,
+                block_size: Some(block_size),
                 direct: false,
             },
         )
     }
 
-    /// Opens (or creates) a file namespace with explicit options.
-    ///
-    /// A missing file is created only when `create_size_bytes` is given, only if its
-    /// parent directory exists, with mode 0644, and sized with `ftruncate` so it takes no
-    /// blocks until written. An existing file keeps its size.
+    /// Opens (or creates) a namespace back end with explicit options: a block device
+    /// as [`block::open`] does, anything else as a file ([`file::open`]).
     ///
     /// # Errors
-    /// A [`NamespaceError`] naming the path: missing file without a size, missing parent
-    /// directory, a directory or other non-regular file, no read-write permission, a
-    /// block size other than 512..=4096 (power of two), a size of 0 or not a multiple of
-    /// the block size, or another I/O error (e.g. `EINVAL` for O_DIRECT on a file system
-    /// without it).
-    pub fn open_with(
-        path: &Path,
-        opts: &NamespaceOptions,
-    ) -> Result<FileNamespace, NamespaceError> {
-        let path_buf = path.to_path_buf();
-        let block_size = opts.block_size;
-        if !(block_size.is_power_of_two() && (512..=4096).contains(&block_size)) {
-            return Err(NamespaceError::BadBlockSize {
-                path: path_buf,
-                block_size,
-            });
-        }
-        if let Some(size) = opts.create_size_bytes {
-            check_size(path, size, block_size)?;
-        }
-        let mut oo = OpenOptions::new();
-        oo.read(true).write(true);
-        if opts.direct {
-            oo.custom_flags(libc::O_DIRECT);
-        }
-        let mut created = false;
-        let file = match std::fs::metadata(path) {
-            Ok(meta) => {
-                if meta.is_dir() {
-                    return Err(NamespaceError::IsDirectory { path: path_buf });
-                }
-                if !meta.is_file() {
-                    return Err(NamespaceError::NotRegularFile {
-                        path: path_buf,
-                        kind: file_kind(meta.file_type()),
-                    });
-                }
-                oo.open(path).map_err(|e| open_error(path, "open", e))?
+    /// A [`NamespaceError`] naming the path: missing file without a size, missing
+    /// parent directory, a directory or other special file, no read-write permission, a
+    /// block device in use (`EBUSY` from `O_EXCL`), a block size other than 512..=4096
+    /// (power of two) or below the device's, a size of 0 or (for a file) not a multiple
+    /// of the block size, O_DIRECT refused by the file system or with a block size
+    /// below its alignment, or another I/O error.
+    pub fn open_with(path: &Path, opts: &NamespaceOptions) -> Result<Backend, NamespaceError> {
+        if let Some(block_size) = opts.block_size {
+            if !(block_size.is_power_of_two() && (512..=4096).contains(&block_size)) {
+                return Err(NamespaceError::BadBlockSize {
+                    path: path.to_path_buf(),
+                    block_size,
+                });
             }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                let Some(size) = opts.create_size_bytes else {
-                    return Err(NamespaceError::NotFound { path: path_buf });
-                };
-                let parent = match path.parent() {
-                    Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-                    _ => PathBuf::from("."),
-                };
-                if !parent.is_dir() {
-                    return Err(NamespaceError::ParentMissing {
-                        path: path_buf,
-                        parent,
-                    });
-                }
-                let file = oo
-                    .create_new(true)
-                    .mode(0o644)
-                    .open(path)
-                    .map_err(|e| open_error(path, "create", e))?;
-                file.set_len(size).map_err(|source| NamespaceError::Io {
-                    path: path_buf.clone(),
-                    op: "set size",
-                    source,
-                })?;
-                created = true;
-                tracing::info!(path = %path.display(), size, "created sparse namespace file");
-                file
-            }
-            Err(e) => return Err(open_error(path, "stat", e)),
+        }
+        let meta = match std::fs::metadata(path) {
+            Ok(m) => Some(m),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+            Err(e) => return Err(open_error(path, "stat", e, opts.direct)),
         };
-        let size_bytes = file
-            .metadata()
-            .map_err(|source| NamespaceError::Io {
-                path: path_buf.clone(),
-                op: "stat",
-                source,
-            })?
-            .len();
-        if let Some(asked) = opts.create_size_bytes {
-            if !created && asked != size_bytes {
-                tracing::warn!(
-                    path = %path.display(),
-                    existing = size_bytes,
-                    asked,
-                    "namespace file exists: keeping its size"
-                );
+        let (kind, opened) = match &meta {
+            Some(m) if m.file_type().is_block_device() => {
+                (BackendKind::BlockDevice, block::open(path, opts)?)
             }
-        }
-        check_size(path, size_bytes, block_size)?;
-        Ok(FileNamespace {
-            file,
-            path: path_buf,
-            size_bytes,
-            block_size,
+            Some(m) if m.is_dir() => {
+                return Err(NamespaceError::IsDirectory {
+                    path: path.to_path_buf(),
+                })
+            }
+            Some(m) if !m.is_file() => {
+                return Err(NamespaceError::NotRegularFile {
+                    path: path.to_path_buf(),
+                    kind: file_kind(m.file_type()),
+                })
+            }
+            _ => (BackendKind::File, file::open(path, opts, meta.is_some())?),
+        };
+        let dio_mem_align = if opts.direct {
+            let (mem, offset) = dio_alignment(&opened.file).unwrap_or((0, 0));
+            // Unknown (an old kernel): the logical block size is what O_DIRECT needs of
+            // a block device, and the most a file system on one can need.
+            let offset = if offset == 0 {
+                opened.block_size
+            } else {
+                offset
+            };
+            if opened.block_size < offset {
+                return Err(NamespaceError::DirectAlignment {
+                    path: path.to_path_buf(),
+                    block_size: opened.block_size,
+                    align: offset,
+                });
+            }
+            if mem == 0 {
+                opened.block_size
+            } else {
+                mem
+            }
+        } else {
+            1
+        };
+        Ok(Backend {
+            file: opened.file,
+            path: path.to_path_buf(),
+            kind,
+            size_bytes: opened.size_bytes,
+            block_size: opened.block_size,
             direct: opts.direct,
-            created,
+            dio_mem_align,
+            created: opened.created,
             opened: Instant::now(),
             last_error_log_ms: AtomicU64::new(u64::MAX),
             errors_not_logged: AtomicU64::new(0),
@@ -302,14 +344,19 @@ impl FileNamespace {
     }
 
     /// The open file's descriptor (for [`crate::uring::Ring::register_files`]); valid
-    /// as long as this namespace lives.
+    /// as long as this back end lives.
     pub fn fd(&self) -> RawFd {
         self.file.as_raw_fd()
     }
 
-    /// The open file.
+    /// The open file or device.
     pub fn file(&self) -> &File {
         &self.file
+    }
+
+    /// A file or a block device.
+    pub fn kind(&self) -> BackendKind {
+        self.kind
     }
 
     /// Size in bytes (a multiple of the block size), as found at open.
@@ -333,7 +380,7 @@ impl FileNamespace {
         self.size_bytes / u64::from(self.block_size)
     }
 
-    /// The file's path as given.
+    /// The path as given.
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -343,9 +390,16 @@ impl FileNamespace {
         self.created
     }
 
-    /// Whether the file is open with O_DIRECT.
+    /// Whether the file or device is open with O_DIRECT.
     pub fn is_direct(&self) -> bool {
         self.direct
+    }
+
+    /// Alignment in bytes that I/O memory must have (O_DIRECT: statx
+    /// `stx_dio_mem_align`, or the logical block size where the kernel does not say; 1
+    /// without O_DIRECT).
+    pub fn dio_mem_align(&self) -> u32 {
+        self.dio_mem_align
     }
 
     /// Whether blocks `slba .. slba + nlb` lie in the namespace. `nlb` is a count of
@@ -357,7 +411,7 @@ impl FileNamespace {
     }
 
     /// The byte range `(offset, len)` of blocks `slba .. slba + nlb`, or `None` when
-    /// [`FileNamespace::lba_range_check`] refuses them. Cannot overflow: the range lies
+    /// [`Backend::lba_range_check`] refuses them. Cannot overflow: the range lies
     /// inside the file.
     pub fn byte_range(&self, slba: u64, nlb: u64) -> Option<(u64, u64)> {
         if !self.lba_range_check(slba, nlb) {
@@ -368,16 +422,41 @@ impl FileNamespace {
     }
 }
 
-impl AsRawFd for FileNamespace {
+impl AsRawFd for Backend {
     fn as_raw_fd(&self) -> RawFd {
         self.file.as_raw_fd()
     }
 }
 
-impl AsFd for FileNamespace {
+impl AsFd for Backend {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.file.as_fd()
     }
+}
+
+/// O_DIRECT alignment of an open file (`statx` `STATX_DIOALIGN`, Linux 6.1): memory and
+/// file offset alignment in bytes, 0 where the kernel or file system does not say;
+/// `None` when `statx` fails.
+fn dio_alignment(file: &File) -> Option<(u32, u32)> {
+    // SAFETY: a zeroed statx is a valid value of the plain C struct.
+    let mut stx: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid fd, an empty C string with AT_EMPTY_PATH, and a statx to fill.
+    let rc = unsafe {
+        libc::statx(
+            file.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH,
+            libc::STATX_DIOALIGN,
+            &mut stx,
+        )
+    };
+    if rc != 0 {
+        return None;
+    }
+    if stx.stx_mask & libc::STATX_DIOALIGN == 0 {
+        return Some((0, 0));
+    }
+    Some((stx.stx_dio_mem_align, stx.stx_dio_offset_align))
 }
 
 fn check_size(path: &Path, size: u64, block_size: u32) -> Result<(), NamespaceError> {
@@ -396,11 +475,14 @@ fn check_size(path: &Path, size: u64, block_size: u32) -> Result<(), NamespaceEr
     Ok(())
 }
 
-fn open_error(path: &Path, op: &'static str, source: io::Error) -> NamespaceError {
+fn open_error(path: &Path, op: &'static str, source: io::Error, direct: bool) -> NamespaceError {
     let path = path.to_path_buf();
     match source.kind() {
         io::ErrorKind::PermissionDenied => NamespaceError::PermissionDenied { path, source },
         io::ErrorKind::NotFound if op == "open" => NamespaceError::NotFound { path },
+        _ if direct && source.raw_os_error() == Some(libc::EINVAL) => {
+            NamespaceError::DirectUnsupported { path }
+        }
         _ => NamespaceError::Io { path, op, source },
     }
 }
@@ -419,7 +501,7 @@ mod tests {
     fn missing_file_without_size_names_the_path() {
         let dir = temp_dir();
         let path = dir.path().join("absent.img");
-        let err = FileNamespace::open(&path, None, 512).unwrap_err();
+        let err = Backend::open(&path, None, 512).unwrap_err();
         assert!(matches!(err, NamespaceError::NotFound { .. }), "{err}");
         let msg = err.to_string();
         assert!(msg.contains(&path.display().to_string()), "{msg}");
@@ -431,7 +513,7 @@ mod tests {
     fn creates_sparse_file() {
         let dir = temp_dir();
         let path = dir.path().join("ns1.img");
-        let ns = FileNamespace::open(&path, Some(1 << 30), 512).unwrap();
+        let ns = Backend::open(&path, Some(1 << 30), 512).unwrap();
         assert!(ns.created());
         assert_eq!(ns.size_bytes(), 1 << 30);
         assert_eq!(ns.nlb(), (1 << 30) / 512);
@@ -445,17 +527,17 @@ mod tests {
         assert_eq!(meta.permissions().mode() & 0o777, 0o644);
         drop(ns);
         // Reopening uses the existing file and its size.
-        let ns = FileNamespace::open(&path, None, 4096).unwrap();
+        let ns = Backend::open(&path, None, 4096).unwrap();
         assert!(!ns.created());
         assert_eq!(ns.nlb(), (1 << 30) / 4096);
-        let ns = FileNamespace::open(&path, Some(4096), 4096).unwrap();
+        let ns = Backend::open(&path, Some(4096), 4096).unwrap();
         assert_eq!(ns.size_bytes(), 1 << 30, "existing size wins");
     }
 
     #[test]
     fn directory_is_refused() {
         let dir = temp_dir();
-        let err = FileNamespace::open(dir.path(), Some(1 << 20), 512).unwrap_err();
+        let err = Backend::open(dir.path(), Some(1 << 20), 512).unwrap_err();
         assert!(matches!(err, NamespaceError::IsDirectory { .. }), "{err}");
         assert!(err.to_string().contains(&dir.path().display().to_string()));
         assert!(err.to_string().contains("directory"));
@@ -465,7 +547,7 @@ mod tests {
     fn missing_parent_is_not_created() {
         let dir = temp_dir();
         let path = dir.path().join("no/such/dir/ns.img");
-        let err = FileNamespace::open(&path, Some(1 << 20), 512).unwrap_err();
+        let err = Backend::open(&path, Some(1 << 20), 512).unwrap_err();
         assert!(matches!(err, NamespaceError::ParentMissing { .. }), "{err}");
         assert!(err.to_string().contains(&path.display().to_string()));
         assert!(!dir.path().join("no").exists());
@@ -475,7 +557,7 @@ mod tests {
     fn sizes_must_be_whole_blocks() {
         let dir = temp_dir();
         let path = dir.path().join("odd.img");
-        let err = FileNamespace::open(&path, Some(1000), 512).unwrap_err();
+        let err = Backend::open(&path, Some(1000), 512).unwrap_err();
         assert!(
             matches!(
                 err,
@@ -489,19 +571,19 @@ mod tests {
         );
         assert!(err.to_string().contains(&path.display().to_string()));
         assert!(!path.exists(), "nothing created for a bad size");
-        let err = FileNamespace::open(&path, Some(0), 512).unwrap_err();
+        let err = Backend::open(&path, Some(0), 512).unwrap_err();
         assert!(matches!(err, NamespaceError::Empty { .. }), "{err}");
 
         // An existing file of 6144 bytes: fine at 512, not at 4096.
         std::fs::write(&path, vec![1u8; 6144]).unwrap();
-        assert_eq!(FileNamespace::open(&path, None, 512).unwrap().nlb(), 12);
-        let err = FileNamespace::open(&path, None, 4096).unwrap_err();
+        assert_eq!(Backend::open(&path, None, 512).unwrap().nlb(), 12);
+        let err = Backend::open(&path, None, 4096).unwrap_err();
         assert!(
             matches!(err, NamespaceError::SizeNotMultiple { size: 6144, .. }),
             "{err}"
         );
         std::fs::write(&path, b"").unwrap();
-        let err = FileNamespace::open(&path, None, 512).unwrap_err();
+        let err = Backend::open(&path, None, 512).unwrap_err();
         assert!(matches!(err, NamespaceError::Empty { .. }), "{err}");
     }
 
@@ -510,7 +592,7 @@ mod tests {
         let dir = temp_dir();
         let path = dir.path().join("bs.img");
         for bs in [0, 256, 1000, 8192] {
-            let err = FileNamespace::open(&path, Some(1 << 20), bs).unwrap_err();
+            let err = Backend::open(&path, Some(1 << 20), bs).unwrap_err();
             assert!(matches!(err, NamespaceError::BadBlockSize { .. }), "{err}");
             assert!(err.to_string().contains(&path.display().to_string()));
         }
@@ -536,7 +618,7 @@ mod tests {
             eprintln!("running as root without chattr: permission check not testable");
             return;
         }
-        let err = FileNamespace::open(&path, None, 512).unwrap_err();
+        let err = Backend::open(&path, None, 512).unwrap_err();
         if immutable {
             let _ = std::process::Command::new("chattr")
                 .arg("-i")
@@ -554,7 +636,7 @@ mod tests {
 
     #[test]
     fn special_files_are_refused() {
-        let err = FileNamespace::open(Path::new("/dev/null"), None, 512).unwrap_err();
+        let err = Backend::open(Path::new("/dev/null"), None, 512).unwrap_err();
         assert!(
             matches!(
                 err,
@@ -571,7 +653,7 @@ mod tests {
     #[test]
     fn lba_range_check_is_overflow_safe() {
         let dir = temp_dir();
-        let ns = FileNamespace::open(&dir.path().join("r.img"), Some(1 << 20), 4096).unwrap();
+        let ns = Backend::open(&dir.path().join("r.img"), Some(1 << 20), 4096).unwrap();
         let n = ns.nlb();
         assert_eq!(n, 256);
         assert!(ns.lba_range_check(0, 1));
@@ -591,7 +673,7 @@ mod tests {
     #[test]
     fn error_log_is_rate_limited() {
         let dir = temp_dir();
-        let ns = FileNamespace::open(&dir.path().join("e.img"), Some(1 << 20), 512).unwrap();
+        let ns = Backend::open(&dir.path().join("e.img"), Some(1 << 20), 512).unwrap();
         let t0 = Instant::now();
         assert_eq!(ns.error_log_due(t0), Some(0), "the first failure is logged");
         assert_eq!(ns.error_log_due(t0), None);
@@ -610,15 +692,17 @@ mod tests {
         let path = dir.path().join("direct.img");
         let opts = NamespaceOptions {
             create_size_bytes: Some(1 << 20),
-            block_size: 4096,
+            block_size: Some(4096),
             direct: true,
         };
-        let ns = FileNamespace::open_with(&path, &opts).unwrap();
+        let ns = Backend::open_with(&path, &opts).unwrap();
         assert!(ns.is_direct());
         // SAFETY: fcntl F_GETFL on an fd we own.
         let flags = unsafe { libc::fcntl(ns.fd(), libc::F_GETFL) };
         assert_ne!(flags & libc::O_DIRECT, 0);
-        let ns = FileNamespace::open(&path, None, 4096).unwrap();
+        assert_eq!(ns.kind(), BackendKind::File);
+        assert!(ns.dio_mem_align().is_power_of_two() && ns.dio_mem_align() <= 4096);
+        let ns = Backend::open(&path, None, 4096).unwrap();
         // SAFETY: as above.
         let flags = unsafe { libc::fcntl(ns.fd(), libc::F_GETFL) };
         assert_eq!(flags & libc::O_DIRECT, 0, "page cache by default");
