@@ -13,12 +13,18 @@ use std::path::Path;
 use std::process::Command;
 use std::sync::atomic::Ordering;
 
-use common::{connect, ip, pattern, run, start_target_with, TestTarget, NQN};
+use common::{connect, ip, pattern, require_root, run, sh, start_target_with, TestTarget, NQN};
 use nvme::{SglDescriptor, Sqe};
 use nvmf_initiator::{DataDir, NvmeRdmaQueue};
 use nvmf_target::backend::{BackendKind, NamespaceError};
 use nvmf_target::config::TargetConfig;
 use nvmf_target::TargetError;
+
+/// Namespace 1 of the target's subsystem.
+fn namespace_1(t: &TestTarget) -> nvmf_target::subsystem::NamespaceEntry {
+    let sub = t.target.registry().subsystem(NQN).expect("subsystem");
+    sub.namespace(1).expect("namespace 1").clone()
+}
 
 /// Counter `f` of the target's (only) poll group.
 fn counter(
@@ -144,14 +150,7 @@ fn file_namespace_with_o_direct() {
     let t = start_target_with(140, 8 << 20, |cfg| {
         cfg.subsystems[0].namespaces[0].direct = true;
     });
-    let entry = t
-        .target
-        .registry()
-        .subsystem(NQN)
-        .unwrap()
-        .namespace(1)
-        .unwrap()
-        .clone();
+    let entry = namespace_1(&t);
     assert!(entry.ns.is_direct());
     assert_eq!(entry.ns.kind(), BackendKind::File);
     // SAFETY: fcntl F_GETFL on a descriptor the target keeps open.
@@ -165,29 +164,6 @@ fn file_namespace_with_o_direct() {
     } else {
         assert_eq!(bounced, 0, "memory alignment {align}: nothing to copy");
     }
-}
-
-fn require_root() {
-    // SAFETY: geteuid has no preconditions.
-    let euid = unsafe { libc::geteuid() };
-    assert!(
-        euid == 0,
-        "needs root: this test attaches a loop device (losetup); run it as root, as \
-         .ci/run does"
-    );
-}
-
-fn sh(cmd: &str, args: &[&str]) -> String {
-    let out = Command::new(cmd)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {cmd}: {e} (install util-linux)"));
-    assert!(
-        out.status.success(),
-        "{cmd} {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
 /// A loop device of `size_mib` MiB with `sector` byte logical blocks over a file in
@@ -227,7 +203,7 @@ impl Drop for LoopDev {
 #[test]
 #[ignore = "needs root: loop device (losetup)"]
 fn block_device_namespace_on_a_loop_device() {
-    require_root();
+    require_root("attaches a loop device (losetup)");
     let lo = LoopDev::new(32, 4096);
     let dev = Path::new(&lo.dev).to_path_buf();
     for (k, direct) in [false, true].into_iter().enumerate() {
@@ -238,14 +214,7 @@ fn block_device_namespace_on_a_loop_device() {
             n.size = None;
             n.direct = direct;
         });
-        let entry = t
-            .target
-            .registry()
-            .subsystem(NQN)
-            .unwrap()
-            .namespace(1)
-            .unwrap()
-            .clone();
+        let entry = namespace_1(&t);
         assert_eq!(entry.ns.kind(), BackendKind::BlockDevice);
         assert_eq!(entry.ns.block_size(), 4096, "BLKSSZGET");
         assert_eq!(entry.ns.size_bytes(), 32 << 20, "BLKGETSIZE64");

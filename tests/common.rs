@@ -189,3 +189,30 @@ pub fn pass(
         }
     }
 }
+
+/// Fails the test unless it runs as root, saying it needs root for `what`.
+pub fn require_root(what: &str) {
+    // SAFETY: geteuid has no preconditions.
+    let euid = unsafe { libc::geteuid() };
+    assert!(
+        euid == 0,
+        "needs root: this test {what}; run it as root, as .ci/run does"
+    );
+}
+
+/// Runs `cmd args` and returns its standard output, trimmed; fails the test, with its
+/// standard error, when it cannot run or fails.
+pub fn sh(cmd: &str, args: &[&str]) -> String {
+    let out = std::process::Command::new(cmd)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| {
+            panic!("cannot run {cmd}: {e} (util-linux has losetup and mount, e2fsprogs mkfs.ext4)")
+        });
+    assert!(
+        out.status.success(),
+        "{cmd} {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}

@@ -119,6 +119,14 @@ fn write_in_capsule(cid: u16, offset: u64, data: &[u8]) -> Vec<u8> {
     c
 }
 
+/// Counter `f` of the simulated poll group.
+fn count(
+    f: &Fixture,
+    c: impl Fn(&crate::rdma::PollGroupCounters) -> &std::sync::atomic::AtomicU64,
+) -> u64 {
+    c(f.sim.counters()).load(std::sync::atomic::Ordering::Relaxed)
+}
+
 fn states(trace: &[(u32, ReqState)], req: u32) -> Vec<ReqState> {
     trace
         .iter()
@@ -190,12 +198,7 @@ fn read_posts_the_data_write_and_the_response_together() {
             S::Free
         ]
     );
-    let c = f.sim.counters();
-    assert_eq!(
-        c.rdma_write_reads
-            .load(std::sync::atomic::Ordering::Relaxed),
-        1
-    );
+    assert_eq!(count(&f, |c| &c.rdma_write_reads), 1);
 }
 
 #[test]
@@ -295,12 +298,7 @@ fn in_capsule_write_goes_from_the_receive_buffer_to_the_file() {
             S::Completing
         ]
     );
-    let c = f.sim.counters();
-    assert_eq!(
-        c.in_capsule_writes
-            .load(std::sync::atomic::Ordering::Relaxed),
-        1
-    );
+    assert_eq!(count(&f, |c| &c.in_capsule_writes), 1);
 }
 
 #[test]
@@ -320,13 +318,7 @@ fn no_buffer_waits_and_proceeds_when_one_is_freed() {
         "{a:?}"
     );
     assert_eq!(f.sim.core.state(second), Some(S::NeedBuffer));
-    assert_eq!(
-        f.sim
-            .counters()
-            .buffer_waits
-            .load(std::sync::atomic::Ordering::Relaxed),
-        1
-    );
+    assert_eq!(count(&f, |c| &c.buffer_waits), 1);
     f.sim.core.io_completed(first, 8192, f.now);
     let a = f.sim.actions();
     let [Action::PostWriteAndSend { response, .. }] = a[..] else {
@@ -369,13 +361,7 @@ fn a_response_without_send_credit_waits_and_is_never_dropped() {
     assert_eq!(response.wr_id, WrId::Response { req: a_slot });
     assert_eq!(f.sim.core.state(b_slot), Some(S::ReadyToComplete));
     assert_eq!(f.sim.core.queue(IO).unwrap().send_credits(), 0);
-    assert_eq!(
-        f.sim
-            .counters()
-            .send_credit_waits
-            .load(std::sync::atomic::Ordering::Relaxed),
-        1
-    );
+    assert_eq!(count(&f, |c| &c.send_credit_waits), 1);
     f.sim
         .core
         .send_completed(response.wr_id, IO, WcStatus::Success, f.now);
@@ -403,13 +389,7 @@ fn rdma_reads_beyond_the_ord_wait_for_a_read_credit() {
         f.sim.core.state(b_slot),
         Some(S::DataTransferToControllerPending)
     );
-    assert_eq!(
-        f.sim
-            .counters()
-            .read_credit_waits
-            .load(std::sync::atomic::Ordering::Relaxed),
-        1
-    );
+    assert_eq!(count(&f, |c| &c.read_credit_waits), 1);
     f.sim
         .core
         .send_completed(wr_id, IO, WcStatus::Success, f.now);
@@ -502,13 +482,7 @@ fn capsules_beyond_twice_the_sq_size_are_dropped() {
     let _ = f.sim.actions();
     let dropped = f.sim.deliver(IO, &read(5, 4096), f.now).unwrap();
     assert_eq!(f.sim.actions(), vec![Action::RepostRecv { slot: dropped }]);
-    assert_eq!(
-        f.sim
-            .counters()
-            .sq_overflows
-            .load(std::sync::atomic::Ordering::Relaxed),
-        1
-    );
+    assert_eq!(count(&f, |c| &c.sq_overflows), 1);
 }
 
 #[test]
