@@ -33,7 +33,8 @@ use nvme::{
     NVMF_DISCOVERY_NQN,
 };
 use nvmf_target::backend::Backend;
-use nvmf_target::rdma::core::{IoOp, RegionId, ReqState};
+use nvmf_target::rdma::action::{IoOp, RegionId};
+use nvmf_target::rdma::core::ReqState;
 use nvmf_target::rdma::queue::{Queue, QueueParams};
 use nvmf_target::rdma::sim::{Seen, Sim, SimConfig};
 use nvmf_target::rdma::SQE_LEN;

@@ -24,6 +24,7 @@ use transport::verbs::Mtu;
 
 use crate::oplog::QueueEnd;
 
+pub mod action;
 pub mod core;
 pub mod poll_group;
 pub mod queue;

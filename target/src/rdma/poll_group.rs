@@ -23,9 +23,8 @@ use transport::verbs::{
     VerbsError, WcOpcode, WcStatus, WorkCompletion,
 };
 
-use super::core::{
-    Action, Buf, CoreConfig, CoreMemory, IoOp, Region, RegionId, RequestCore, Response,
-};
+use super::action::{Action, Buf, IoOp, RegionId, Response};
+use super::core::{CoreConfig, CoreMemory, Region, RequestCore};
 use super::queue::QueueParams;
 use super::wr_id::WrId;
 use super::{

@@ -16,9 +16,8 @@ use std::time::Instant;
 use nvme::Cqe;
 use transport::verbs::WcStatus;
 
-use super::core::{
-    Action, Buf, CoreConfig, CoreError, CoreMemory, IoOp, Region, RegionId, RequestCore, Response,
-};
+use super::action::{Action, Buf, IoOp, RegionId, Response};
+use super::core::{CoreConfig, CoreError, CoreMemory, Region, RequestCore};
 use super::queue::QueueParams;
 use super::{PollGroupCounters, RESP_SLOT, SQE_LEN};
 use crate::buffers::Slab;

@@ -10,10 +10,12 @@ use transport::verbs::WcStatus;
 
 use super::*;
 use crate::fabrics::tests::connect_data;
+use crate::rdma::action::IoOp;
 use crate::rdma::queue::QueueParams;
 use crate::rdma::sim::{Seen, Sim, SimConfig};
 use crate::subsystem::tests::{file_ns, registry_with, HOST, REF_NQN};
 use crate::subsystem::NamespaceEntry;
+use crate::uring::FALLOC_DEALLOCATE;
 
 const ADMIN: u32 = 0x100;
 const IO: u32 = 0x101;
