@@ -34,6 +34,11 @@ static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 /// A target on 127.0.0.`last` serving one namespace on a fresh sparse file of `size`
 /// bytes (512-byte blocks) in a temp directory on the regular file system.
 pub fn start_target(last: u8, size: u64) -> TestTarget {
+    start_target_with(last, size, |_| {})
+}
+
+/// [`start_target`], with the configuration edited by `edit` before the target starts.
+pub fn start_target_with(last: u8, size: u64, edit: impl FnOnce(&mut TargetConfig)) -> TestTarget {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
@@ -43,7 +48,8 @@ pub fn start_target(last: u8, size: u64) -> TestTarget {
     let serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("ns1.img");
-    let cfg = TargetConfig::default_for(ip(last), NQN, &path, size);
+    let mut cfg = TargetConfig::default_for(ip(last), NQN, &path, size);
+    edit(&mut cfg);
     let target = nvmf_target::start(&cfg).expect("start target");
     TestTarget {
         target,
@@ -182,4 +188,31 @@ pub fn pass(
             }
         }
     }
+}
+
+/// Fails the test unless it runs as root, saying it needs root for `what`.
+pub fn require_root(what: &str) {
+    // SAFETY: geteuid has no preconditions.
+    let euid = unsafe { libc::geteuid() };
+    assert!(
+        euid == 0,
+        "needs root: this test {what}; run it as root, as .ci/run does"
+    );
+}
+
+/// Runs `cmd args` and returns its standard output, trimmed; fails the test, with its
+/// standard error, when it cannot run or fails.
+pub fn sh(cmd: &str, args: &[&str]) -> String {
+    let out = std::process::Command::new(cmd)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| {
+            panic!("cannot run {cmd}: {e} (util-linux has losetup and mount, e2fsprogs mkfs.ext4)")
+        });
+    assert!(
+        out.status.success(),
+        "{cmd} {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }

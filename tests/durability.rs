@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use common::{ip, pattern, run};
+use common::{ip, pattern, require_root, run, sh};
 use nvme::status::GenericStatus;
 use nvme::{FeatureId, Sqe, Status};
 use nvmf_initiator::{DataDir, HostOptions, NvmeRdmaQueue, SyncHost};
@@ -31,28 +31,6 @@ const NQN: &str = "nqn.2026-11.io.nvmf-rdma:durability";
 
 /// One test at a time: each has a target and a loop device.
 static SERIAL: Mutex<()> = Mutex::new(());
-
-fn require_root() {
-    // SAFETY: geteuid has no preconditions.
-    let euid = unsafe { libc::geteuid() };
-    assert!(
-        euid == 0,
-        "needs root: this test makes an ext4 file system on a loop device (losetup, \
-         mkfs.ext4, mount); run it as root, as .ci/run does"
-    );
-}
-
-fn sh(cmd: &str, args: &[&str]) -> String {
-    let out = Command::new(cmd).args(args).output().unwrap_or_else(|e| {
-        panic!("cannot run {cmd}: {e} (install util-linux, e2fsprogs and mount)")
-    });
-    assert!(
-        out.status.success(),
-        "{cmd} {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
 
 /// An ext4 file system of `size_mib` MiB on a loop device over a file in the temp
 /// directory, mounted on a fresh directory; unmounted and detached when dropped.
@@ -208,7 +186,7 @@ fn writes(q: &mut NvmeRdmaQueue, first: u64, count: u64, tag: u8) {
 #[test]
 #[ignore = "needs root: loop device with ext4 (losetup, mkfs.ext4, mount); .ci/run runs it"]
 fn volatile_write_cache_off_makes_each_acknowledged_write_durable() {
-    require_root();
+    require_root("makes an ext4 file system on a loop device (losetup, mkfs.ext4, mount)");
     let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     log_buffer();
     let fs = LoopFs::new(256);
@@ -297,7 +275,7 @@ fn volatile_write_cache_off_makes_each_acknowledged_write_durable() {
 #[test]
 #[ignore = "needs root: loop device with ext4 (losetup, mkfs.ext4, mount); .ci/run runs it"]
 fn full_file_system_answers_capacity_exceeded_and_the_log_names_the_namespace() {
-    require_root();
+    require_root("makes an ext4 file system on a loop device (losetup, mkfs.ext4, mount)");
     let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let log = log_buffer();
     // A 64 MiB sparse namespace on a 24 MiB file system.

@@ -576,7 +576,7 @@ fn block_size_not_a_multiple_of_the_namespace_block_is_refused_before_any_io() {
         &dir.path().join("4k.img"),
         16 << 20,
     );
-    cfg.subsystems[0].namespaces[0].block_size = 4096;
+    cfg.subsystems[0].namespaces[0].block_size = Some(4096);
     let target = nvmf_target::start(&cfg).expect("target");
     for (args, says) in [
         (

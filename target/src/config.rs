@@ -10,6 +10,10 @@
 //! nsid = 1
 //! path = "/var/tmp/ns1.img"   # created sparse at `size` when missing
 //! size = "1G"
+//! [[subsystems.namespaces]]
+//! nsid = 2
+//! path = "/dev/nvme1n1"       # a block device: opened with O_EXCL, sized by the kernel
+//! direct = true               # O_DIRECT (default false: through the page cache)
 //! ```
 //!
 //! Parsing ([`TargetConfig::from_toml_str`], [`TargetConfig::from_file`]) validates too;
@@ -57,9 +61,6 @@ fn default_poll_groups() -> usize {
 }
 fn default_true() -> bool {
     true
-}
-fn default_block_size() -> u32 {
-    512
 }
 fn default_inline_data_size() -> u32 {
     4096
@@ -163,24 +164,44 @@ pub struct SubsystemConfig {
     pub namespaces: Vec<NamespaceConfig>,
 }
 
-/// One namespace backed by a file.
+/// One namespace, backed by a file or a block device ([`crate::backend`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NamespaceConfig {
     /// Namespace ID: 1 to 0xFFFFFFFE, unique within the subsystem.
     pub nsid: u32,
-    /// Backing file. Created sparse at `size` when missing (its directory must exist).
+    /// Backing file (created sparse at `size` when missing; its directory must exist)
+    /// or block device (opened with O_EXCL: not mounted, not in use elsewhere).
     pub path: PathBuf,
     /// Size for creating a missing file: bytes, or "1G", "512M", "4KiB" (powers of
-    /// 1024); written as a string or an integer. Without it the file must exist.
+    /// 1024); written as a string or an integer. Without it the file must exist. A
+    /// block device's size is its own.
     #[serde(default, deserialize_with = "de_opt_size")]
     pub size: Option<String>,
-    /// Logical block size in bytes: 512, 1024, 2048 or 4096. Default 512.
-    #[serde(default = "default_block_size")]
-    pub block_size: u32,
+    /// Logical block size in bytes: 512, 1024, 2048 or 4096. Default: 512 for a file,
+    /// the device's logical block size for a block device (which is also the least it
+    /// accepts).
+    #[serde(default)]
+    pub block_size: Option<u32>,
+    /// Open with O_DIRECT, bypassing the page cache (default false). The block size
+    /// must then be at least the storage's O_DIRECT alignment.
+    #[serde(default)]
+    pub direct: bool,
 }
 
 impl NamespaceConfig {
+    /// How to open the namespace's back end.
+    ///
+    /// # Errors
+    /// As [`NamespaceConfig::size_bytes`].
+    pub fn options(&self) -> Result<crate::backend::NamespaceOptions, String> {
+        Ok(crate::backend::NamespaceOptions {
+            create_size_bytes: self.size_bytes()?,
+            block_size: self.block_size,
+            direct: self.direct,
+        })
+    }
+
     /// `size` in bytes, `None` when absent.
     ///
     /// # Errors
@@ -385,7 +406,8 @@ impl TargetConfig {
                     nsid: 1,
                     path: path.to_path_buf(),
                     size: Some(size_bytes.to_string()),
-                    block_size: default_block_size(),
+                    block_size: None,
+                    direct: false,
                 }],
             }],
             inline_data_size: default_inline_data_size(),
@@ -525,18 +547,21 @@ impl TargetConfig {
                         n.path.display()
                     ));
                 }
-                if !n.block_size.is_power_of_two() || !(512..=4096).contains(&n.block_size) {
-                    return Err(format!(
-                        "{at}: block_size {} must be 512, 1024, 2048 or 4096",
-                        n.block_size
-                    ));
+                if let Some(b) = n.block_size {
+                    if !b.is_power_of_two() || !(512..=4096).contains(&b) {
+                        return Err(format!(
+                            "{at}: block_size {b} must be 512, 1024, 2048 or 4096"
+                        ));
+                    }
                 }
                 if let Some(s) = &n.size {
                     let bytes = parse_size(s).map_err(|e| format!("{at}: size: {e}"))?;
-                    if bytes == 0 || bytes % u64::from(n.block_size) != 0 {
+                    let block = n
+                        .block_size
+                        .unwrap_or(crate::backend::DEFAULT_FILE_BLOCK_SIZE);
+                    if bytes == 0 || bytes % u64::from(block) != 0 {
                         return Err(format!(
-                            "{at}: size {s} ({bytes} bytes) must be a positive multiple of block_size {}",
-                            n.block_size
+                            "{at}: size {s} ({bytes} bytes) must be a positive multiple of block_size {block}"
                         ));
                     }
                 }
@@ -620,12 +645,14 @@ nqn = "nqn.2026-11.io.example:a"
         assert_eq!(s0.serial.as_deref(), Some("NVMFRDMA0001"));
         assert_eq!(s0.namespaces[0].nsid, 1);
         assert_eq!(s0.namespaces[0].size_bytes(), Ok(Some(1 << 30)));
-        assert_eq!(s0.namespaces[0].block_size, 512);
+        assert_eq!(s0.namespaces[0].block_size, Some(512));
+        assert!(!s0.namespaces[0].direct);
+        assert_eq!(s0.namespaces[1].block_size, None);
         assert_eq!(s0.namespaces[1].size_bytes(), Ok(Some(64 << 20)));
         let s1 = &a.subsystems[1];
         assert!(!s1.allow_any_host);
         assert_eq!(s1.hosts.len(), 1);
-        assert_eq!(s1.namespaces[0].block_size, 4096);
+        assert_eq!(s1.namespaces[0].block_size, Some(4096));
         assert_eq!(s1.namespaces[0].size_bytes(), Ok(Some(256 << 20)));
     }
 
@@ -647,9 +674,23 @@ nqn = "nqn.2026-11.io.example:a"
         ))
         .unwrap();
         let n = &c.subsystems[0].namespaces[0];
-        assert_eq!((n.nsid, n.block_size), (3, 512));
+        assert_eq!((n.nsid, n.block_size, n.direct), (3, None, false));
         assert_eq!(n.size.as_deref(), Some("1048576"));
         assert_eq!(n.size_bytes(), Ok(Some(1 << 20)));
+        let c = TargetConfig::from_toml_str(&with_ns(
+            "[[subsystems.namespaces]]\nnsid = 1\npath = \"/dev/loop7\"\ndirect = true\n",
+        ))
+        .unwrap();
+        let n = &c.subsystems[0].namespaces[0];
+        assert!(n.direct);
+        assert_eq!(
+            n.options(),
+            Ok(crate::backend::NamespaceOptions {
+                create_size_bytes: None,
+                block_size: None,
+                direct: true
+            })
+        );
     }
 
     #[test]
@@ -805,9 +846,9 @@ nqn = "nqn.2026-11.io.example:a"
             (format!("{MINIMAL}allowed_hosts = []\n"), "allowed_hosts"),
             (
                 format!(
-                    "{MINIMAL}[[subsystems.namespaces]]\nnsid = 1\npath = \"a\"\ndirect = true\n"
+                    "{MINIMAL}[[subsystems.namespaces]]\nnsid = 1\npath = \"a\"\nreadonly = true\n"
                 ),
-                "direct",
+                "readonly",
             ),
         ] {
             let e = TargetConfig::from_toml_str(&text).unwrap_err();

@@ -76,6 +76,35 @@ pub fn capabilities(limits: &Limits) -> Cap {
         .with_css(CAP_CSS)
 }
 
+/// IPO of the Connect command's QID field (SQE byte 42) in a Connect Invalid Parameters
+/// DW0 (IATTR 0: the command).
+pub const CONNECT_IPO_QID: u32 = 42;
+
+/// The checks the transport makes before [`connect`], on the queue the Connect arrived
+/// on (NVMe RDMA Transport 1.x §3.3: the queue ID is fixed by the CM exchange):
+/// `Some(refusal)` when the queue already has a controller (nvmet: "queue already
+/// connected!": Connect Controller Busy, DNR; nothing changes, no second controller),
+/// or when the command's QID is not the queue's `queue_qid` (Connect Invalid
+/// Parameters, DNR, IPO 42: the QID field); `None` when [`connect`] may run.
+pub fn connect_precondition(queue_qid: u16, connected: bool, sqe: &Sqe) -> Option<ConnectOutcome> {
+    if connected {
+        return Some(ConnectOutcome::status(
+            Status::command_specific(CommandSpecificStatus::ConnectControllerBusy).with_dnr(),
+        ));
+    }
+    let connect_qid = ConnectCommand::from_sqe(sqe)
+        .map(|c| c.qid())
+        .unwrap_or(u16::MAX);
+    if connect_qid != queue_qid {
+        return Some(ConnectOutcome::Refused {
+            status: Status::command_specific(CommandSpecificStatus::ConnectInvalidParameters)
+                .with_dnr(),
+            dw0: CONNECT_IPO_QID,
+        });
+    }
+    None
+}
+
 /// Handles a Connect command (NVMe Base 2.x §6.3) whose 1024-byte Connect data is
 /// `data`, at time `now`.
 ///

@@ -113,7 +113,7 @@ fn errno_hint(errno: i32) -> &'static str {
 /// Logs (at `warn`) an I/O command `cmd` on namespace `ns` of subsystem `subnqn` that
 /// the file system failed with `errno`, answered with `status`: the line names the
 /// subsystem NQN, the NSID, the file, the byte range, the error, the status and what
-/// to do. Rate-limited per namespace (see [`crate::namespace::FileNamespace::error_log_due`]):
+/// to do. Rate-limited per namespace (see [`crate::backend::Backend::error_log_due`]):
 /// the first failure, then at most one line per interval with the number not logged.
 pub fn log_io_error(
     ns: &NamespaceEntry,

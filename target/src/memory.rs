@@ -11,7 +11,8 @@
 //!   fits in the limit less a headroom of 1/[`HEADROOM_DIVISOR`] for the rest of the
 //!   process (a host in the same process, the rings themselves on kernels before 5.12),
 //!   in whole multiples of MDTS. Under the common 8 MiB limit one poll group gets a
-//!   4 MiB slab (plus its 2 MiB receive region).
+//!   5 MiB slab (plus its 2 MiB receive region: the in-capsule data of its 512 receive
+//!   buffers; their 64-byte SQEs land in a region io_uring does not pin).
 //!
 //! A slab smaller than MDTS x the commands in flight works: commands wait for a buffer
 //! (the request pipeline's NeedBuffer state). A slab smaller than MDTS is refused (the
@@ -190,7 +191,8 @@ mod tests {
     use super::*;
 
     const MIB: u64 = 1 << 20;
-    /// The default receive region: 512 buffers of a 64-byte SQE + 4 KiB in-capsule data.
+    /// A receive region of 2.03 MiB (512 x (64 + 4096) bytes, whole pages; the poll
+    /// group's own is [`crate::rdma::PollGroupConfig::recv_region_bytes`]).
     const RECV: u64 = (512 * (64 + 4096) as u64).div_ceil(4096) * 4096;
 
     fn input(limit: MemlockLimit, groups: u32, slab: Option<u64>) -> PlanInput {
@@ -232,6 +234,19 @@ mod tests {
             "{msg}"
         );
         assert!(msg.contains("RLIMIT_MEMLOCK (8 MiB)"), "{msg}");
+    }
+
+    #[test]
+    fn the_default_poll_group_gets_5_mib_under_8_mib() {
+        let recv = crate::rdma::PollGroupConfig::default().recv_region_bytes() as u64;
+        assert_eq!(recv, 2 * MIB, "512 x 4 KiB of in-capsule data");
+        let i = PlanInput {
+            recv_region_bytes: recv,
+            ..input(MemlockLimit::Bytes(8 * MIB), 1, None)
+        };
+        let p = plan(&i).unwrap();
+        assert_eq!(p.data_slab_bytes, 5 * MIB);
+        assert_eq!(p.total_bytes(), 7 * MIB, "1/8 of the limit left");
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! The running target: opens the namespaces, and for each listen address a soft RDMA
+//! The running target: opens the namespaces ([`crate::backend`]), and for each listen address a soft RDMA
 //! device, its CM agent and its poll groups; then the control thread that answers RDMA
 //! CM connection requests on every address (with the NVMe/RDMA private data, NVMe RDMA
 //! Transport 1.x §3.2) and enforces Keep Alive.
@@ -20,8 +20,8 @@ use nvme::{RdmaCmAccept, RdmaCmReject, RdmaCmRejectStatus, RdmaCmRequest};
 use transport::cm::{AcceptParams, CmEvent};
 use transport::soft::{CmAgent, DeviceConfig, SoftDevice};
 
+use crate::backend::Backend;
 use crate::config::TargetConfig;
-use crate::namespace::FileNamespace;
 use crate::oplog::{self, QueueEnd, QueuePeer};
 use crate::rdma::{
     GroupCmd, NewQueue, PollGroup, PollGroupConfig, PollGroupCounters, QpErrorReport,
@@ -42,7 +42,7 @@ pub enum TargetError {
     Namespace {
         nqn: String,
         nsid: u32,
-        source: crate::namespace::NamespaceError,
+        source: crate::backend::NamespaceError,
     },
     #[error("{0}")]
     Socket(#[from] transport::soft::socket::SocketError),
@@ -173,13 +173,11 @@ pub fn start_with_faults(
     for s in &cfg.subsystems {
         let mut namespaces = Vec::new();
         for n in &s.namespaces {
-            let size = n.size_bytes().map_err(TargetError::Config)?;
-            let ns = FileNamespace::open(&n.path, size, n.block_size).map_err(|e| {
-                TargetError::Namespace {
-                    nqn: s.nqn.clone(),
-                    nsid: n.nsid,
-                    source: e,
-                }
+            let opts = n.options().map_err(TargetError::Config)?;
+            let ns = Backend::open_with(&n.path, &opts).map_err(|e| TargetError::Namespace {
+                nqn: s.nqn.clone(),
+                nsid: n.nsid,
+                source: e,
             })?;
             let file_index = files.len() as u32;
             files.push(ns.fd());

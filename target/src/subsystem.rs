@@ -15,8 +15,8 @@ use nvme::status::{CommandSpecificStatus, Status};
 use nvme::NVMF_DISCOVERY_NQN;
 use parking_lot::Mutex;
 
+use crate::backend::Backend;
 use crate::controller::Controller;
-use crate::namespace::FileNamespace;
 
 /// Model Number (Identify Controller MN) of every subsystem unless set otherwise.
 pub const DEFAULT_MODEL: &str = "nvmf-rdma";
@@ -37,7 +37,7 @@ pub struct NamespaceEntry {
     /// Namespace ID (1-based; 0 and FFFFFFFFh are not valid NSIDs).
     pub nsid: u32,
     /// The backing file namespace (size, block size, fd).
-    pub ns: Arc<FileNamespace>,
+    pub ns: Arc<Backend>,
     /// io_uring fixed-file index of `ns` in every poll group's ring (set by the server).
     pub file_index: u32,
     /// Namespace Globally Unique Identifier (Identify Namespace NGUID and the NIDT 2
@@ -51,7 +51,7 @@ impl NamespaceEntry {
     /// Entry `nsid` of subsystem `subnqn`, with NGUID and UUID derived from the
     /// subsystem NQN and NSID, so they stay the same across restarts (a host keys its
     /// multipath and udev names on them).
-    pub fn new(nsid: u32, ns: Arc<FileNamespace>, file_index: u32, subnqn: &str) -> Self {
+    pub fn new(nsid: u32, ns: Arc<Backend>, file_index: u32, subnqn: &str) -> Self {
         let (nguid, uuid) = derive_ids(subnqn, nsid);
         NamespaceEntry {
             nsid,
@@ -378,13 +378,8 @@ pub(crate) mod tests {
     }
 
     /// A sparse file namespace of `size` bytes with `block` byte blocks in `dir`.
-    pub fn file_ns(
-        dir: &tempfile::TempDir,
-        name: &str,
-        size: u64,
-        block: u32,
-    ) -> Arc<FileNamespace> {
-        Arc::new(FileNamespace::open(&dir.path().join(name), Some(size), block).unwrap())
+    pub fn file_ns(dir: &tempfile::TempDir, name: &str, size: u64, block: u32) -> Arc<Backend> {
+        Arc::new(Backend::open(&dir.path().join(name), Some(size), block).unwrap())
     }
 
     #[test]

@@ -622,12 +622,17 @@ impl Ring {
 }
 
 impl Drop for Ring {
-    /// Unregisters the fixed buffers before the ring closes: a closed ring gives its
-    /// pinned pages back only when the kernel's teardown work runs, later, and the
-    /// process's pinned-memory budget is released right after this.
+    /// Unregisters the fixed buffers and files before the ring closes: a closed ring
+    /// gives its pinned pages and its files back only when the kernel's teardown work
+    /// runs, later. The process's pinned-memory budget is released right after this,
+    /// and a block device opened with `O_EXCL` must be free for the next opener (a
+    /// restarted target). The unregistration waits for operations still using them.
     fn drop(&mut self) {
         if self.buffers_registered > 0 {
             let _ = self.unregister_buffers();
+        }
+        if self.files_registered > 0 {
+            let _ = self.unregister_files();
         }
     }
 }

@@ -170,3 +170,29 @@ fn data_slab_below_mdts_or_unparsable_is_refused() {
     assert_ne!(code, 0);
     assert!(err.contains("--data-slab lots"), "{err}");
 }
+
+#[test]
+fn special_files_and_bad_block_sizes_are_named() {
+    // A character device is neither a file nor a block device.
+    let (code, err) = run(&["--addr", "127.0.0.23", "--file", "/dev/null", "--direct"]);
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("/dev/null") && err.contains("not a regular file or a block device"),
+        "{err}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("ns.img");
+    let (code, err) = run(&[
+        "--addr",
+        "127.0.0.24",
+        "--file",
+        img.to_str().unwrap(),
+        "--size",
+        "1M",
+        "--block-size",
+        "1000",
+    ]);
+    assert_ne!(code, 0);
+    assert!(err.contains("block_size 1000"), "{err}");
+    assert!(!img.exists(), "nothing created for a refused configuration");
+}

@@ -1,6 +1,7 @@
-//! `nvmf-target`: exports files as NVMe namespaces over NVMe/RDMA (RoCEv2, the soft
-//! provider). With `--config` it reads a TOML file (see target/examples/target.toml);
-//! without, it serves one subsystem on one file.
+//! `nvmf-target`: exports files and block devices as NVMe namespaces over NVMe/RDMA
+//! (RoCEv2, the soft provider). With `--config` it reads a TOML file (see
+//! target/examples/target.toml); without, it serves one subsystem on one file or
+//! block device.
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -29,15 +30,21 @@ struct Args {
     /// Subsystem NQN.
     #[arg(long, default_value = "nqn.2026-11.io.nvmf-rdma:target")]
     nqn: String,
-    /// Backing file of namespace 1 (created sparse at --size when missing).
+    /// Backing file of namespace 1 (created sparse at --size when missing), or a block
+    /// device (opened exclusively; its size is its own).
     #[arg(long, default_value = "nvmf-target.img")]
     file: PathBuf,
     /// Size of the backing file when it has to be created (e.g. 1G, 512M).
     #[arg(long, default_value = "1G")]
     size: String,
-    /// Logical block size in bytes (512 or 4096).
-    #[arg(long, default_value_t = 512)]
-    block_size: u32,
+    /// Logical block size in bytes (512 to 4096; default 512 for a file, the device's
+    /// logical block size for a block device).
+    #[arg(long)]
+    block_size: Option<u32>,
+    /// Open every namespace with O_DIRECT, bypassing the page cache (with --config
+    /// too: it sets `direct = true` on each namespace).
+    #[arg(long)]
+    direct: bool,
     /// Poll groups (busy-polling threads, one per core you give the target; at least 1).
     #[arg(long, default_value_t = 1)]
     poll_groups: usize,
@@ -99,6 +106,15 @@ fn main() -> ExitCode {
     };
     if let Some(m) = mdts {
         cfg.mdts_bytes = m;
+    }
+    if args.direct {
+        for n in cfg
+            .subsystems
+            .iter_mut()
+            .flat_map(|s| s.namespaces.iter_mut())
+        {
+            n.direct = true;
+        }
     }
     // --data-slab applies with or without --config (it overrides the file's data_slab).
     if let Some(slab) = &args.data_slab {
