@@ -79,6 +79,10 @@ struct Args {
 fn main() -> ExitCode {
     let args = Args::parse();
     logging::init(args.log_format, "info");
+    // The soft provider opens a UDP socket per QP: allow as many as the hard limit does.
+    if let Err(e) = transport::fdlimit::raise_soft_to_hard() {
+        tracing::warn!("cannot raise the open-file limit RLIMIT_NOFILE to its hard limit: {e}");
+    }
     let mdts = match args.mdts.as_deref().map(nvmf_target::config::parse_size) {
         None => None,
         Some(Ok(n)) => Some(u32::try_from(n).unwrap_or(u32::MAX)),

@@ -73,6 +73,7 @@ fn agent_start_error(e: CmAgentError) -> VerbsError {
         | CmAgentError::Socket(SocketError::Setup { source, .. }) => {
             os("setting up the CM agent's UDP socket", &source)
         }
+        CmAgentError::Socket(SocketError::OpenFiles(n)) => VerbsError::OpenFiles(n),
         CmAgentError::Socket(SocketError::Faults { .. }) => {
             VerbsError::InvalidArgument("fault injection configuration")
         }
