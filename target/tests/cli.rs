@@ -215,7 +215,7 @@ fn assert_verbs_refused(code: i32, err: &str) {
 }
 
 #[test]
-fn verbs_provider_without_the_feature_is_refused_with_how_to_build_it() {
+fn verbs_provider_is_refused_with_the_cause_and_the_fix() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("ns.img");
     let f = file.to_str().unwrap();
