@@ -582,6 +582,21 @@ impl<P: Provider> PollGroup<P> {
         let Some(qp) = self.qps.remove(&qpn) else {
             return;
         };
+        if let Some(c) = self.ctx.qp_counters(qp) {
+            // What the QP's requester resent over its life (a slow or lossy peer shows
+            // here before it ends a queue).
+            tracing::info!(
+                qpn = %format_args!("{qpn:#x}"),
+                qid = self.core.queue(qpn).map(|q| q.qid),
+                failed = c.retry_exceeded_err + c.send_err > 0,
+                rdma_sends = c.rdma_sends,
+                go_back_n = c.completer_retry_err,
+                rto_timeouts = c.rto_timeouts,
+                local_ack_timeouts = c.local_ack_timeout_err,
+                retry_exceeded = c.retry_exceeded_err,
+                "QP counters at queue end"
+            );
+        }
         // To Error first: the provider flushes the QP's work, including a receive
         // buffer a half-received SEND holds, whose flush completion re-posts it to the
         // SRQ (otherwise it would be lost with the QP). After the destroy no completion
