@@ -228,7 +228,7 @@ HOST6_CELLS="discover connect fio-4k-qd32 fio-128k-qd32 disconnect data-intact s
 TARGET_CELLS="bench-4k-qd1 bench-4k-qd32 bench-128k-qd1 bench-128k-qd32 connect identify disconnect"
 TARGET6_CELLS="bench-4k-qd32 bench-128k-qd32 connect identify disconnect"
 VERBS_TARGET_CELLS="target-start discover connect list id-ctrl id-ns fio-4k-qd1 fio-4k-qd32
-            fio-128k-qd1 fio-128k-qd32 flush readback discard disconnect data-intact target-exit"
+            fio-128k-qd1 fio-128k-qd32 fio-1m-write-qd8 flush readback discard disconnect data-intact target-exit"
 # Linux's own captures of the same traffic, for the dissector's known limitation.
 REF4="$REPO/testdata/captures/linux-nvme-rdma-rxe.pcap"
 REF6="$REPO/testdata/captures/linux-nvme-rdma-rxe-ipv6.pcap"

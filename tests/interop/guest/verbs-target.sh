@@ -10,7 +10,8 @@
 # the target listens; stops it (SIGTERM) when /host/out/stop appears (interop-host.sh
 # touches it when done); then compares the regions VM B lists in /host/out/B/data.txt
 # ("name offset length sha256") with the backing file.
-# Cells (also in $LP_OUT/cells.txt): target-start, data-intact, target-exit.
+# Cells (also in $LP_OUT/cells.txt): target-start, data-intact, target-exit (status 0;
+# no ERROR, panic or queue the target tore down in its log).
 . /host/scenarios/lib.sh
 NQN=${LP_NQN:?lp_nqn= missing}
 NS_BYTES=${LP_NS_BYTES:-67108864}
@@ -68,10 +69,10 @@ if [ -s /host/out/B/data.txt ]; then
 else
     cell data-intact FAIL "no /host/out/B/data.txt from VM B"
 fi
-if [ $rc = 0 ] && ! grep -qiE 'panicked|ERROR' "$LOG"; then
-    cell target-exit PASS "nvmf-target (verbs) stopped cleanly (status 0, no ERROR/panic in its log)"
+if [ $rc = 0 ] && ! grep -qiE 'panicked|ERROR|by="target"' "$LOG"; then
+    cell target-exit PASS "nvmf-target (verbs) stopped cleanly (status 0; no ERROR, panic or queue torn down by the target in its log)"
 else
-    cell target-exit FAIL "status $rc; $(grep -m2 -iE 'panicked|ERROR' "$LOG" | tr '\n' ' ')"
+    cell target-exit FAIL "status $rc; $(grep -m2 -iE 'panicked|ERROR|by="target"' "$LOG" | tr '\n' ' ')"
 fi
 rxe_counters >"$LP_OUT/rxe-counters-after.txt"
 echo "guest A scenario took $(awk -v t0="$T0" '{printf "%.1f", $1-t0}' /proc/uptime)s"
