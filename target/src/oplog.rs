@@ -283,6 +283,25 @@ pub fn receive_buffers_low(
     );
 }
 
+/// Poll group `poll_group` stopped (target shutdown), on provider `provider`: how often
+/// it slept idle on its CQ's completion events, and its SRQ limit events and refills
+/// (see [`crate::rdma::PollGroupCounters`]).
+pub fn poll_group_stopped(
+    poll_group: u32,
+    provider: &'static str,
+    counters: &crate::rdma::PollGroupCounters,
+) {
+    use std::sync::atomic::Ordering::Relaxed;
+    tracing::info!(
+        poll_group,
+        provider,
+        idle_sleeps = counters.sleeps.load(Relaxed),
+        srq_limit_events = counters.srq_limit_events.load(Relaxed),
+        recv_refills = counters.recv_refills.load(Relaxed),
+        "poll group stopped"
+    );
+}
+
 /// The outcome of a Fabrics Connect on queue `peer` (`sqe` the command, `data` its
 /// 1024 bytes of Connect data): `info` when a controller was created or an I/O queue
 /// attached, `warn` with the reason in words when refused.

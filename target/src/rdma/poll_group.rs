@@ -377,6 +377,7 @@ impl<P: Provider> PollGroup<P> {
         let mut rounds = 0u32;
         loop {
             let Some(mut work) = self.take_cmds() else {
+                crate::oplog::poll_group_stopped(self.index, P::NAME, &self.counters);
                 return;
             };
             work += self.poll_once();
