@@ -70,7 +70,7 @@ else
     cell data-intact FAIL "no /host/out/B/data.txt from VM B"
 fi
 if [ $rc = 0 ] && ! grep -qiE 'panicked|ERROR|by="target"' "$LOG"; then
-    cell target-exit PASS "nvmf-target (verbs) stopped cleanly (status 0; no ERROR, panic or queue torn down by the target in its log)"
+    cell target-exit PASS "nvmf-target (verbs) stopped cleanly (status 0; no ERROR, panic or queue torn down by the target in its log); $(grep -o 'idle_sleeps=[0-9]*' "$LOG" | head -1) (poll group asleep on CQ events)"
 else
     cell target-exit FAIL "status $rc; $(grep -m2 -iE 'panicked|ERROR|by="target"' "$LOG" | tr '\n' ' ')"
 fi
