@@ -371,7 +371,7 @@ impl<P: Provider> PollGroup<P> {
     /// Busy-polls while there is work. Idle for [`PollGroupConfig::idle_spin`] with no
     /// io_uring I/O in flight, it arms its CQ, polls once more (a completion may have
     /// come in between) and sleeps in [`Context::wait`] until a completion event, an
-    /// asynchronous event or [`IDLE_SLEEP_MAX`] (for the control thread's commands).
+    /// asynchronous event or 10 ms (`IDLE_SLEEP_MAX`, for the control thread's commands).
     pub fn run(mut self) {
         let mut idle_since: Option<Instant> = None;
         let mut rounds = 0u32;
