@@ -40,6 +40,8 @@ impl Provider for SoftProvider {
     type DeviceConfig = DeviceConfig;
     type OpenError = SocketError;
     const NAME: &'static str = "soft";
+    /// Soft regions are plain memory: nothing is pinned.
+    const PINS_REGISTERED_MEMORY: bool = false;
 
     /// [`DeviceConfig::new`] with `poll_groups` receive queues (at least 1).
     fn device_config(ip: IpAddr, poll_groups: u32) -> DeviceConfig {
