@@ -23,6 +23,8 @@ use nvme::Sqe;
 use nvmf_initiator::queue::{NvmeRdmaQueue, QueueCompletion};
 use nvmf_initiator::split::{self, Piece};
 use nvmf_initiator::{ControllerHealth, DataDir, QueueError};
+use transport::soft::SoftProvider;
+use transport::verbs::Provider;
 
 use crate::engine::{EngineError, IoCompletion, IoEngine};
 use crate::workload::{IoOp, IoRequest};
@@ -31,11 +33,12 @@ use crate::workload::{IoOp, IoRequest};
 /// them (a queue that failed completes them at once; this bounds the other cases).
 pub const DEAD_QUEUE_GRACE: Duration = Duration::from_secs(1);
 
-/// One I/O queue driven for namespace `nsid` with logical blocks of `block_size`
-/// bytes: a request's byte offset and length become SLBA and NLB.
+/// One I/O queue on provider `P` (the soft provider unless named) driven for namespace
+/// `nsid` with logical blocks of `block_size` bytes: a request's byte offset and length
+/// become SLBA and NLB.
 #[derive(Debug)]
-pub struct QueueEngine {
-    queue: NvmeRdmaQueue,
+pub struct QueueEngine<P: Provider = SoftProvider> {
+    queue: NvmeRdmaQueue<P>,
     nsid: u32,
     block_shift: u32,
     /// Longest command in bytes (see [`split::max_command_bytes`]).
@@ -130,11 +133,11 @@ fn transport(e: QueueError) -> EngineError {
     }
 }
 
-impl QueueEngine {
+impl<P: Provider> QueueEngine<P> {
     /// An engine over `queue` for namespace `nsid` whose requests each fit one
     /// command (direct mode). `block_size` must be a power of two (the namespace's
     /// LBA data size).
-    pub fn new(queue: NvmeRdmaQueue, nsid: u32, block_size: u32) -> Result<Self, EngineError> {
+    pub fn new(queue: NvmeRdmaQueue<P>, nsid: u32, block_size: u32) -> Result<Self, EngineError> {
         if !block_size.is_power_of_two() {
             return Err(EngineError::InvalidRequest(format!(
                 "block size {block_size} is not a power of two"
@@ -156,7 +159,7 @@ impl QueueEngine {
     /// An engine for requests of up to `max_request_bytes` bytes: direct mode when
     /// they fit one command, split mode (see the module docs) otherwise.
     pub fn with_max_request(
-        queue: NvmeRdmaQueue,
+        queue: NvmeRdmaQueue<P>,
         nsid: u32,
         block_size: u32,
         max_request_bytes: usize,
@@ -192,12 +195,12 @@ impl QueueEngine {
     }
 
     /// The queue (e.g. to disconnect it).
-    pub fn into_queue(self) -> NvmeRdmaQueue {
+    pub fn into_queue(self) -> NvmeRdmaQueue<P> {
         self.queue
     }
 
     /// The queue, borrowed.
-    pub fn queue(&self) -> &NvmeRdmaQueue {
+    pub fn queue(&self) -> &NvmeRdmaQueue<P> {
         &self.queue
     }
 
@@ -300,7 +303,7 @@ impl QueueEngine {
     }
 }
 
-impl IoEngine for QueueEngine {
+impl<P: Provider> IoEngine for QueueEngine<P> {
     fn max_outstanding(&self) -> usize {
         self.queue.max_outstanding()
     }

@@ -34,6 +34,7 @@
 //! specification names; transport failures keep the `IBV_WC_*` status.
 pub mod capsule;
 pub mod controller;
+pub mod device;
 pub mod error;
 mod fabrics;
 pub mod health;
