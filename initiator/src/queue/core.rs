@@ -52,8 +52,11 @@ struct InFlight {
     key: Option<u32>,
     /// A Local Invalidate of `key` is posted.
     inv_pending: bool,
-    /// Position of the command in the SQ.
-    sq_pos: u16,
+    /// The command's place in the sequence of SQ entries ever submitted (its SQ
+    /// position is this modulo the SQ size). A sequence number rather than a position:
+    /// a command can stay outstanding (an Asynchronous Event Request) while the SQ
+    /// wraps and its position is reused.
+    sq_seq: u64,
     opcode: u8,
     fctype: Option<u8>,
 }
@@ -92,6 +95,11 @@ pub struct QueueCore {
     sq_size: u16,
     sq_head: u16,
     sq_tail: u16,
+    /// SQ entries submitted, ever (the tail in sequence space).
+    sq_submitted: u64,
+    /// SQ entries the controller is known to have fetched, ever (the head in sequence
+    /// space).
+    sq_fetched: u64,
     outstanding: usize,
     dead: Option<String>,
     disconnected: bool,
@@ -136,6 +144,8 @@ impl QueueCore {
             sq_size: cfg.depth,
             sq_head: 0,
             sq_tail: 0,
+            sq_submitted: 0,
+            sq_fetched: 0,
             outstanding: 0,
             dead: None,
             disconnected: false,
@@ -492,7 +502,8 @@ impl QueueCore {
                         opcode,
                         fctype,
                     } => {
-                        let sq_pos = self.sq_tail;
+                        let sq_seq = self.sq_submitted;
+                        self.sq_submitted += 1;
                         self.sq_tail = (self.sq_tail + 1) % self.sq_size;
                         self.outstanding += 1;
                         SlotState::InFlight(InFlight {
@@ -500,7 +511,7 @@ impl QueueCore {
                             cqe: None,
                             key,
                             inv_pending: false,
-                            sq_pos,
+                            sq_seq,
                             opcode,
                             fctype,
                         })
@@ -627,7 +638,7 @@ impl QueueCore {
             return;
         };
         c.cqe = Some(cqe);
-        let sq_pos = c.sq_pos;
+        let sq_seq = c.sq_seq;
         let mut post_inv = None;
         match (c.key, wc.invalidated_rkey) {
             // SEND with Invalidate of the granted key (SGL subtype Fh honoured).
@@ -646,7 +657,7 @@ impl QueueCore {
             }
             (None, None) => {}
         }
-        self.advance_sq_head(sq_pos, cqe.sqhd());
+        self.advance_sq_head(sq_seq, cqe.sqhd());
         if let Some(rkey) = post_inv {
             self.actions.push_back(Action::PostSend(SendWr {
                 wr_id: WrId {
@@ -685,18 +696,25 @@ impl QueueCore {
     /// Moves the SQ head forward to whichever is further (within the entries in use):
     /// the CQE's SQHD, or just past the completed command (the controller fetched it,
     /// and SQ entries are fetched in order).
-    fn advance_sq_head(&mut self, sq_pos: u16, sqhd: u16) {
+    ///
+    /// A command whose entry the head has already passed says nothing (its position may
+    /// since hold a newer, unfetched entry).
+    fn advance_sq_head(&mut self, sq_seq: u64, sqhd: u16) {
         let size = self.sq_size;
-        let in_use = (self.sq_tail + size - self.sq_head) % size;
-        let dist = |p: u16| (p % size + size - self.sq_head) % size;
-        let by_completion = dist((sq_pos + 1) % size);
-        let by_sqhd = if sqhd < size { dist(sqhd) } else { 0 };
+        let in_use = self.sq_submitted - self.sq_fetched;
+        let by_completion = (sq_seq + 1).saturating_sub(self.sq_fetched);
+        let by_sqhd = if sqhd < size {
+            u64::from((sqhd + size - self.sq_head) % size)
+        } else {
+            0
+        };
         let adv = [by_completion, by_sqhd]
             .into_iter()
             .filter(|&d| d <= in_use)
             .max()
             .unwrap_or(0);
-        self.sq_head = (self.sq_head + adv) % size;
+        self.sq_fetched += adv;
+        self.sq_head = ((u64::from(self.sq_head) + adv) % u64::from(size)) as u16;
     }
 
     fn try_complete(&mut self, cid: u16, out: &mut Vec<QueueCompletion>) {

@@ -312,6 +312,38 @@ fn the_sq_holds_its_size_minus_one_and_sqhd_frees_entries() {
 }
 
 #[test]
+fn a_command_outstanding_while_the_sq_wraps_does_not_free_newer_entries() {
+    // A (an Asynchronous Event Request, say) stays outstanding at SQ position 0 while
+    // the SQ wraps and position 0 holds a newer entry the controller has not fetched.
+    let mut c = io_core();
+    c.limit_sq_size(4).unwrap();
+    let mut out = Vec::new();
+    let a = read(&mut c, 4096);
+    send_done(&mut c, a, &mut out);
+    let (b, d) = (read(&mut c, 4096), read(&mut c, 4096));
+    for cid in [b, d] {
+        send_done(&mut c, cid, &mut out);
+        let key = c.window_key(cid);
+        response(&mut c, 0, Cqe::success(cid, 1, 3), key, &mut out);
+    }
+    assert_eq!(out.len(), 2);
+    // Head at 3: three entries free; positions 3, 0 and 1 take three new commands.
+    for _ in 0..3 {
+        read(&mut c, 4096);
+    }
+    assert!(!c.can_submit());
+    // A completes; the controller still reports SQHD 3 (nothing new fetched). Its old
+    // position 0 is now a newer entry: the SQ must stay full.
+    let key = c.window_key(a);
+    response(&mut c, 1, Cqe::success(a, 1, 3), key, &mut out);
+    assert_eq!(out.last().map(|q| q.cid), Some(a));
+    assert!(
+        !c.can_submit(),
+        "the completion of A freed entries the controller never fetched"
+    );
+}
+
+#[test]
 fn crqsize_limits_the_sq_and_must_be_usable() {
     let mut c = io_core();
     assert_eq!(c.max_outstanding(), 7);
