@@ -29,8 +29,8 @@ use nvmf_bench::report::{self, render_header, verify_problem, ReportOutput};
 use nvmf_bench::signals::{StopSignals, EXIT_STATUS_SIGNALED};
 use nvmf_bench::QueueEngine;
 use nvmf_bench::{
-    run_with, BenchArgs, EtaLine, EtaMode, FaultSummary, Job, OutputFormat, ProviderKind,
-    RunControl,
+    run_with, BenchArgs, CompletionMode, EtaLine, EtaMode, FaultSummary, Job, OutputFormat,
+    ProviderKind, RunControl,
 };
 use nvmf_initiator::{HostOptions, SyncHost};
 use transport::soft::{DeviceCountersSnapshot, FaultConfig, SoftProvider};
@@ -275,7 +275,10 @@ fn run_host<P: Provider>(
     let mut engines = Vec::with_capacity(queues.len());
     for q in queues {
         match QueueEngine::with_max_request(q, args.nsid, ns.block_size, args.bs as usize) {
-            Ok(e) => engines.push(e.with_health(keeper.health().clone())),
+            Ok(e) => engines.push(
+                e.with_health(keeper.health().clone())
+                    .sleeping_when_idle(args.completion == CompletionMode::Event),
+            ),
             Err(e) => return fail(e),
         }
     }

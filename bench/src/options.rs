@@ -126,6 +126,17 @@ impl ProviderKind {
     }
 }
 
+/// How the host waits for its I/Os (`--completion`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CompletionMode {
+    /// Busy-poll the completion queues: the lowest latency; takes a core.
+    Poll,
+    /// Sleep on completion events (the CQ armed, `ibv_req_notify_cq`) when a round
+    /// found nothing to do: for machines where a busy poller would take the CPU from
+    /// the RDMA device's own work (Soft-RoCE, `rdma_rxe`, in a one-vCPU VM).
+    Event,
+}
+
 /// Whether this build has the verbs provider (`--features verbs`).
 pub const VERBS_BUILT: bool = cfg!(feature = "verbs");
 
@@ -256,6 +267,13 @@ pub struct BenchArgs {
     /// since the embedded target runs on the soft provider).
     #[arg(long, value_enum, default_value_t = ProviderKind::Soft)]
     pub provider: ProviderKind,
+
+    /// How the host waits for completions: poll (busy-poll the completion queues,
+    /// lowest latency, takes a core) or event (sleep on completion events when
+    /// nothing is ready; for Soft-RoCE in a small VM, where a busy poller starves the
+    /// device).
+    #[arg(long, value_enum, default_value_t = CompletionMode::Poll)]
+    pub completion: CompletionMode,
 
     /// Host NQN to present in Connect; default: a generated UUID-based NQN.
     #[arg(long)]
@@ -685,6 +703,9 @@ impl BenchArgs {
         }
         if self.provider != ProviderKind::Soft {
             v.push(("provider".into(), self.provider.name().into()));
+        }
+        if self.completion == CompletionMode::Event {
+            v.push(("completion".into(), "event".into()));
         }
         if let Some(n) = &self.subnqn {
             v.push(("subnqn".into(), n.clone()));

@@ -48,6 +48,8 @@ pub struct QueueEngine<P: Provider = SoftProvider> {
     health: Option<ControllerHealth>,
     /// When the queue or controller was first seen dead with commands outstanding.
     dead_since: Option<Instant>,
+    /// [`IoEngine::idle`] sleeps on the queue's completion events (else it returns).
+    sleep_when_idle: bool,
 }
 
 /// Split mode: per-tag buffers and the pieces in flight.
@@ -153,6 +155,7 @@ impl<P: Provider> QueueEngine<P> {
             done: Vec::new(),
             health: None,
             dead_since: None,
+            sleep_when_idle: false,
         })
     }
 
@@ -181,6 +184,15 @@ impl<P: Provider> QueueEngine<P> {
     /// Ends the job once `health` says the controller was declared dead.
     pub fn with_health(mut self, health: ControllerHealth) -> Self {
         self.health = Some(health);
+        self
+    }
+
+    /// Lets [`IoEngine::idle`] sleep on the queue's completion events
+    /// ([`NvmeRdmaQueue::wait`]: the CQ armed, `ibv_req_notify_cq`) instead of
+    /// returning at once for the runner to busy-poll: for hosts where a busy poller
+    /// would take the CPU from the device's own work (Soft-RoCE in a one-vCPU VM).
+    pub fn sleeping_when_idle(mut self, sleep: bool) -> Self {
+        self.sleep_when_idle = sleep;
         self
     }
 
@@ -306,6 +318,15 @@ impl<P: Provider> QueueEngine<P> {
 impl<P: Provider> IoEngine for QueueEngine<P> {
     fn max_outstanding(&self) -> usize {
         self.queue.max_outstanding()
+    }
+
+    /// Sleeps on the queue's completions when [`QueueEngine::sleeping_when_idle`] asked
+    /// for it and commands are in flight (nothing else could complete).
+    fn idle(&mut self, timeout: std::time::Duration) {
+        let ready = self.split.as_ref().is_some_and(|s| !s.ready.is_empty());
+        if self.sleep_when_idle && !ready && self.queue.outstanding() > 0 {
+            self.queue.wait(timeout);
+        }
     }
 
     fn submit(&mut self, tag: u32, req: &IoRequest) -> Result<(), EngineError> {
