@@ -60,10 +60,10 @@ bench_cells() {
         "128k-qd32 128k 32 16M 8M"; do
         set -- $b_spec
         b_name="$b_pfx-$1" b_json="$LP_OUT/$b_pfx-$1.json" b_err="$LP_OUT/$b_pfx-$1.stderr"
-        NO_COLOR=1 RUST_LOG="${LP_BENCH_LOG:-warn}" timeout 240 "$BIN/nvmf-bench" \
+        NO_COLOR=1 RUST_LOG="${LP_BENCH_LOG:-info}" timeout -s INT -k 10 150 "$BIN/nvmf-bench" \
             --provider verbs --completion event --name "$b_name" \
             --traddr "$b_tgt" --trsvcid 4420 --subnqn "$b_nqn" --host-traddr "$LP_ADDR" \
-            --rw randrw --bs "$2" --iodepth "$3" --offset "$4" --size "$5" --runtime 180 \
+            --rw randrw --bs "$2" --iodepth "$3" --offset "$4" --size "$5" --runtime 100 \
             --verify crc32c --output-format json --output "$b_json" >"$b_err.out" 2>"$b_err"
         b_rc=$?
         cat "$b_err"
@@ -73,8 +73,8 @@ bench_cells() {
         b_ver=$(grep -m1 '^verify: [0-9]* blocks verified' "$b_err")
         if [ $b_rc = 0 ] && [ "$b_errs" = 0 ] && echo "$b_ver" | grep -q ' [1-9][0-9]* blocks verified, 0 mismatches'; then
             cell "$b_name" PASS "randrw bs=$2 iodepth=$3 $5 at $4 -> $b_tgt: ${b_rios:-?} reads, ${b_wios:-?} writes, 0 errors, $b_ver"
-        elif [ $b_rc = 124 ]; then
-            cell "$b_name" FAIL "timed out after 240 s: $(tail -3 "$b_err" | tr '\n' ' ')"
+        elif [ $b_rc = 124 ] || [ $b_rc = 128 ] || [ $b_rc = 130 ]; then
+            cell "$b_name" FAIL "stopped by SIGINT after 150 s (the report shows what ran): $(tail -3 "$b_err" | tr '\n' ' ')"
         else
             cell "$b_name" FAIL "exit status $b_rc, error '$b_errs', '$b_ver': $(tail -3 "$b_err" | tr '\n' ' ')"
         fi
