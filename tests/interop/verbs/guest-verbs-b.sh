@@ -56,8 +56,8 @@ done
 # bench_cells PREFIX TARGET NQN: one cell per spec (name bs iodepth offset size)
 bench_cells() {
     b_pfx=$1 b_tgt=$2 b_nqn=$3
-    for b_spec in "4k-qd1 4k 1 0 1M" "4k-qd32 4k 32 4M 2M" "128k-qd1 128k 1 8M 4M" \
-        "128k-qd32 128k 32 16M 8M"; do
+    for b_spec in "4k-qd1 4k 1 0 4M" "4k-qd32 4k 32 4M 8M" "128k-qd1 128k 1 12M 16M" \
+        "128k-qd32 128k 32 28M 32M"; do
         set -- $b_spec
         b_name="$b_pfx-$1" b_json="$LP_OUT/$b_pfx-$1.json" b_err="$LP_OUT/$b_pfx-$1.stderr"
         NO_COLOR=1 RUST_LOG="${LP_BENCH_LOG:-info}" timeout -s INT -k 10 150 "$BIN/nvmf-bench" \
