@@ -1,6 +1,6 @@
 //! Bring-up of one queue: its registered memory, memory windows, CQ and QP in a poll
 //! group of any provider, connected through the provider's connection manager
-//! ([`ConnectionManager::connect`]: REQ, REP, QP to RTS, RTU, written once in the
+//! ([`ConnectionManager::connect`](transport::verbs::ConnectionManager::connect): REQ, REP, QP to RTS, RTU, written once in the
 //! transport) with the NVMe/RDMA private data (NVMe RDMA Transport 1.x §3.3). What is
 //! NVMe here: the request's private data (RECFMT, QID, HRQSIZE, HSQSIZE) and the check
 //! of the accept's CRQSIZE, made after the connection is established, as a Linux host
@@ -33,7 +33,7 @@ pub(crate) fn device_err(qid: u16, what: &str, e: impl std::fmt::Display) -> Hos
 
 impl<P: Provider> NvmeRdmaQueue<P> {
     /// Creates the queue's resources in poll group `ctx` (which the queue keeps) and
-    /// connects it through `cm` ([`ConnectionManager::connect`]): the REQ carries the
+    /// connects it through `cm` ([`ConnectionManager::connect`](transport::verbs::ConnectionManager::connect)): the REQ carries the
     /// NVMe/RDMA request private data (RECFMT 0, QID, HRQSIZE, HSQSIZE), the receive
     /// buffers are posted while the QP is in Init, and the QP is in RTS when the
     /// connection is established. Then the accept's CRQSIZE is checked (at least 2;
