@@ -414,7 +414,7 @@ mod tests {
         };
         let send = wr(SendOp::Send, SendFlags::empty(), &[SGE]);
         // SAFETY: the window is a live local.
-        unsafe { note_bound_rkeys(&[send.clone(), bind(0x105)], &One(&mut mw)) };
+        unsafe { note_bound_rkeys(&[send, bind(0x105)], &One(&mut mw)) };
         assert_eq!(mw.rkey, 0x105);
         // SAFETY: as above.
         unsafe { note_bound_rkeys(&[bind(0x1ff), send], &One(&mut mw)) };
