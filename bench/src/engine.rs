@@ -32,8 +32,9 @@ pub struct IoCompletion {
 
 /// An engine that executes block I/Os for one job.
 ///
-/// Implementations must not block in [`IoEngine::poll`]: the runner busy-polls all
-/// jobs from one thread.
+/// Implementations must not block in [`IoEngine::poll`]: the runner polls all jobs from
+/// one thread, and calls [`IoEngine::idle`] after a round in which no job submitted or
+/// completed anything (busy polling unless the engine sleeps there).
 pub trait IoEngine {
     /// How many I/Os may be outstanding at once (queue depth the engine can take).
     fn max_outstanding(&self) -> usize;
@@ -48,6 +49,13 @@ pub trait IoEngine {
     /// The data buffer of slot `tag` (len >= bs): filled before a write is submitted,
     /// read after a read completes (for verification).
     fn buffer(&mut self, tag: u32) -> &mut [u8];
+
+    /// Nothing was submitted or completed in a whole round of the runner: the engine
+    /// may sleep up to `timeout` until it has a completion (e.g. on a completion
+    /// event). The default returns at once (busy polling).
+    fn idle(&mut self, timeout: std::time::Duration) {
+        let _ = timeout;
+    }
 }
 
 impl<E: IoEngine + ?Sized> IoEngine for Box<E> {
@@ -63,6 +71,9 @@ impl<E: IoEngine + ?Sized> IoEngine for Box<E> {
     fn buffer(&mut self, tag: u32) -> &mut [u8] {
         (**self).buffer(tag)
     }
+    fn idle(&mut self, timeout: std::time::Duration) {
+        (**self).idle(timeout)
+    }
 }
 
 impl<E: IoEngine + ?Sized> IoEngine for &mut E {
@@ -77,5 +88,8 @@ impl<E: IoEngine + ?Sized> IoEngine for &mut E {
     }
     fn buffer(&mut self, tag: u32) -> &mut [u8] {
         (**self).buffer(tag)
+    }
+    fn idle(&mut self, timeout: std::time::Duration) {
+        (**self).idle(timeout)
     }
 }

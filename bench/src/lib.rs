@@ -56,7 +56,8 @@ pub mod workload;
 pub use engine::{EngineError, IoCompletion, IoEngine};
 pub use mem_engine::{shared_disk, MemEngine, ReadCorruption, SharedDisk};
 pub use options::{
-    BenchArgs, EtaMode, JobSpec, OptionsError, OutputFormat, RunOptions, RwMode, VerifyMode,
+    BenchArgs, CompletionMode, EtaMode, JobSpec, OptionsError, OutputFormat, ProviderKind,
+    RunOptions, RwMode, VerifyMode,
 };
 pub use progress::{EtaLine, Progress};
 pub use queue_engine::QueueEngine;

@@ -7,6 +7,12 @@
 //! thread drives every job (one I/O queue each); the embedded target's poll group
 //! takes the other core.
 //!
+//! The host runs on the provider `--provider` names: the soft provider (the default;
+//! fault injection and the embedded target need it) or, in builds with the `verbs`
+//! feature, the verbs provider on the RDMA device of `--host-traddr` (a remote target
+//! only). Everything after the device is opened is the same code, generic over the
+//! provider ([`run_host`]).
+//!
 //! Order of work: every argument that can be checked is checked, and `--output` is
 //! created, before anything starts; the block size is checked against the namespace
 //! right after Identify, before any I/O. Ctrl-C or SIGTERM stops the jobs; the report
@@ -15,6 +21,7 @@
 use std::io::{IsTerminal, Write};
 use std::net::{IpAddr, SocketAddr};
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use clap::Parser;
 use nvmf_bench::embedded::{EmbeddedTarget, EMBEDDED_NQN};
@@ -22,9 +29,12 @@ use nvmf_bench::report::{self, render_header, verify_problem, ReportOutput};
 use nvmf_bench::signals::{StopSignals, EXIT_STATUS_SIGNALED};
 use nvmf_bench::QueueEngine;
 use nvmf_bench::{
-    run_with, BenchArgs, EtaLine, EtaMode, FaultSummary, Job, OutputFormat, RunControl,
+    run_with, BenchArgs, CompletionMode, EtaLine, EtaMode, FaultSummary, Job, OutputFormat,
+    ProviderKind, RunControl,
 };
 use nvmf_initiator::{HostOptions, SyncHost};
+use transport::soft::{DeviceCountersSnapshot, FaultConfig, SoftProvider};
+use transport::verbs::{DeviceOf, Provider};
 
 fn fail(msg: impl std::fmt::Display) -> ExitCode {
     eprintln!("nvmf-bench: {msg}");
@@ -33,13 +43,14 @@ fn fail(msg: impl std::fmt::Display) -> ExitCode {
 
 /// What can be decided from the arguments alone, checked before anything starts.
 struct Plan {
-    faults: Option<transport::soft::FaultConfig>,
+    faults: Option<FaultConfig>,
     /// The remote target's host options; `None` for the embedded target.
     remote: Option<HostOptions>,
     output: ReportOutput,
 }
 
 fn plan(args: &BenchArgs) -> Result<Plan, String> {
+    args.check_provider().map_err(|e| e.to_string())?;
     // --inject-*: on the embedded target's device and the host's (refused with --traddr).
     let faults = args.fault_config().map_err(|e| e.to_string())?;
     let remote = match &args.traddr {
@@ -107,11 +118,7 @@ fn main() -> ExitCode {
 }
 
 fn bench(args: &BenchArgs) -> ExitCode {
-    let Plan {
-        faults,
-        remote,
-        mut output,
-    } = match plan(args) {
+    let plan = match plan(args) {
         Ok(p) => p,
         Err(m) => return fail(m),
     };
@@ -122,14 +129,29 @@ fn bench(args: &BenchArgs) -> ExitCode {
         Ok(s) => s,
         Err(e) => return fail(format!("installing the SIGINT/SIGTERM handlers: {e}")),
     };
-    let interrupted = |what: &str| {
-        eprintln!(
-            "nvmf-bench: terminating on signal {} ({what})",
-            signals.received().unwrap_or(0)
-        );
-        ExitCode::from(EXIT_STATUS_SIGNALED)
-    };
-    let (embedded, mut opts) = match remote {
+    match args.provider {
+        ProviderKind::Soft => bench_soft(args, plan, &signals),
+        ProviderKind::Verbs => bench_verbs(args, plan, &signals),
+    }
+}
+
+/// The exit of a run a signal stopped before the jobs started.
+fn interrupted(signals: &StopSignals, what: &str) -> ExitCode {
+    eprintln!(
+        "nvmf-bench: terminating on signal {} ({what})",
+        signals.received().unwrap_or(0)
+    );
+    ExitCode::from(EXIT_STATUS_SIGNALED)
+}
+
+/// The soft provider: the embedded target (or a remote one) and fault injection.
+fn bench_soft(args: &BenchArgs, plan: Plan, signals: &StopSignals) -> ExitCode {
+    let Plan {
+        faults,
+        remote,
+        output,
+    } = plan;
+    let (embedded, opts) = match remote {
         None => {
             let dir = args.embedded_dir_or_default();
             let e = match EmbeddedTarget::start(
@@ -140,7 +162,9 @@ fn bench(args: &BenchArgs) -> ExitCode {
                 Some(signals.flag()),
             ) {
                 Ok(e) => e,
-                Err(_) if signals.received().is_some() => return interrupted("laying out"),
+                Err(_) if signals.received().is_some() => {
+                    return interrupted(signals, "laying out")
+                }
                 Err(m) => return fail(m),
             };
             let mut o = HostOptions::new(e.target.listen_addr(), EMBEDDED_NQN);
@@ -150,6 +174,67 @@ fn bench(args: &BenchArgs) -> ExitCode {
         }
         Some(o) => (None, o),
     };
+    let run = HostRun {
+        args,
+        output,
+        signals,
+        embedded,
+        faults,
+    };
+    run_host(SoftProvider, opts, run, |dev| {
+        Some(dev.counters().snapshot())
+    })
+}
+
+/// The verbs provider: a remote target (checked by [`plan`]).
+#[cfg(feature = "verbs")]
+fn bench_verbs(args: &BenchArgs, plan: Plan, signals: &StopSignals) -> ExitCode {
+    let Some(opts) = plan.remote else {
+        return fail(nvmf_bench::OptionsError::VerbsNeedsTraddr);
+    };
+    let run = HostRun {
+        args,
+        output: plan.output,
+        signals,
+        embedded: None,
+        faults: None,
+    };
+    run_host(transport::rdma::VerbsProvider, opts, run, |_| None)
+}
+
+/// The verbs provider is not in this build ([`plan`] refuses it first).
+#[cfg(not(feature = "verbs"))]
+fn bench_verbs(_args: &BenchArgs, _plan: Plan, _signals: &StopSignals) -> ExitCode {
+    fail(nvmf_bench::OptionsError::VerbsNotBuilt)
+}
+
+/// What a run needs besides the host: the arguments, the report's destination, the
+/// stop signals, and (soft provider) the embedded target and the faults injected.
+struct HostRun<'a> {
+    args: &'a BenchArgs,
+    output: ReportOutput,
+    signals: &'a StopSignals,
+    embedded: Option<EmbeddedTarget>,
+    faults: Option<FaultConfig>,
+}
+
+/// Connects the host on `provider` with `opts` (completed from the arguments), runs
+/// the jobs (one I/O queue each), prints the report, disconnects and stops the
+/// embedded target. `host_counters` reads the host device's packet counters where the
+/// provider keeps them (the soft provider's, for the fault summary).
+fn run_host<P: Provider>(
+    provider: P,
+    mut opts: HostOptions,
+    run: HostRun<'_>,
+    host_counters: fn(&Arc<DeviceOf<P>>) -> Option<DeviceCountersSnapshot>,
+) -> ExitCode {
+    let HostRun {
+        args,
+        mut output,
+        signals,
+        embedded,
+        faults,
+    } = run;
     if let Some(h) = &args.hostnqn {
         opts.hostnqn = h.clone();
     }
@@ -157,7 +242,7 @@ fn bench(args: &BenchArgs) -> ExitCode {
     opts.queue_depth = (args.iodepth + 1).min(1024) as u16;
     // Larger blocks are split by the queue engine at the controller's MDTS.
     opts.max_io_bytes = args.bs as usize;
-    let mut host = match SyncHost::connect(&opts) {
+    let mut host = match SyncHost::connect_with(provider, &opts) {
         Ok(h) => h,
         Err(e) => {
             return fail(format!(
@@ -196,13 +281,16 @@ fn bench(args: &BenchArgs) -> ExitCode {
     let mut engines = Vec::with_capacity(queues.len());
     for q in queues {
         match QueueEngine::with_max_request(q, args.nsid, ns.block_size, args.bs as usize) {
-            Ok(e) => engines.push(e.with_health(keeper.health().clone())),
+            Ok(e) => engines.push(
+                e.with_health(keeper.health().clone())
+                    .sleeping_when_idle(args.completion == CompletionMode::Event),
+            ),
             Err(e) => return fail(e),
         }
     }
     if signals.received().is_some() {
         let _ = keeper.shutdown(engines.into_iter().map(QueueEngine::into_queue).collect());
-        return interrupted("connecting");
+        return interrupted(signals, "connecting");
     }
     if args.output_format == OutputFormat::Normal {
         if let Err(e) = output.write(&render_header(args)) {
@@ -236,9 +324,8 @@ fn bench(args: &BenchArgs) -> ExitCode {
             signals.received().unwrap_or(0)
         );
     }
-    if let (Some(f), Some(e)) = (&faults, &embedded) {
+    if let (Some(f), Some(e), Some(host)) = (&faults, &embedded, host_counters(&host_dev)) {
         let target = e.target.device().counters().snapshot();
-        let host = host_dev.counters().snapshot();
         result.faults = Some(FaultSummary::from_devices(
             f,
             &[("target", target), ("host", host)],

@@ -105,6 +105,41 @@ impl VerifyMode {
     }
 }
 
+/// The RDMA provider the host runs on (`--provider`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ProviderKind {
+    /// The soft provider: userspace RoCEv2 over UDP sockets, no RDMA hardware or kernel
+    /// support needed.
+    Soft,
+    /// The verbs provider: a real RDMA device (an RNIC, or Linux Soft-RoCE `rdma_rxe`)
+    /// through libibverbs and librdmacm; in builds with the `verbs` feature.
+    Verbs,
+}
+
+impl ProviderKind {
+    /// The provider's name, as `--provider` spells it (`Provider::NAME`).
+    pub fn name(self) -> &'static str {
+        match self {
+            ProviderKind::Soft => "soft",
+            ProviderKind::Verbs => "verbs",
+        }
+    }
+}
+
+/// How the host waits for its I/Os (`--completion`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CompletionMode {
+    /// Busy-poll the completion queues: the lowest latency; takes a core.
+    Poll,
+    /// Sleep on completion events (the CQ armed, `ibv_req_notify_cq`) when a round
+    /// found nothing to do: for machines where a busy poller would take the CPU from
+    /// the RDMA device's own work (Soft-RoCE, `rdma_rxe`, in a one-vCPU VM).
+    Event,
+}
+
+/// Whether this build has the verbs provider (`--features verbs`).
+pub const VERBS_BUILT: bool = cfg!(feature = "verbs");
+
 /// `nvmf-bench` options: fio's workload options plus NVMe-oF target selection.
 ///
 /// Without `--traddr` the benchmark runs against an embedded target backed by a
@@ -220,9 +255,25 @@ pub struct BenchArgs {
     pub subnqn: Option<String>,
 
     /// Local address to use toward a remote target (nvme-cli's `--host-traddr`):
-    /// RoCEv2 needs UDP 4791 of it. Default: the source address the kernel picks.
+    /// RoCEv2 needs UDP 4791 of it (soft provider), or the RDMA device whose RoCE v2
+    /// GID it is is used (verbs provider). Default: the source address the kernel
+    /// picks.
     #[arg(long = "host-traddr", alias = "host_traddr")]
     pub host_traddr: Option<String>,
+
+    /// RDMA provider of this host: soft (userspace RoCEv2 over UDP sockets, runs
+    /// anywhere) or verbs (a real RDMA device, or Linux Soft-RoCE, through libibverbs
+    /// and librdmacm; needs nvmf-bench built with `--features verbs`, and --traddr,
+    /// since the embedded target runs on the soft provider).
+    #[arg(long, value_enum, default_value_t = ProviderKind::Soft)]
+    pub provider: ProviderKind,
+
+    /// How the host waits for completions: poll (busy-poll the completion queues,
+    /// lowest latency, takes a core) or event (sleep on completion events when
+    /// nothing is ready; for Soft-RoCE in a small VM, where a busy poller starves the
+    /// device).
+    #[arg(long, value_enum, default_value_t = CompletionMode::Poll)]
+    pub completion: CompletionMode,
 
     /// Host NQN to present in Connect; default: a generated UUID-based NQN.
     #[arg(long)]
@@ -359,6 +410,21 @@ pub enum OptionsError {
          soft RDMA device and the host's); drop --traddr or the --inject-* options"
     )]
     InjectWithRemoteTarget,
+    /// `--provider verbs` in a build without the verbs provider.
+    #[error(
+        "--provider verbs: this nvmf-bench was built without the verbs provider; build it \
+         with `cargo build --release -p nvmf-bench --features verbs` (needs Debian's \
+         libibverbs-dev, librdmacm-dev, libclang-dev and pkg-config), or use --provider soft"
+    )]
+    VerbsNotBuilt,
+    /// `--provider verbs` without `--traddr`: the embedded target runs on the soft
+    /// provider only.
+    #[error(
+        "--provider verbs needs --traddr (and --subnqn): the embedded target runs on the \
+         soft provider only; start an NVMe/RDMA target (nvmf-target, or Linux nvmet-rdma) \
+         on the fabric and give its address, or use --provider soft"
+    )]
+    VerbsNeedsTraddr,
     /// The `--inject-*` probabilities are refused together (e.g. their sum exceeds 1).
     #[error("--inject-*: {0}")]
     InjectOutOfRange(String),
@@ -574,6 +640,22 @@ impl BenchArgs {
             || self.inject_seed.is_some()
     }
 
+    /// Checks `--provider` against the build and the other options.
+    ///
+    /// Errors: [`OptionsError::VerbsNotBuilt`] for verbs in a build without it;
+    /// [`OptionsError::VerbsNeedsTraddr`] for verbs without `--traddr`.
+    pub fn check_provider(&self) -> Result<(), OptionsError> {
+        if self.provider == ProviderKind::Verbs {
+            if !VERBS_BUILT {
+                return Err(OptionsError::VerbsNotBuilt);
+            }
+            if self.traddr.is_none() {
+                return Err(OptionsError::VerbsNeedsTraddr);
+            }
+        }
+        Ok(())
+    }
+
     /// The fault injection the `--inject-*` options ask for, to apply to the embedded
     /// target's and the host's devices: `None` without any (or with all 0).
     ///
@@ -618,6 +700,12 @@ impl BenchArgs {
                 v.push(("target".into(), "embedded".into()));
                 v.push(("embedded_size".into(), self.embedded_size.to_string()));
             }
+        }
+        if self.provider != ProviderKind::Soft {
+            v.push(("provider".into(), self.provider.name().into()));
+        }
+        if self.completion == CompletionMode::Event {
+            v.push(("completion".into(), "event".into()));
         }
         if let Some(n) = &self.subnqn {
             v.push(("subnqn".into(), n.clone()));
@@ -764,6 +852,35 @@ mod tests {
         assert!(e.contains("use e.g. 512"), "{e}");
         let ok = parse(&["--bs=1049088", "--offset=512", "--offset_increment=1536"]).unwrap();
         assert_eq!(ok.bs, (1 << 20) + 512);
+    }
+
+    #[test]
+    fn provider_soft_by_default_verbs_needs_the_build_and_a_remote_target() {
+        let a = parse(&[]).unwrap();
+        assert_eq!(a.provider, ProviderKind::Soft);
+        assert_eq!(a.check_provider(), Ok(()));
+        assert!(!a.fio_global_options().iter().any(|(k, _)| k == "provider"));
+        let v = parse(&["--provider=verbs"]).unwrap();
+        let remote = parse(&["--provider", "verbs", "--traddr=10.0.0.1", "--subnqn=n"]).unwrap();
+        if VERBS_BUILT {
+            assert_eq!(v.check_provider(), Err(OptionsError::VerbsNeedsTraddr));
+            assert!(v
+                .check_provider()
+                .unwrap_err()
+                .to_string()
+                .contains("--traddr"));
+            assert_eq!(remote.check_provider(), Ok(()));
+            assert!(remote
+                .fio_global_options()
+                .contains(&("provider".to_string(), "verbs".to_string())));
+        } else {
+            for a in [&v, &remote] {
+                let e = a.check_provider().unwrap_err();
+                assert_eq!(e, OptionsError::VerbsNotBuilt);
+                assert!(e.to_string().contains("--features verbs"), "{e}");
+            }
+        }
+        assert!(parse(&["--provider=rxe"]).is_err());
     }
 
     #[test]

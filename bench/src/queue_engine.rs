@@ -23,6 +23,8 @@ use nvme::Sqe;
 use nvmf_initiator::queue::{NvmeRdmaQueue, QueueCompletion};
 use nvmf_initiator::split::{self, Piece};
 use nvmf_initiator::{ControllerHealth, DataDir, QueueError};
+use transport::soft::SoftProvider;
+use transport::verbs::Provider;
 
 use crate::engine::{EngineError, IoCompletion, IoEngine};
 use crate::workload::{IoOp, IoRequest};
@@ -31,11 +33,12 @@ use crate::workload::{IoOp, IoRequest};
 /// them (a queue that failed completes them at once; this bounds the other cases).
 pub const DEAD_QUEUE_GRACE: Duration = Duration::from_secs(1);
 
-/// One I/O queue driven for namespace `nsid` with logical blocks of `block_size`
-/// bytes: a request's byte offset and length become SLBA and NLB.
+/// One I/O queue on provider `P` (the soft provider unless named) driven for namespace
+/// `nsid` with logical blocks of `block_size` bytes: a request's byte offset and length
+/// become SLBA and NLB.
 #[derive(Debug)]
-pub struct QueueEngine {
-    queue: NvmeRdmaQueue,
+pub struct QueueEngine<P: Provider = SoftProvider> {
+    queue: NvmeRdmaQueue<P>,
     nsid: u32,
     block_shift: u32,
     /// Longest command in bytes (see [`split::max_command_bytes`]).
@@ -45,6 +48,8 @@ pub struct QueueEngine {
     health: Option<ControllerHealth>,
     /// When the queue or controller was first seen dead with commands outstanding.
     dead_since: Option<Instant>,
+    /// [`IoEngine::idle`] sleeps on the queue's completion events (else it returns).
+    sleep_when_idle: bool,
 }
 
 /// Split mode: per-tag buffers and the pieces in flight.
@@ -130,11 +135,11 @@ fn transport(e: QueueError) -> EngineError {
     }
 }
 
-impl QueueEngine {
+impl<P: Provider> QueueEngine<P> {
     /// An engine over `queue` for namespace `nsid` whose requests each fit one
     /// command (direct mode). `block_size` must be a power of two (the namespace's
     /// LBA data size).
-    pub fn new(queue: NvmeRdmaQueue, nsid: u32, block_size: u32) -> Result<Self, EngineError> {
+    pub fn new(queue: NvmeRdmaQueue<P>, nsid: u32, block_size: u32) -> Result<Self, EngineError> {
         if !block_size.is_power_of_two() {
             return Err(EngineError::InvalidRequest(format!(
                 "block size {block_size} is not a power of two"
@@ -150,13 +155,14 @@ impl QueueEngine {
             done: Vec::new(),
             health: None,
             dead_since: None,
+            sleep_when_idle: false,
         })
     }
 
     /// An engine for requests of up to `max_request_bytes` bytes: direct mode when
     /// they fit one command, split mode (see the module docs) otherwise.
     pub fn with_max_request(
-        queue: NvmeRdmaQueue,
+        queue: NvmeRdmaQueue<P>,
         nsid: u32,
         block_size: u32,
         max_request_bytes: usize,
@@ -181,6 +187,15 @@ impl QueueEngine {
         self
     }
 
+    /// Lets [`IoEngine::idle`] sleep on the queue's completion events
+    /// ([`NvmeRdmaQueue::wait`]: the CQ armed, `ibv_req_notify_cq`) instead of
+    /// returning at once for the runner to busy-poll: for hosts where a busy poller
+    /// would take the CPU from the device's own work (Soft-RoCE in a one-vCPU VM).
+    pub fn sleeping_when_idle(mut self, sleep: bool) -> Self {
+        self.sleep_when_idle = sleep;
+        self
+    }
+
     /// Whether requests are split into several commands.
     pub fn is_splitting(&self) -> bool {
         self.split.is_some()
@@ -192,12 +207,12 @@ impl QueueEngine {
     }
 
     /// The queue (e.g. to disconnect it).
-    pub fn into_queue(self) -> NvmeRdmaQueue {
+    pub fn into_queue(self) -> NvmeRdmaQueue<P> {
         self.queue
     }
 
     /// The queue, borrowed.
-    pub fn queue(&self) -> &NvmeRdmaQueue {
+    pub fn queue(&self) -> &NvmeRdmaQueue<P> {
         &self.queue
     }
 
@@ -300,9 +315,18 @@ impl QueueEngine {
     }
 }
 
-impl IoEngine for QueueEngine {
+impl<P: Provider> IoEngine for QueueEngine<P> {
     fn max_outstanding(&self) -> usize {
         self.queue.max_outstanding()
+    }
+
+    /// Sleeps on the queue's completions when [`QueueEngine::sleeping_when_idle`] asked
+    /// for it and commands are in flight (nothing else could complete).
+    fn idle(&mut self, timeout: std::time::Duration) {
+        let ready = self.split.as_ref().is_some_and(|s| !s.ready.is_empty());
+        if self.sleep_when_idle && !ready && self.queue.outstanding() > 0 {
+            self.queue.wait(timeout);
+        }
     }
 
     fn submit(&mut self, tag: u32, req: &IoRequest) -> Result<(), EngineError> {

@@ -61,6 +61,10 @@ impl std::fmt::Debug for Job<'_> {
 /// fio's progress interval (`eta_interval`, 1 s).
 pub const PROGRESS_INTERVAL: Duration = Duration::from_secs(1);
 
+/// The longest an engine sleeps in [`IoEngine::idle`] per idle round, so the runner
+/// still sees deadlines, signals and the other jobs' engines.
+pub const IDLE_WAIT: Duration = Duration::from_millis(1);
+
 /// How a caller steers a run from outside: a stop flag and a progress callback.
 pub struct RunControl<'a> {
     /// Once true, every job stops as at the end of the runtime, but without its
@@ -129,6 +133,7 @@ pub fn run_with(jobs: &mut [Job<'_>], opts: &RunOptions, mut ctl: RunControl<'_>
     let mut comps = Vec::new();
     let mut next_progress = start + ctl.progress_interval;
     let mut interrupted = false;
+    let mut idle_turn = 0usize;
 
     loop {
         let now = Instant::now();
@@ -136,11 +141,13 @@ pub fn run_with(jobs: &mut [Job<'_>], opts: &RunOptions, mut ctl: RunControl<'_>
         let stop_flag = ctl.stop.is_some_and(|s| s.load(Ordering::Relaxed));
         interrupted |= stop_flag;
         let mut all_done = true;
+        let mut busy = false;
         for (job, st) in jobs.iter_mut().zip(states.iter_mut()) {
             if st.done {
                 continue;
             }
             all_done = false;
+            let outstanding = st.outstanding;
             if stop_flag {
                 st.interrupted = true;
                 st.stop(now);
@@ -150,11 +157,27 @@ pub fn run_with(jobs: &mut [Job<'_>], opts: &RunOptions, mut ctl: RunControl<'_>
             if st.stop_at.is_none() {
                 st.fill(job, tracker.as_mut(), measure_from, now);
             }
-            st.poll(job, tracker.as_mut(), measure_from, &mut comps);
+            busy |= st.outstanding != outstanding;
+            busy |= st.poll(job, tracker.as_mut(), measure_from, &mut comps) > 0;
             st.check_done(now, opts.drain_timeout);
         }
         if all_done {
             break;
+        }
+        if !busy {
+            // A round without a submission or a completion: let one engine (in turn)
+            // sleep on its completions, if it does (busy polling otherwise).
+            let active = states.iter().filter(|st| !st.done).count().max(1);
+            let turn = idle_turn % active;
+            let sleeper = jobs
+                .iter_mut()
+                .zip(&states)
+                .filter(|(_, st)| !st.done)
+                .nth(turn);
+            if let Some((job, _)) = sleeper {
+                job.engine.idle(IDLE_WAIT);
+            }
+            idle_turn = idle_turn.wrapping_add(1);
         }
         if now >= next_progress {
             next_progress = now + ctl.progress_interval;
@@ -498,17 +521,19 @@ impl JobState {
     }
 
     /// Polls the engine once and accounts every completion; an engine failure then
-    /// stops the job and abandons what is still outstanding.
+    /// stops the job and abandons what is still outstanding. Returns how many I/Os
+    /// the engine completed.
     fn poll(
         &mut self,
         job: &mut Job<'_>,
         mut tracker: Option<&mut VerifyTracker>,
         measure_from: Instant,
         comps: &mut Vec<IoCompletion>,
-    ) {
+    ) -> usize {
         comps.clear();
         let failure = job.engine.poll(comps).err();
         let now = Instant::now();
+        let completed = comps.len();
         for c in comps.drain(..) {
             let Some(slot) = self.slots.get_mut(c.tag as usize).and_then(Option::take) else {
                 self.fail(
@@ -559,7 +584,7 @@ impl JobState {
             self.fail(ERRNO_EIO, format!("engine poll failed: {e}"), now);
             // Nothing more will complete: abandon what is outstanding.
             self.outstanding = 0;
-            return;
+            return completed;
         }
         // Bandwidth and IOPS samples cover the workload only: windows stop closing
         // once it ends (verify phase, drain), so they hold no idle or read-back time.
@@ -569,6 +594,7 @@ impl JobState {
             self.sampler.advance(elapsed, self.active, &mut self.dirs);
             self.sample_tick = Some(now);
         }
+        completed
     }
 
     fn check_done(&mut self, now: Instant, drain_timeout: Duration) {
@@ -896,5 +922,70 @@ mod tests {
         let last = seen.last().unwrap();
         assert!(last.jobs[0].bytes[1] > 0 && last.elapsed > Duration::ZERO);
         assert_eq!(last.jobs[0].total_bytes, 2 * 32 * 4096);
+    }
+
+    /// An engine whose completions show up only every third poll, and which records
+    /// its idle calls (and whether its previous poll found nothing).
+    struct Sluggish {
+        inner: MemEngine,
+        held: Vec<IoCompletion>,
+        polls: usize,
+        last_poll_empty: bool,
+        idles: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+        idle_after_progress: std::sync::Arc<AtomicBool>,
+    }
+
+    impl IoEngine for Sluggish {
+        fn max_outstanding(&self) -> usize {
+            self.inner.max_outstanding()
+        }
+        fn submit(&mut self, tag: u32, req: &IoRequest) -> Result<(), EngineError> {
+            self.inner.submit(tag, req)
+        }
+        fn poll(&mut self, out: &mut Vec<IoCompletion>) -> Result<(), EngineError> {
+            self.inner.poll(&mut self.held)?;
+            self.polls += 1;
+            let release = self.polls.is_multiple_of(3);
+            self.last_poll_empty = !release || self.held.is_empty();
+            if release {
+                out.append(&mut self.held);
+            }
+            Ok(())
+        }
+        fn buffer(&mut self, tag: u32) -> &mut [u8] {
+            self.inner.buffer(tag)
+        }
+        fn idle(&mut self, _timeout: Duration) {
+            self.idles.fetch_add(1, Ordering::Relaxed);
+            if !self.last_poll_empty {
+                self.idle_after_progress.store(true, Ordering::Relaxed);
+            }
+        }
+    }
+
+    #[test]
+    fn an_engine_idles_only_after_a_round_without_progress() {
+        let idles = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let after_progress = std::sync::Arc::new(AtomicBool::new(false));
+        let engine = Sluggish {
+            inner: mem(32, 1, 4),
+            held: Vec::new(),
+            polls: 0,
+            last_poll_empty: true,
+            idles: idles.clone(),
+            idle_after_progress: after_progress.clone(),
+        };
+        let jobs = vec![Job::new(
+            spec(RwMode::RandRw, 0, 32, 64, 4),
+            Box::new(engine),
+        )];
+        let r = run(jobs, &opts(VerifyMode::Crc32c));
+        assert!(r.jobs[0].error.is_none(), "{:?}", r.jobs[0].error);
+        assert_eq!(r.jobs[0].dirs[0].ios + r.jobs[0].dirs[1].ios, 64);
+        assert!(idles.load(Ordering::Relaxed) > 0, "never idled");
+        assert!(
+            !after_progress.load(Ordering::Relaxed),
+            "idled right after a poll that completed I/Os"
+        );
     }
 }

@@ -115,6 +115,57 @@ fn bad_arguments_are_refused_with_a_message() {
     }
 }
 
+/// `--provider verbs` is refused up front, saying how to fix it: in a build without the
+/// verbs provider, how to build it; with it, that the embedded target is soft only (a
+/// remote target is needed).
+#[test]
+fn provider_verbs_is_refused_with_the_fix() {
+    let o = bench()
+        .args(["--provider", "verbs", "--runtime", "1"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    let says = if cfg!(feature = "verbs") {
+        "--provider verbs needs --traddr"
+    } else {
+        "--features verbs"
+    };
+    assert!(!o.status.success(), "accepted: {err}");
+    assert!(
+        err.contains(says) && !err.contains("Laying out") && !err.contains("panicked"),
+        "{err}"
+    );
+}
+
+/// With the verbs provider built, a host address without an RDMA device (none on a
+/// machine without rdma_rxe or an RNIC, or no RoCE v2 GID for 127.0.0.97) fails with
+/// the provider's reason, never a crash.
+#[cfg(feature = "verbs")]
+#[test]
+fn provider_verbs_without_a_device_fails_cleanly() {
+    let o = bench()
+        .args([
+            "--provider",
+            "verbs",
+            "--traddr",
+            "127.0.0.98",
+            "--host-traddr",
+            "127.0.0.97",
+            "--subnqn",
+            "nqn.2026-11.io.nvmf-rdma:none",
+            "--runtime",
+            "1",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "accepted: {err}");
+    assert!(
+        err.contains("verbs RDMA device on 127.0.0.97") && !err.contains("panicked"),
+        "{err}"
+    );
+}
+
 #[test]
 fn unreachable_target_fails_cleanly() {
     let _serial = serial();

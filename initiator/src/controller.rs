@@ -25,7 +25,8 @@ use nvme::properties::{ShutdownNotification, ShutdownStatus, CAP_CSS_IOCS};
 use nvme::{
     Cap, Cc, CommandSpecificStatus, Cqe, Csts, FeatureId, IdentifyCns, Property, Sqe, NVME_AQ_DEPTH,
 };
-use transport::soft::{CmAgent, Context};
+use transport::soft::SoftProvider;
+use transport::verbs::{Context, Device as _, Provider};
 use transport::wire::cm::CM_REJ_STALE_CONN;
 
 use crate::capsule::DataDir;
@@ -83,21 +84,26 @@ impl From<&crate::HostOptions> for ControllerOptions {
 
 /// Creates queue `qcfg.qid` in poll group `ctx` and connects it
 /// ([`NvmeRdmaQueue::connect`]). A connection the target refuses as stale (CM REJ
-/// reason 10: it still holds a connection from this address and QPN, typically of a
-/// killed process that had the same QPN) is tried again, up to [`STALE_RETRIES`] times
-/// after [`STALE_RETRY_DELAY`], doubling, each time in a fresh poll group context with
-/// a new QP (a new QPN, PSN and CM communication ID), as the target disconnects the old
-/// connection meanwhile (Linux `cm_match_req`). Each retry is logged at info.
+/// reason 10, `ConnError::Stale`: it still holds a connection from this address and
+/// QPN, typically of a killed process that had the same QPN) is tried again, up to
+/// [`STALE_RETRIES`] times after [`STALE_RETRY_DELAY`], doubling, each time in a fresh
+/// poll group context with a new QP (a new QPN, PSN and CM communication ID), as the
+/// target disconnects the old connection meanwhile (Linux `cm_match_req`). Each retry
+/// is logged at info.
 ///
 /// Errors: those of [`NvmeRdmaQueue::connect`]; [`HostError::Rejected`] reason 10 when
 /// the retries ran out; [`HostError::Device`] if the poll group cannot be opened again.
-pub fn connect_queue(
-    ctx: Context,
-    cm: &CmAgent,
+pub fn connect_queue<P, C>(
+    ctx: C,
+    cm: &P::Cm,
     qcfg: QueueConfig,
-) -> Result<NvmeRdmaQueue, HostError> {
+) -> Result<NvmeRdmaQueue<P>, HostError>
+where
+    C: Context<Provider = P>,
+    P: Provider<Context = C>,
+{
     let dev = ctx.device().clone();
-    let rx_queue = ctx.rx_queue();
+    let group = ctx.poll_group();
     let mut ctx = Some(ctx);
     let mut delay = STALE_RETRY_DELAY;
     let mut attempt = 0;
@@ -108,8 +114,8 @@ pub fn connect_queue(
         let c = match ctx.take() {
             Some(c) => c,
             None => dev
-                .open_context(rx_queue)
-                .map_err(|e| HostError::Device(format!("reopening poll group {rx_queue}: {e}")))?,
+                .open_context(group)
+                .map_err(|e| HostError::Device(format!("reopening poll group {group}: {e}")))?,
         };
         match NvmeRdmaQueue::connect(c, cm, qcfg.clone()) {
             Err(HostError::Rejected {
@@ -141,8 +147,8 @@ pub fn connect_queue(
 ///
 /// Errors: the command's own error, [`HostError::Timeout`] after `timeout` (the
 /// command stays outstanding; treat the queue as unusable).
-pub fn run_command(
-    queue: &mut NvmeRdmaQueue,
+pub fn run_command<P: Provider>(
+    queue: &mut NvmeRdmaQueue<P>,
     sqe: Sqe,
     data: DataDir,
     fill: impl FnOnce(&mut [u8]),
@@ -184,8 +190,8 @@ pub fn run_command(
 /// otherwise by keyed SGL (the admin queue). Returns CQE DW0's controller ID.
 ///
 /// Errors: [`HostError::ConnectRefused`] naming the offending field.
-pub fn fabrics_connect(
-    queue: &mut NvmeRdmaQueue,
+pub fn fabrics_connect<P: Provider>(
+    queue: &mut NvmeRdmaQueue<P>,
     opts: &ControllerOptions,
     cntlid: u16,
     kato_ms: u32,
@@ -237,10 +243,11 @@ pub fn fabrics_connect(
     }
 }
 
-/// A connected, enabled controller and its admin queue (see the module docs).
-pub struct Controller {
-    admin: NvmeRdmaQueue,
-    cm: CmAgent,
+/// A connected, enabled controller and its admin queue on provider `P` (the soft
+/// provider unless named; see the module docs).
+pub struct Controller<P: Provider = SoftProvider> {
+    admin: NvmeRdmaQueue<P>,
+    cm: P::Cm,
     opts: ControllerOptions,
     cntlid: u16,
     cap: Cap,
@@ -251,7 +258,7 @@ pub struct Controller {
     stray: Vec<QueueCompletion>,
 }
 
-impl std::fmt::Debug for Controller {
+impl<P: Provider> std::fmt::Debug for Controller<P> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Controller")
             .field("cntlid", &self.cntlid)
@@ -261,14 +268,15 @@ impl std::fmt::Debug for Controller {
     }
 }
 
-impl Controller {
+impl<P: Provider> Controller<P> {
     /// Connects the admin queue in poll group `ctx` and brings the controller up to
-    /// Identify Controller (steps 1-4 of the module docs).
-    pub fn connect(
-        ctx: Context,
-        cm: &CmAgent,
-        opts: ControllerOptions,
-    ) -> Result<Controller, HostError> {
+    /// Identify Controller (steps 1-4 of the module docs). The provider is the
+    /// context's.
+    pub fn connect<C>(ctx: C, cm: &P::Cm, opts: ControllerOptions) -> Result<Self, HostError>
+    where
+        C: Context<Provider = P>,
+        P: Provider<Context = C>,
+    {
         let mut qcfg = QueueConfig::new(0, NVME_AQ_DEPTH, ADMIN_MAX_IO_BYTES, opts.traddr);
         qcfg.connect_timeout = opts.connect_timeout;
         let mut admin = connect_queue(ctx, cm, qcfg)?;
@@ -428,11 +436,11 @@ impl Controller {
     /// in-capsule when the controller takes in-capsule data.
     pub fn connect_io_queue(
         &self,
-        ctx: Context,
+        ctx: P::Context,
         qid: u16,
         depth: u16,
         max_io_bytes: usize,
-    ) -> Result<NvmeRdmaQueue, HostError> {
+    ) -> Result<NvmeRdmaQueue<P>, HostError> {
         if qid == 0 {
             return Err(HostError::InvalidArgument(
                 "I/O queue IDs start at 1".into(),
@@ -457,7 +465,7 @@ impl Controller {
 
     /// Shuts the controller down: CM disconnect of `io_queues`, CC.SHN = 01b, waits
     /// (up to 5 s) for CSTS.SHST = 10b, CM disconnect of the admin queue.
-    pub fn shutdown(mut self, io_queues: Vec<NvmeRdmaQueue>) -> Result<(), HostError> {
+    pub fn shutdown(mut self, io_queues: Vec<NvmeRdmaQueue<P>>) -> Result<(), HostError> {
         for mut q in io_queues {
             q.disconnect(Duration::from_millis(500));
         }
@@ -512,11 +520,11 @@ impl Controller {
         u32::from(self.cap.mqes()) + 1
     }
     /// The admin queue (for owners that drive it without blocking).
-    pub fn admin_queue_mut(&mut self) -> &mut NvmeRdmaQueue {
+    pub fn admin_queue_mut(&mut self) -> &mut NvmeRdmaQueue<P> {
         &mut self.admin
     }
-    /// The CM agent the queues use.
-    pub fn cm(&self) -> &CmAgent {
+    /// The connection manager the queues use.
+    pub fn cm(&self) -> &P::Cm {
         &self.cm
     }
 }

@@ -8,6 +8,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use nvme::{RdmaCmRejectStatus, Status};
+use transport::verbs::connection::ConnError;
 use transport::verbs::{VerbsError, WcStatus};
 
 /// Errors of one [`crate::queue::NvmeRdmaQueue`].
@@ -204,6 +205,51 @@ fn reject_status_hint(st: RdmaCmRejectStatus) -> &'static str {
 impl From<VerbsError> for HostError {
     fn from(e: VerbsError) -> Self {
         HostError::Queue(QueueError::Verbs(e))
+    }
+}
+
+impl HostError {
+    /// The host's error for a connection of queue `qid` to `target` that the
+    /// connection manager could not make, `waited` after it started: a REJ as
+    /// [`HostError::Rejected`] (its reason in words; NVMe/RDMA private data decoded;
+    /// [`ConnError::Stale`] as reason 10), no answer or a timeout as
+    /// [`HostError::Unreachable`], anything else as [`HostError::Device`] naming it.
+    pub fn from_conn(
+        qid: u16,
+        target: std::net::SocketAddr,
+        waited: std::time::Duration,
+        e: ConnError,
+    ) -> HostError {
+        match e {
+            ConnError::Rejected {
+                reason,
+                private_data,
+            } => HostError::Rejected {
+                qid,
+                target,
+                reason,
+                nvme_status: crate::fabrics::rdma_cm_reject_status(&private_data),
+            },
+            ConnError::Stale => HostError::Rejected {
+                qid,
+                target,
+                reason: transport::wire::cm::CM_REJ_STALE_CONN,
+                nvme_status: None,
+            },
+            ConnError::Unreachable { .. } => HostError::Unreachable {
+                qid,
+                target,
+                waited,
+            },
+            ConnError::Timeout { after, .. } => HostError::Unreachable {
+                qid,
+                target,
+                waited: after,
+            },
+            e @ (ConnError::Cm(_) | ConnError::Verbs(_) | ConnError::Gone) => {
+                HostError::Device(format!("queue {qid}: RDMA CM connect: {e}"))
+            }
+        }
     }
 }
 

@@ -16,6 +16,8 @@ use std::time::{Duration, Instant};
 use crossbeam::channel::{self, Receiver, RecvTimeoutError, Sender, TryRecvError};
 use nvme::{DsmRange, Sqe};
 use tokio::sync::oneshot;
+use transport::soft::SoftProvider;
+use transport::verbs::{Device, Provider};
 use zerocopy::IntoBytes;
 
 use crate::capsule::DataDir;
@@ -109,14 +111,21 @@ impl Pending {
     }
 }
 
-/// A connected NVMe-oF host (one controller): see the module docs.
-pub struct Host {
+/// A connected NVMe-oF host (one controller) on provider `P`: see the module docs.
+///
+/// The provider is a type parameter that defaults to the soft provider, so `Host` and
+/// [`Host::connect`] are the soft provider's; [`Host::connect_with`] takes another
+/// (`Host::connect_with(VerbsProvider, opts)` with the transport's `verbs` feature) and
+/// [`Host::connect_on`] a device the caller opened. The API is the same on every
+/// provider.
+pub struct Host<P: Provider = SoftProvider> {
     client: Arc<Client>,
     info: ControllerInfo,
     thread: Option<std::thread::JoinHandle<()>>,
+    _provider: std::marker::PhantomData<fn() -> P>,
 }
 
-impl std::fmt::Debug for Host {
+impl<P: Provider> std::fmt::Debug for Host<P> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Host")
             .field("subnqn", &self.info.subnqn)
@@ -125,34 +134,66 @@ impl std::fmt::Debug for Host {
     }
 }
 
-impl Host {
-    /// Connects to the subsystem `opts.subnqn` at `opts.traddr`: device, CM agent,
-    /// admin queue bring-up and the I/O queues (see [`SyncHost::connect`]), on a new
-    /// poll thread; the async caller is not blocked meanwhile.
+impl Host<SoftProvider> {
+    /// Connects on the soft provider: [`Host::connect_with`]`(SoftProvider, opts)`
+    /// (`opts.faults` injected on the host's device).
     ///
     /// Errors: any [`HostError`] of the bring-up (refused Connect, CM reject, timeout).
-    pub async fn connect(opts: HostOptions) -> Result<Host, HostError> {
+    pub async fn connect(opts: HostOptions) -> Result<Self, HostError> {
+        Self::connect_with(SoftProvider, opts).await
+    }
+}
+
+impl<P: Provider> Host<P> {
+    /// Connects to the subsystem `opts.subnqn` at `opts.traddr` over provider `P`:
+    /// device ([`crate::device::open_device`]), connection manager, admin queue
+    /// bring-up and the I/O queues (see [`SyncHost::connect_on`]), on a new poll
+    /// thread; the async caller is not blocked meanwhile.
+    ///
+    /// Errors: any [`HostError`] of the device or the bring-up (refused Connect, CM
+    /// reject, timeout).
+    pub async fn connect_with(_provider: P, opts: HostOptions) -> Result<Self, HostError> {
+        Self::start(None, opts).await
+    }
+
+    /// Like [`Host::connect_with`] on `dev`, a device the caller opened with at least
+    /// `1 + opts.io_queues` poll groups.
+    pub async fn connect_on<D>(dev: Arc<D>, opts: HostOptions) -> Result<Self, HostError>
+    where
+        D: Device<Provider = P>,
+        P: Provider<Device = D>,
+    {
+        Self::start(Some(dev), opts).await
+    }
+
+    async fn start(dev: Option<Arc<P::Device>>, opts: HostOptions) -> Result<Self, HostError> {
         let (tx, rx) = channel::unbounded();
         let (ready_tx, ready_rx) = oneshot::channel();
         let thread = std::thread::Builder::new()
             .name("nvmf-host".into())
-            .spawn(move || match SyncHost::connect(&opts) {
-                Ok(h) => {
-                    let (_dev, controller, queues) = h.into_parts();
-                    let max_transfer = queues
-                        .iter()
-                        .map(|q| q.max_io_bytes())
-                        .min()
-                        .unwrap_or(4096);
-                    let info = controller.info().clone();
-                    if ready_tx.send(Ok((info, max_transfer))).is_err() {
-                        let _ = controller.shutdown(queues);
-                        return;
+            .spawn(move || {
+                let host = match dev {
+                    Some(d) => SyncHost::<P>::connect_on(&d, &opts),
+                    None => SyncHost::<P>::open_and_connect(&opts),
+                };
+                match host {
+                    Ok(h) => {
+                        let (_dev, controller, queues) = h.into_parts();
+                        let max_transfer = queues
+                            .iter()
+                            .map(|q| q.max_io_bytes())
+                            .min()
+                            .unwrap_or(4096);
+                        let info = controller.info().clone();
+                        if ready_tx.send(Ok((info, max_transfer))).is_err() {
+                            let _ = controller.shutdown(queues);
+                            return;
+                        }
+                        PollThread::new(controller, queues, rx).run();
                     }
-                    PollThread::new(controller, queues, rx).run();
-                }
-                Err(e) => {
-                    let _ = ready_tx.send(Err(e));
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e));
+                    }
                 }
             })
             .map_err(|e| HostError::Device(format!("spawning the poll thread: {e}")))?;
@@ -161,6 +202,7 @@ impl Host {
             client: Arc::new(Client { tx, max_transfer }),
             info,
             thread: Some(thread),
+            _provider: std::marker::PhantomData,
         })
     }
 
@@ -222,7 +264,7 @@ impl Host {
     }
 }
 
-impl Drop for Host {
+impl<P: Provider> Drop for Host<P> {
     fn drop(&mut self) {
         if self.thread.is_some() {
             // Without an explicit disconnect the poll thread shuts down on its own.
@@ -386,9 +428,9 @@ async fn futures_join_all(pending: Vec<Pending>) -> Vec<Result<Vec<u8>, HostErro
 }
 
 /// The poll thread's state.
-struct PollThread {
-    controller: Controller,
-    queues: Vec<NvmeRdmaQueue>,
+struct PollThread<P: Provider> {
+    controller: Controller<P>,
+    queues: Vec<NvmeRdmaQueue<P>>,
     rx: Receiver<Msg>,
     /// Per queue (0 = admin, i = I/O queue i): waiting commands and in-flight ones by CID.
     pending: Vec<VecDeque<Command>>,
@@ -400,8 +442,8 @@ struct PollThread {
     done: Vec<QueueCompletion>,
 }
 
-impl PollThread {
-    fn new(controller: Controller, queues: Vec<NvmeRdmaQueue>, rx: Receiver<Msg>) -> Self {
+impl<P: Provider> PollThread<P> {
+    fn new(controller: Controller<P>, queues: Vec<NvmeRdmaQueue<P>>, rx: Receiver<Msg>) -> Self {
         let mut controller = controller;
         let mut inflight = vec![(0..controller.admin_queue_mut().depth())
             .map(|_| None)
@@ -424,7 +466,7 @@ impl PollThread {
         }
     }
 
-    fn queue(&mut self, i: usize) -> &mut NvmeRdmaQueue {
+    fn queue(&mut self, i: usize) -> &mut NvmeRdmaQueue<P> {
         if i == 0 {
             self.controller.admin_queue_mut()
         } else {

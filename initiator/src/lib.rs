@@ -30,10 +30,18 @@
 //! # }
 //! ```
 //!
+//! Every layer is generic over the transport's provider (`P: transport::verbs::Provider`,
+//! static dispatch) with the soft provider as the default type parameter, so `Host`,
+//! `SyncHost` and `NvmeRdmaQueue` alone are the soft provider's. On a real RDMA device
+//! (the transport's `verbs` feature): `Host::connect_with(VerbsProvider, opts)`, or
+//! [`Host::connect_on`] a device the caller opened; [`device`] opens the host's device
+//! from [`HostOptions`] on any provider.
+//!
 //! Errors are [`HostError`] values: NVMe statuses keep SCT/SC/DNR and print their
 //! specification names; transport failures keep the `IBV_WC_*` status.
 pub mod capsule;
 pub mod controller;
+pub mod device;
 pub mod error;
 mod fabrics;
 pub mod health;

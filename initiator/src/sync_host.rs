@@ -1,6 +1,13 @@
-//! A whole host without tokio: the RDMA device, the CM agent, the controller on the
-//! admin queue and N I/O queues, each queue in its own poll group (`rx_queues` = 1 +
-//! N: poll group 0 is the admin queue, poll group `i` I/O queue `i`).
+//! A whole host without tokio: the RDMA device, its connection manager, the
+//! controller on the admin queue and N I/O queues, each queue in its own poll group
+//! (1 + N poll groups: poll group 0 is the admin queue, poll group `i` I/O queue `i`),
+//! on any provider.
+//!
+//! Choosing the provider: [`SyncHost::connect`] uses the soft provider (the default
+//! type parameter, so `SyncHost` alone names the soft provider's host);
+//! [`SyncHost::connect_with`] takes the provider (`SyncHost::connect_with(VerbsProvider,
+//! &opts)` with the transport's `verbs` feature); [`SyncHost::connect_on`] takes a
+//! device the caller opened.
 //!
 //! The benchmark drives the I/O queues itself ([`SyncHost::into_io_queues`]) while an
 //! [`AdminKeeper`] thread sends Keep Alives with blocking waits.
@@ -8,8 +15,9 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam::channel::{self, RecvTimeoutError, Sender};
-use transport::soft::{CmAgent, DeviceConfig, SoftDevice};
+use crossbeam::channel::{self, Sender, TryRecvError};
+use transport::soft::SoftProvider;
+use transport::verbs::{Device, DeviceOf, Provider};
 
 use crate::controller::{Controller, ControllerOptions};
 use crate::error::HostError;
@@ -17,14 +25,15 @@ use crate::health::ControllerHealth;
 use crate::options::HostOptions;
 use crate::queue::NvmeRdmaQueue;
 
-/// A connected host: see the module docs.
-pub struct SyncHost {
-    dev: Arc<SoftDevice>,
-    controller: Controller,
-    io_queues: Vec<NvmeRdmaQueue>,
+/// A connected host on provider `P` (the soft provider unless named): see the module
+/// docs.
+pub struct SyncHost<P: Provider = SoftProvider> {
+    dev: Arc<DeviceOf<P>>,
+    controller: Controller<P>,
+    io_queues: Vec<NvmeRdmaQueue<P>>,
 }
 
-impl std::fmt::Debug for SyncHost {
+impl<P: Provider> std::fmt::Debug for SyncHost<P> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SyncHost")
             .field("controller", &self.controller)
@@ -33,27 +42,69 @@ impl std::fmt::Debug for SyncHost {
     }
 }
 
-impl SyncHost {
-    /// Opens the soft RDMA device on `opts.local_ip` (or the kernel's source address
-    /// toward the target), starts its CM agent, brings the controller up, asks for
-    /// `opts.io_queues` queues (Set Features Number of Queues) and connects as many as
-    /// were granted, each of `min(queue_depth, CAP.MQES + 1)` entries and
-    /// `min(max_io_bytes, MDTS)` bytes per command.
-    pub fn connect(opts: &HostOptions) -> Result<SyncHost, HostError> {
+impl SyncHost<SoftProvider> {
+    /// Connects on the soft provider: [`SyncHost::connect_with`]`(SoftProvider, opts)`,
+    /// with `opts.faults` injected on the host's device.
+    pub fn connect(opts: &HostOptions) -> Result<Self, HostError> {
+        Self::connect_with(SoftProvider, opts)
+    }
+}
+
+impl<P: Provider> SyncHost<P> {
+    /// Opens provider `P`'s device on `opts.local_ip` (or the kernel's source address
+    /// toward the target) with a poll group per queue ([`crate::device::open_device`];
+    /// `opts.faults` only on the soft provider), then [`SyncHost::connect_on`] it.
+    ///
+    /// Errors: [`HostError::Device`] naming why the device did not open and what to do;
+    /// those of [`SyncHost::connect_on`].
+    pub fn connect_with(_provider: P, opts: &HostOptions) -> Result<Self, HostError> {
+        Self::open_and_connect(opts)
+    }
+
+    /// [`SyncHost::connect_with`] for a provider named by type only.
+    pub(crate) fn open_and_connect(opts: &HostOptions) -> Result<Self, HostError> {
         if opts.io_queues == 0 {
             return Err(HostError::InvalidArgument("at least one I/O queue".into()));
         }
-        let ip = opts.resolve_local_ip()?;
-        let mut dcfg = DeviceConfig::new(ip);
-        dcfg.rx_queues = 1 + u32::from(opts.io_queues);
-        dcfg.faults = opts.faults;
-        let dev = SoftDevice::open(dcfg)
-            .map_err(|e| HostError::Device(format!("opening the RDMA device on {ip}: {e}")))?;
-        let cm = CmAgent::start(&dev).map_err(|e| HostError::Device(format!("CM agent: {e}")))?;
-        let ctx0 = dev
-            .open_context(0)
-            .map_err(|e| HostError::Device(e.to_string()))?;
-        let mut controller = Controller::connect(ctx0, &cm, ControllerOptions::from(opts))?;
+        let dev = crate::device::open_device::<P>(opts)?;
+        Self::connect_on(&dev, opts)
+    }
+
+    /// Brings the host up on `dev` (opened with at least `1 + opts.io_queues` poll
+    /// groups): the device's connection manager, the controller (admin queue in poll
+    /// group 0), Set Features Number of Queues for `opts.io_queues`, and as many I/O
+    /// queues as were granted (queue `i` in poll group `i`), each of
+    /// `min(queue_depth, CAP.MQES + 1)` entries and `min(max_io_bytes, MDTS)` bytes per
+    /// command.
+    ///
+    /// Errors: [`HostError::InvalidArgument`] for no I/O queue or a device with too few
+    /// poll groups; [`HostError::Device`] when the CM or a poll group cannot be set up;
+    /// any error of the controller's bring-up and the queues' connections.
+    pub fn connect_on<D>(dev: &Arc<D>, opts: &HostOptions) -> Result<Self, HostError>
+    where
+        D: Device<Provider = P>,
+        P: Provider<Device = D>,
+    {
+        if opts.io_queues == 0 {
+            return Err(HostError::InvalidArgument("at least one I/O queue".into()));
+        }
+        let needed = crate::device::poll_groups(opts);
+        if dev.poll_groups() < needed {
+            return Err(HostError::InvalidArgument(format!(
+                "the device has {} poll groups; {} I/O queues need {needed} (one more for \
+                 the admin queue): open it with more",
+                dev.poll_groups(),
+                opts.io_queues
+            )));
+        }
+        let cm = dev
+            .cm()
+            .map_err(|e| HostError::Device(format!("RDMA connection manager: {e}")))?;
+        let open = |group: u32| {
+            dev.open_context(group)
+                .map_err(|e| HostError::Device(format!("poll group {group}: {e}")))
+        };
+        let mut controller = Controller::connect(open(0)?, &cm, ControllerOptions::from(opts))?;
         let granted = controller
             .set_number_of_queues(opts.io_queues)?
             .min(opts.io_queues);
@@ -64,10 +115,9 @@ impl SyncHost {
             .map_or(opts.max_io_bytes, |m| m.min(opts.max_io_bytes));
         let mut io_queues = Vec::with_capacity(usize::from(granted));
         for qid in 1..=granted {
-            let ctx = dev
-                .open_context(u32::from(qid))
-                .map_err(|e| HostError::Device(e.to_string()))?;
-            match controller.connect_io_queue(ctx, qid, depth, max_io) {
+            let q = open(u32::from(qid))
+                .and_then(|ctx| controller.connect_io_queue(ctx, qid, depth, max_io));
+            match q {
                 Ok(q) => io_queues.push(q),
                 Err(e) => {
                     let _ = controller.shutdown(io_queues);
@@ -76,31 +126,32 @@ impl SyncHost {
             }
         }
         Ok(SyncHost {
-            dev,
+            dev: dev.clone(),
             controller,
             io_queues,
         })
     }
 
-    /// The soft RDMA device (its key table, counters).
-    pub fn device(&self) -> &Arc<SoftDevice> {
+    /// The RDMA device (the soft provider's: its key table, counters).
+    pub fn device(&self) -> &Arc<DeviceOf<P>> {
         &self.dev
     }
     /// The controller (admin commands).
-    pub fn controller(&mut self) -> &mut Controller {
+    pub fn controller(&mut self) -> &mut Controller<P> {
         &mut self.controller
     }
     /// The I/O queues (index `i` is QID `i + 1`).
-    pub fn io_queues(&mut self) -> &mut [NvmeRdmaQueue] {
+    pub fn io_queues(&mut self) -> &mut [NvmeRdmaQueue<P>] {
         &mut self.io_queues
     }
     /// Splits the host into the controller and its I/O queues.
-    pub fn into_parts(self) -> (Arc<SoftDevice>, Controller, Vec<NvmeRdmaQueue>) {
+    #[allow(clippy::type_complexity)]
+    pub fn into_parts(self) -> (Arc<DeviceOf<P>>, Controller<P>, Vec<NvmeRdmaQueue<P>>) {
         (self.dev, self.controller, self.io_queues)
     }
     /// Hands the I/O queues out and moves the controller to an [`AdminKeeper`] thread
     /// that sends Keep Alive every KATO/2.
-    pub fn into_io_queues(self) -> (Vec<NvmeRdmaQueue>, AdminKeeper) {
+    pub fn into_io_queues(self) -> (Vec<NvmeRdmaQueue<P>>, AdminKeeper<P>) {
         (self.io_queues, AdminKeeper::start(self.controller))
     }
     /// Disconnects the I/O queues and shuts the controller down.
@@ -110,28 +161,29 @@ impl SyncHost {
 }
 
 /// How often the [`AdminKeeper`] drives the admin queue's transport between Keep
-/// Alives (at most; sooner when an RC timer of the admin QP is due).
+/// Alives (at most; the soft provider's poll group wakes sooner for packets and RC
+/// timers).
 const ADMIN_TICK: Duration = Duration::from_millis(20);
 
 /// A thread that owns the [`Controller`] and sends Keep Alive every KATO/2 (blocking
-/// waits, no busy polling; the admin queue's transport is driven every 20 ms at most)
-/// until [`AdminKeeper::shutdown`]. A failed Keep Alive ends the thread and declares
-/// the controller dead in [`AdminKeeper::health`].
-pub struct AdminKeeper {
+/// waits on the admin queue's poll group, no busy polling; its transport is driven
+/// every 20 ms at most) until [`AdminKeeper::shutdown`]. A failed Keep Alive ends the
+/// thread and declares the controller dead in [`AdminKeeper::health`].
+pub struct AdminKeeper<P: Provider = SoftProvider> {
     stop: Option<Sender<()>>,
-    thread: Option<JoinHandle<(Controller, Option<HostError>)>>,
+    thread: Option<JoinHandle<(Controller<P>, Option<HostError>)>>,
     health: ControllerHealth,
 }
 
-impl std::fmt::Debug for AdminKeeper {
+impl<P: Provider> std::fmt::Debug for AdminKeeper<P> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AdminKeeper").finish()
     }
 }
 
-impl AdminKeeper {
+impl<P: Provider> AdminKeeper<P> {
     /// Starts the thread.
-    pub fn start(mut controller: Controller) -> AdminKeeper {
+    pub fn start(mut controller: Controller<P>) -> Self {
         let (stop, stopped) = channel::bounded::<()>(1);
         let health = ControllerHealth::new();
         let declare = health.clone();
@@ -146,17 +198,19 @@ impl AdminKeeper {
                     // Between Keep Alives the admin QP still needs its transport
                     // driven: ACKs to send, retransmissions, timers. Otherwise, under
                     // loss, the target's admin QP may run out of retries waiting for an
-                    // ACK this host only sends at the next Keep Alive.
+                    // ACK this host only sends at the next Keep Alive. The wait wakes
+                    // for packets and RC timers (soft) or completions (verbs).
                     let q = controller.admin_queue_mut();
                     q.progress();
-                    let now = Instant::now();
                     let wait = next_keep_alive
-                        .saturating_duration_since(now)
-                        .min(q.next_timer().unwrap_or(ADMIN_TICK))
+                        .saturating_duration_since(Instant::now())
                         .min(ADMIN_TICK)
                         .max(Duration::from_millis(1));
-                    match stopped.recv_timeout(wait) {
-                        Err(RecvTimeoutError::Timeout) => {
+                    q.wait(wait);
+                    // Completions of commands nobody waits for (none expected).
+                    q.poll(&mut Vec::new());
+                    match stopped.try_recv() {
+                        Err(TryRecvError::Empty) => {
                             if Instant::now() < next_keep_alive {
                                 continue;
                             }
@@ -190,7 +244,7 @@ impl AdminKeeper {
 
     /// Stops the thread and shuts the controller down after disconnecting
     /// `io_queues`. Returns a Keep Alive failure seen earlier, or the shutdown's error.
-    pub fn shutdown(mut self, io_queues: Vec<NvmeRdmaQueue>) -> Result<(), HostError> {
+    pub fn shutdown(mut self, io_queues: Vec<NvmeRdmaQueue<P>>) -> Result<(), HostError> {
         drop(self.stop.take());
         let Some(t) = self.thread.take() else {
             return Err(HostError::Disconnected);
@@ -204,7 +258,7 @@ impl AdminKeeper {
     }
 }
 
-impl Drop for AdminKeeper {
+impl<P: Provider> Drop for AdminKeeper<P> {
     fn drop(&mut self) {
         drop(self.stop.take());
         if let Some(t) = self.thread.take() {

@@ -16,11 +16,12 @@ use std::time::{Duration, Instant};
 use nvme::{Cqe, Sqe, Status};
 use nvmf_initiator::queue::{NvmeRdmaQueue, QueueCompletion, QueueConfig};
 use nvmf_initiator::{DataDir, HostError, QueueError};
-use transport::cm::{AcceptParams, CmEvent};
-use transport::soft::{CmAgent, DeviceConfig, QpInitAttr, SoftDevice};
+use transport::cm::CmEvent;
+use transport::soft::{DeviceConfig, QpInitAttr, SoftDevice};
+use transport::verbs::connection::ConnRequest;
 use transport::verbs::{
-    AccessFlags, AhAttr, QpAttr, QpCap, QpState, RecvWr, SendFlags, SendOp, SendWr, SgList, Sge,
-    WcStatus, WorkCompletion,
+    AccessFlags, ConnectionManager, Device as _, QpCap, RecvWr, SendFlags, SendOp, SendWr, SgList,
+    Sge, WcStatus, WorkCompletion,
 };
 
 const DEPTH: u16 = 8;
@@ -30,6 +31,8 @@ const RECV_LEN: usize = 64 + 4096;
 
 struct FakeTarget {
     stop: Arc<AtomicBool>,
+    /// The host disconnected (the target saw its DREQ).
+    disconnected: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -48,11 +51,19 @@ fn wc0() -> WorkCompletion {
 
 /// Starts the responder on `ip:4420`, serving one connection.
 fn start_target(ip: IpAddr) -> FakeTarget {
+    start_target_with(ip, DEPTH)
+}
+
+/// Starts the responder on `ip:4420`, serving one connection whose NVMe/RDMA accept
+/// carries `crqsize`. The QP is brought up by the transport's connection manager
+/// (`create_accept_qp`, `accept`), as the real target does it.
+fn start_target_with(ip: IpAddr, crqsize: u16) -> FakeTarget {
     let dev = SoftDevice::open(DeviceConfig::new(ip)).expect("target device");
-    let cm = CmAgent::start(&dev).expect("target CM");
+    let cm = dev.cm().expect("target CM");
     let events = cm.listen(4420).expect("listen");
     let stop = Arc::new(AtomicBool::new(false));
-    let stop2 = stop.clone();
+    let disconnected = Arc::new(AtomicBool::new(false));
+    let (stop2, disconnected2) = (stop.clone(), disconnected.clone());
     let thread = std::thread::spawn(move || {
         let mut ctx = dev.open_context(0).unwrap();
         // Wait for the REQ.
@@ -60,27 +71,19 @@ fn start_target(ip: IpAddr) -> FakeTarget {
             if stop2.load(Ordering::Acquire) {
                 return;
             }
-            if let Ok(ev @ CmEvent::ConnectRequest { .. }) =
-                events.recv_timeout(Duration::from_millis(5))
+            if let Some(req) = events
+                .recv_timeout(Duration::from_millis(5))
+                .ok()
+                .as_ref()
+                .and_then(ConnRequest::from_event)
             {
-                break ev;
+                break req;
             }
         };
-        let CmEvent::ConnectRequest {
-            id,
-            remote_ip,
-            remote_qpn,
-            remote_psn,
-            responder_resources,
-            flow_label,
-            private_data,
-            ..
-        } = req
-        else {
-            unreachable!()
-        };
-        let hrqsize = u16::from_le_bytes([private_data[4], private_data[5]]);
-        let hsqsize = u16::from_le_bytes([private_data[6], private_data[7]]);
+        let id = req.id;
+        let pd_ = &req.private_data;
+        let hrqsize = u16::from_le_bytes([pd_[4], pd_[5]]);
+        let hsqsize = u16::from_le_bytes([pd_[6], pd_[7]]);
         assert_eq!((hrqsize, hsqsize), (DEPTH, DEPTH - 1));
         let pd = dev.alloc_pd();
         let rmr = dev
@@ -96,24 +99,14 @@ fn start_target(ip: IpAddr) -> FakeTarget {
             max_recv_sge: 1,
             max_inline_data: 0,
         };
-        let qp = ctx
-            .create_qp(&QpInitAttr {
-                pd,
-                send_cq: cq,
-                recv_cq: cq,
-                srq: None,
-                cap,
-            })
-            .unwrap();
-        ctx.modify_qp(
-            qp,
-            &QpAttr {
-                qp_state: Some(QpState::Init),
-                qp_access_flags: Some(AccessFlags::LOCAL_WRITE),
-                ..Default::default()
-            },
-        )
-        .unwrap();
+        let init = QpInitAttr {
+            pd,
+            send_cq: cq,
+            recv_cq: cq,
+            srq: None,
+            cap,
+        };
+        let (qp, token) = cm.create_accept_qp(&mut ctx, &req, &init, 16).unwrap();
         for i in 0..usize::from(DEPTH) {
             let sge = Sge {
                 addr: rmr.addr() + (i * RECV_LEN) as u64,
@@ -129,53 +122,9 @@ fn start_target(ip: IpAddr) -> FakeTarget {
             )
             .unwrap();
         }
-        let psn = 0x1234;
-        ctx.modify_qp(
-            qp,
-            &QpAttr {
-                qp_state: Some(QpState::Rtr),
-                path_mtu: Some(dev.path_mtu()),
-                dest_qp_num: Some(remote_qpn),
-                rq_psn: Some(psn),
-                max_dest_rd_atomic: Some(0),
-                min_rnr_timer: Some(12),
-                ah_attr: Some(AhAttr {
-                    dest: remote_ip,
-                    flow_label,
-                    hop_limit: 64,
-                    traffic_class: 0,
-                }),
-                ..Default::default()
-            },
-        )
-        .unwrap();
-        ctx.modify_qp(
-            qp,
-            &QpAttr {
-                qp_state: Some(QpState::Rts),
-                sq_psn: Some(remote_psn),
-                timeout: Some(12),
-                retry_cnt: Some(7),
-                rnr_retry: Some(7),
-                max_rd_atomic: Some(responder_resources.min(16)),
-                ..Default::default()
-            },
-        )
-        .unwrap();
         let mut accept = vec![0u8; 32];
-        accept[2..4].copy_from_slice(&DEPTH.to_le_bytes());
-        cm.accept(
-            id,
-            AcceptParams {
-                local_qpn: qp.qpn(),
-                starting_psn: psn,
-                responder_resources: 0,
-                initiator_depth: responder_resources.min(16),
-                rnr_retry_count: 7,
-                private_data: accept,
-            },
-        )
-        .unwrap();
+        accept[2..4].copy_from_slice(&crqsize.to_le_bytes());
+        ConnectionManager::accept(&cm, id, token, &accept).unwrap();
 
         let mut store = vec![0u8; STORE];
         let mut sqhd: u16 = 0;
@@ -204,6 +153,11 @@ fn start_target(ip: IpAddr) -> FakeTarget {
         };
         let mut pending: Vec<WorkCompletion> = Vec::new();
         while !stop2.load(Ordering::Acquire) {
+            while let Ok(ev) = events.try_recv() {
+                if matches!(ev, CmEvent::Disconnected { .. }) {
+                    disconnected2.store(true, Ordering::Release);
+                }
+            }
             let n = ctx.poll_cq(cq, &mut wcs);
             pending.extend_from_slice(&wcs[..n]);
             let batch: Vec<WorkCompletion> = std::mem::take(&mut pending);
@@ -326,13 +280,14 @@ fn start_target(ip: IpAddr) -> FakeTarget {
     });
     FakeTarget {
         stop,
+        disconnected,
         thread: Some(thread),
     }
 }
 
 fn connect_host(host_ip: IpAddr, target_ip: IpAddr) -> NvmeRdmaQueue {
     let dev = SoftDevice::open(DeviceConfig::new(host_ip)).expect("host device");
-    let cm = CmAgent::start(&dev).expect("host CM");
+    let cm = dev.cm().expect("host CM");
     let ctx = dev.open_context(0).unwrap();
     let mut cfg = QueueConfig::new(1, DEPTH, MAX_IO, SocketAddr::new(target_ip, 4420));
     cfg.in_capsule_bytes = 4096;
@@ -557,4 +512,27 @@ fn target_disconnect_fails_outstanding_commands() {
         q.submit(Sqe::flush(0, 1), DataDir::None),
         Err(QueueError::Dead { .. })
     ));
+}
+
+/// A target whose NVMe/RDMA accept carries CRQSIZE 1 (a queue needs at least 2): the
+/// connection is established, then the host refuses the accept and disconnects, as a
+/// Linux host on librdmacm does.
+#[test]
+fn an_unusable_accept_is_refused_and_disconnected() {
+    let (t_ip, h_ip): (IpAddr, IpAddr) =
+        ("127.0.0.31".parse().unwrap(), "127.0.0.32".parse().unwrap());
+    let target = start_target_with(t_ip, 1);
+    let dev = SoftDevice::open(DeviceConfig::new(h_ip)).expect("host device");
+    let cm = dev.cm().expect("host CM");
+    let cfg = QueueConfig::new(1, DEPTH, MAX_IO, SocketAddr::new(t_ip, 4420));
+    let e = NvmeRdmaQueue::connect(dev.open_context(0).unwrap(), &cm, cfg).unwrap_err();
+    assert!(
+        matches!(&e, HostError::Protocol(m) if m.contains("CRQSIZE 1")),
+        "{e}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !target.disconnected.load(Ordering::Acquire) {
+        assert!(Instant::now() < deadline, "the target saw no disconnect");
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }

@@ -1,14 +1,17 @@
 //! [`NvmeRdmaQueue`]: executes a [`QueueCore`]'s decisions on one poll group, QP and CQ
-//! of the soft provider. Every data-path provider call of the host is in this file
-//! (`post_send`, `post_recv`, `poll_cq`, progress, wait, the CM's disconnect), so the
-//! switch to the transport's provider traits touches it and `connect` alone.
+//! of any provider (`P: Provider`, static dispatch through the transport's provider
+//! traits). Every data-path provider call of the host is in this file (`post_send`,
+//! `post_recv`, `poll_cq`, progress, the CQ's arming and wait, the CM's disconnect).
 use std::time::{Duration, Instant};
 
 use crossbeam::channel::{Receiver, RecvTimeoutError};
 use nvme::Sqe;
 use transport::cm::{CmEvent, ConnId};
-use transport::soft::{CmAgent, Context, Cq, Mr, Pd, Qp};
-use transport::verbs::{WcOpcode, WcStatus, WorkCompletion};
+use transport::soft::SoftProvider;
+use transport::verbs::{
+    CmOf, ConnectionManager as _, Context as _, ContextOf, Cq, MemoryRegion as _, MrOf, Pd,
+    Provider, Qp, WcOpcode, WcStatus, WorkCompletion,
+};
 
 use super::core::{Action, PostFailure, QueueCore, Submission, CQE_LEN, RSP_LEN};
 use super::QueueCompletion;
@@ -18,23 +21,28 @@ use crate::error::QueueError;
 /// Work completions taken from the CQ per `poll_cq` call.
 const WC_BATCH: usize = 64;
 
-/// One NVMe queue over one RC QP: see the [module docs](super).
-pub struct NvmeRdmaQueue {
+/// One NVMe queue over one RC QP of provider `P` (the soft provider unless named, so
+/// `NvmeRdmaQueue` alone is the soft provider's; `NvmeRdmaQueue<VerbsProvider>` runs on
+/// a real RDMA device): see the [module docs](super).
+pub struct NvmeRdmaQueue<P: Provider = SoftProvider> {
     pub(super) core: QueueCore,
-    pub(super) ctx: Context,
-    pub(super) cm: CmAgent,
+    pub(super) ctx: ContextOf<P>,
+    pub(super) cm: CmOf<P>,
     pub(super) conn: ConnId,
     pub(super) cm_events: Receiver<CmEvent>,
     pub(super) pd: Pd,
     pub(super) qp: Qp,
     pub(super) cq: Cq,
-    pub(super) data_mr: Mr,
-    pub(super) sqe_mr: Mr,
-    pub(super) rsp_mr: Mr,
+    pub(super) data_mr: MrOf<P>,
+    pub(super) sqe_mr: MrOf<P>,
+    pub(super) rsp_mr: MrOf<P>,
     pub(super) wc_buf: Vec<WorkCompletion>,
+    /// Completions [`NvmeRdmaQueue::wait`] took from the CQ after arming it
+    /// (`wc_buf[..stashed]`), handled first by the next [`NvmeRdmaQueue::poll`].
+    pub(super) stashed: usize,
 }
 
-impl std::fmt::Debug for NvmeRdmaQueue {
+impl<P: Provider> std::fmt::Debug for NvmeRdmaQueue<P> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("NvmeRdmaQueue")
             .field("qid", &self.core.qid())
@@ -50,7 +58,7 @@ pub(super) fn wc_buffer() -> Vec<WorkCompletion> {
     vec![WorkCompletion::new(0, WcStatus::Success, WcOpcode::Send, 0); WC_BATCH]
 }
 
-impl NvmeRdmaQueue {
+impl<P: Provider> NvmeRdmaQueue<P> {
     /// The queue ID.
     pub fn qid(&self) -> u16 {
         self.core.qid()
@@ -89,7 +97,7 @@ impl NvmeRdmaQueue {
         self.qp.qpn()
     }
     /// The poll group.
-    pub fn context(&self) -> &Context {
+    pub fn context(&self) -> &ContextOf<P> {
         &self.ctx
     }
     /// The iova of slot `cid`'s data buffer (what a keyed SGL of that slot names).
@@ -231,26 +239,24 @@ impl NvmeRdmaQueue {
     }
 
     /// Drives the poll group and appends finished commands to `out`; returns how many
-    /// it appended. Call it in a loop while commands are outstanding.
+    /// it appended. Never blocks. Call it in a loop while commands are outstanding.
     pub fn poll(&mut self, out: &mut Vec<QueueCompletion>) -> usize {
         let before = out.len();
+        let mut wcs = std::mem::take(&mut self.wc_buf);
+        let mut n = std::mem::take(&mut self.stashed);
         loop {
-            let mut wcs = std::mem::take(&mut self.wc_buf);
-            let n = self.ctx.poll_cq(self.cq, &mut wcs);
-            for wc in &wcs[..n] {
-                let rsp = self.core.response_index(wc).map(|i| {
-                    let mut raw = [0u8; CQE_LEN];
-                    self.rsp_mr.read(i * RSP_LEN, &mut raw);
-                    raw
-                });
-                self.core.handle_wc(wc, rsp, out);
-                self.run_actions(out);
+            if n == 0 {
+                n = self.ctx.poll_cq(self.cq, &mut wcs);
             }
-            self.wc_buf = wcs;
-            if n < self.wc_buf.len() {
+            for wc in &wcs[..n] {
+                self.handle_wc(wc, out);
+            }
+            if n < wcs.len() {
                 break;
             }
+            n = 0;
         }
+        self.wc_buf = wcs;
         self.check_cm_events();
         // Also when a submission noticed the DREQ first: what was outstanding then
         // will never complete.
@@ -258,28 +264,44 @@ impl NvmeRdmaQueue {
         out.len() - before
     }
 
+    /// Hands one work completion (with its response capsule's CQE, for a receive) to
+    /// the core and makes the posts it asks for.
+    fn handle_wc(&mut self, wc: &WorkCompletion, out: &mut Vec<QueueCompletion>) {
+        let rsp = self.core.response_index(wc).map(|i| {
+            let mut raw = [0u8; CQE_LEN];
+            self.rsp_mr.read(i * RSP_LEN, &mut raw);
+            raw
+        });
+        self.core.handle_wc(wc, rsp, out);
+        self.run_actions(out);
+    }
+
     /// One round of the poll group without reaping completions (keeps ACKs and
-    /// retransmissions going when nothing is outstanding).
+    /// retransmissions going when nothing is outstanding; nothing to do on a provider
+    /// whose device works on its own, such as the verbs provider).
     pub fn progress(&mut self) {
         self.ctx.progress();
     }
 
-    /// Sends any ACKs `poll` deferred, then blocks up to `timeout` until a packet
-    /// arrives for this poll group.
+    /// Sleeps up to `timeout` until the queue's CQ has a completion (or the poll group
+    /// has other work: the soft provider wakes for every packet and timer; see
+    /// [`transport::verbs::Context::wait`]). Arms the CQ (`ibv_req_notify_cq`) and
+    /// polls it once more first, so a completion that arrived after the last
+    /// [`poll`](Self::poll) is not slept over: it is kept for the next `poll`, which
+    /// should follow every `wait`.
     pub fn wait(&mut self, timeout: Duration) {
-        self.ctx.wait(timeout)
-    }
-
-    /// The earliest RC timer of the poll group, as a duration from now.
-    pub fn next_timer(&self) -> Option<Duration> {
-        let now = self.ctx.now();
-        self.ctx.next_timeout().map(|t| {
-            if t <= now {
-                Duration::ZERO
-            } else {
-                t.since(now)
-            }
-        })
+        if self.stashed > 0 {
+            return;
+        }
+        if self.ctx.req_notify_cq(self.cq).is_err() {
+            // Unknown CQ: cannot happen for the queue's own; sleep the time out.
+            self.ctx.wait(timeout);
+            return;
+        }
+        self.stashed = self.ctx.poll_cq(self.cq, &mut self.wc_buf);
+        if self.stashed == 0 {
+            self.ctx.wait(timeout);
+        }
     }
 
     /// Disconnects (RDMA CM DREQ) and waits up to `timeout` for the DREP. The queue is
@@ -315,7 +337,7 @@ impl NvmeRdmaQueue {
     }
 }
 
-impl Drop for NvmeRdmaQueue {
+impl<P: Provider> Drop for NvmeRdmaQueue<P> {
     fn drop(&mut self) {
         if !self.core.is_disconnected() {
             let _ = self.cm.disconnect(self.conn);

@@ -9,10 +9,12 @@
 //!   capsule's bytes, a disconnect) and returns what to post and which commands
 //!   completed; it never calls the provider;
 //! - [`driver`]: [`NvmeRdmaQueue`], which owns the poll group, the QP, the CQ and the
-//!   registered memory, and executes what the core asks for (every data-path provider
-//!   call of the host is there);
-//! - `connect`: the queue's resources and its RDMA CM connection (REQ with the
-//!   NVMe/RDMA private data, Init -> RTR -> RTS, RTU).
+//!   registered memory of any provider (`P: Provider`, the soft provider by default),
+//!   and executes what the core asks for (every data-path provider call of the host is
+//!   there);
+//! - `connect`: the queue's resources and its connection through the provider's
+//!   connection manager (`ConnectionManager::connect`, which brings the QP to RTS),
+//!   with the NVMe/RDMA private data and the accept's CRQSIZE check.
 //!
 //! Life of a command: [`NvmeRdmaQueue::submit`] builds the capsule
 //! ([`crate::capsule::build_capsule`]); a keyed SGL first binds the slot's window over
@@ -41,12 +43,10 @@ pub use self::driver::NvmeRdmaQueue;
 
 /// NVMe/RDMA's RDMA CM port (NVMe over Fabrics: TRSVCID 4420).
 pub const NVME_RDMA_PORT: u16 = 4420;
-/// Default local ACK timeout code: 4.096 us x 2^17 = 537 ms (IBTA §9.7.6.1.3); with
-/// retry count 7 a silent target fails the queue after about 4.3 s. Linux hosts ask for
-/// 0x13 (2.1 s). Loss is repaired faster by the adaptive retransmission timer, which
-/// this only caps; 16.8 ms (the former value) failed queues to Linux targets in
-/// emulated VMs, which stall for longer than 8 x 16.8 ms (tests/interop).
-pub const DEFAULT_LOCAL_ACK_TIMEOUT: u8 = 17;
+/// The default local ACK timeout code of a queue: the transport's
+/// (4.096 us x 2^17 = 537 ms, IBTA §9.7.6.1.3; see its docs for why). Linux hosts ask
+/// for 0x13 (2.1 s).
+pub use transport::verbs::connection::DEFAULT_ACK_TIMEOUT;
 /// RDMA READs the host accepts in flight from the target (its IRD).
 pub const DEFAULT_RESPONDER_RESOURCES: u8 = 16;
 
@@ -69,7 +69,7 @@ pub struct QueueConfig {
     pub cntlid: u16,
     /// How long to wait for the CM exchange.
     pub connect_timeout: Duration,
-    /// Local ACK timeout code (IBTA §9.7.6.1.3).
+    /// Local ACK timeout code (IBTA §9.7.6.1.3), asked of the connection manager.
     pub local_ack_timeout: u8,
     /// RDMA READs accepted in flight (IRD), announced as CM responder resources.
     pub responder_resources: u8,
@@ -77,7 +77,7 @@ pub struct QueueConfig {
 
 impl QueueConfig {
     /// A queue `qid` of `depth` slots of `max_io_bytes` toward `target`, no in-capsule
-    /// data, 5 s connect timeout, ACK timeout [`DEFAULT_LOCAL_ACK_TIMEOUT`], IRD
+    /// data, 5 s connect timeout, ACK timeout [`DEFAULT_ACK_TIMEOUT`], IRD
     /// [`DEFAULT_RESPONDER_RESOURCES`].
     pub fn new(qid: u16, depth: u16, max_io_bytes: usize, target: SocketAddr) -> Self {
         QueueConfig {
@@ -88,7 +88,7 @@ impl QueueConfig {
             target,
             cntlid: 0,
             connect_timeout: Duration::from_secs(5),
-            local_ack_timeout: DEFAULT_LOCAL_ACK_TIMEOUT,
+            local_ack_timeout: DEFAULT_ACK_TIMEOUT,
             responder_resources: DEFAULT_RESPONDER_RESOURCES,
         }
     }

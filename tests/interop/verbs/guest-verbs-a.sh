@@ -8,6 +8,9 @@
 #   3. pingpong  verbs_pingpong servers: 7471 (region behind a memory window) and 7472
 #                (the MR's rkey) for VM B's verbs clients, 7474 for the host's soft-provider
 #                client (hook-soft.sh); touches $LP_OUT/ready once all listen
+#   4. nvmet     Linux nvmet-rdma (64 MiB null_blk, nqn.2026-11.io.example:ref, :4420)
+#                for VM B's nvmf-bench on the verbs provider; touches
+#                $LP_OUT/nvmet-ready, waits for /host/out/B/bench-done
 # One `cell <name> PASS|FAIL <reason>` line per step, also in $LP_OUT/cells.txt.
 . /host/scenarios/lib.sh
 CELLS="$LP_OUT/cells.txt"
@@ -63,5 +66,18 @@ cat "$LP_OUT/pingpong-server-mw.txt" "$LP_OUT/pingpong-server-mr.txt" "$LP_OUT/p
     cell pingpong-server-mr FAIL "exit $r2: $(tail -2 "$LP_OUT/pingpong-server-mr.txt" | tr '\n' ' ')"
 [ $r3 = 0 ] && cell pingpong-server-for-soft PASS "$(tail -1 "$LP_OUT/pingpong-server-soft.txt")" ||
     cell pingpong-server-for-soft FAIL "exit $r3: $(tail -2 "$LP_OUT/pingpong-server-soft.txt" | tr '\n' ' ')"
+
+echo "--- nvmet-rdma for VM B's nvmf-bench"
+NQN=nqn.2026-11.io.example:ref
+nvmet_setup rdma "$LP_ADDR" 4420 "$NQN" ipv4
+if [ -L "/sys/kernel/config/nvmet/ports/1/subsystems/$NQN" ] &&
+    [ "$(cat "/sys/kernel/config/nvmet/subsystems/$NQN/namespaces/1/enable" 2>/dev/null)" = 1 ]; then
+    cell nvmet-A PASS "nvmet-rdma on $LP_ADDR:4420: 64 MiB null_blk, $NQN"
+else
+    cell nvmet-A FAIL "nvmet setup failed: $(dmesg | grep -iE 'nvmet|null' | tail -3 | tr '\n' ' ')"
+fi
+touch "$LP_OUT/nvmet-ready"
+wait_file /host/out/B/bench-done "${LP_BENCH_TIMEOUT:-600}"
+dmesg | grep -iE 'nvmet' | tail -20
 rxe_counters >"$LP_OUT/rxe-counters.txt"
 echo "guest A scenario took $(awk -v t0="$T0" '{printf "%.1f", $1-t0}' /proc/uptime)s"

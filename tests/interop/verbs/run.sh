@@ -4,15 +4,21 @@
 #
 #   tests/interop/verbs/run.sh          (as root)
 #
-# Builds (release) verbs_devinfo, verbs_pingpong and the device tests verbs_rxe, puts
-# them on the guests' 9p share (/host/bin) and boots:
+# Builds (release) verbs_devinfo, verbs_pingpong, the device tests verbs_rxe and
+# nvmf-bench with --features verbs, and nvmf-target, puts them on the guests' 9p share
+# (/host/bin) and boots:
 #   VM A 192.168.77.10  guest-verbs-a.sh: devinfo, the device tests (--ignored) on rxe0,
-#                       two ping-pong servers (memory window / MR rkey)
+#                       two ping-pong servers (memory window / MR rkey), then Linux
+#                       nvmet-rdma (64 MiB null_blk) for B's nvmf-bench
 #   VM B 192.168.77.11  guest-verbs-b.sh: devinfo, ping-pong clients against A over the
 #                       bridge (SEND, RDMA WRITE, RDMA READ, 1 B .. 1 MiB, bytes checked)
-#                       and against the host's soft-provider server
+#                       and against the host's soft-provider server; then nvmf-bench
+#                       --provider verbs --verify crc32c (randrw 4k/128k x QD1/QD32)
+#                       against the host's nvmf-target (nvme-soft-*) and A's nvmet-rdma
+#                       (nvme-linux-*)
 #   host 192.168.77.1   hook-soft.sh: soft_pingpong (the soft provider) as server for B
-#                       and as client of A: soft <-> verbs both ways
+#                       and as client of A: soft <-> verbs both ways; nvmf-target (the
+#                       soft provider) on 192.168.77.3 for B's nvmf-bench
 # and prints one `cell <name> PASS|FAIL <reason>` line per step.
 # Exit status: 0 all cells passed, 1 a cell failed, 2 it cannot run here (the reason).
 #
@@ -53,17 +59,23 @@ if [ "${VERBS_NO_BUILD:-0}" != 1 ]; then
         cannot "building soft_pingpong failed: $(tail -3 "$OUT/build.log" | tr '\n' ' ')"
     (cd "$REPO" && cargo test --release -p transport --features verbs --test verbs_rxe --no-run) >>"$OUT/build.log" 2>&1 ||
         cannot "building the device tests failed: $(tail -3 "$OUT/build.log" | tr '\n' ' ')"
+    # nvmf-target (the soft provider, default features) for the host side, nvmf-bench
+    # with the verbs provider for the guests (build/release/nvmf-bench links rdma-core
+    # until the next default build of the bench)
+    (cd "$REPO" && cargo build --release -p nvmf-target --bin nvmf-target &&
+        cargo build --release -p nvmf-bench --features verbs --bin nvmf-bench) >>"$OUT/build.log" 2>&1 ||
+        cannot "building nvmf-target and nvmf-bench (--features verbs) failed: $(tail -3 "$OUT/build.log" | tr '\n' ' ')"
     TEST_BIN=$(sed -nE 's#.*Executable tests/verbs_rxe.rs \((.*)\)#\1#p' "$OUT/build.log" | tail -1)
     case "$TEST_BIN" in /*) ;; *) TEST_BIN="$REPO/$TEST_BIN" ;; esac
 else
     TEST_BIN="${VERBS_TEST_BIN:-$(ls -t "$BIN_DIR"/deps/verbs_rxe-* 2>/dev/null | grep -v '\.d$' | head -1)}"
 fi
 for b in "$BIN_DIR/examples/verbs_devinfo" "$BIN_DIR/examples/verbs_pingpong" \
-    "$BIN_DIR/examples/soft_pingpong" "$TEST_BIN"; do
+    "$BIN_DIR/examples/soft_pingpong" "$BIN_DIR/nvmf-bench" "$BIN_DIR/nvmf-target" "$TEST_BIN"; do
     [ -x "$b" ] || cannot "$b not built"
 done
 cp "$BIN_DIR/examples/verbs_devinfo" "$BIN_DIR/examples/verbs_pingpong" \
-    "$BIN_DIR/examples/soft_pingpong" "$OUT/run/bin/"
+    "$BIN_DIR/examples/soft_pingpong" "$BIN_DIR/nvmf-bench" "$BIN_DIR/nvmf-target" "$OUT/run/bin/"
 cp "$TEST_BIN" "$OUT/run/bin/verbs_rxe"
 
 # ---- a writable copy of linux-peer with our guest scenarios ------------------------------
@@ -89,7 +101,9 @@ for f in "$OUT/run/out/A/cells.txt" "$OUT/run/out/B/cells.txt" "$OUT/run/cells-h
     [ -f "$f" ] && cat "$f" >>"$CELLS"
 done
 for c in devinfo-A tests pingpong-server-mw pingpong-server-mr pingpong-server-for-soft \
-    devinfo-B pingpong-mw pingpong-mr pingpong-soft soft-client soft-server; do
+    devinfo-B pingpong-mw pingpong-mr pingpong-soft soft-client soft-server \
+    nvmet-A nvme-soft-4k-qd1 nvme-soft-4k-qd32 nvme-soft-128k-qd1 nvme-soft-128k-qd32 \
+    nvme-linux-4k-qd1 nvme-linux-4k-qd32 nvme-linux-128k-qd1 nvme-linux-128k-qd32 soft-target; do
     grep -q "^cell $c " "$CELLS" || echo "cell $c FAIL never reported (see $OUT/run/console-*.log)" >>"$CELLS"
 done
 if command -v tcpdump >/dev/null && [ -s "$OUT/verbs.pcap" ]; then

@@ -8,6 +8,16 @@ use crate::verbs::{WcOpcode, WcStatus, WorkCompletion};
 const IBV_WC_WITH_IMM: u32 = 1 << 1;
 /// IBV_WC_WITH_INV in `ibv_wc.wc_flags`.
 const IBV_WC_WITH_INV: u32 = 1 << 3;
+/// The kernel's IB_WC_WITH_INVALIDATE (`enum ib_wc_flags`: 1 << 2, which is
+/// IBV_WC_IP_CSUM_OK to libibverbs). Linux rxe writes the kernel's flag into user CQs
+/// unchanged (`rxe_resp.c` `do_complete`: `uwc->wc_flags |= IB_WC_WITH_INVALIDATE`,
+/// through 6.1 at least), so on rxe a SEND with Invalidate arrives with this bit and
+/// the rkey in the union. Missing it is not harmless: the host would then invalidate
+/// the already invalidated memory window itself, and rxe 6.1 dereferences NULL on a
+/// LOCAL_INV of a free type 2 window (`rxe_invalidate_mw`), a kernel panic. An RC
+/// receive never carries an IP checksum verdict (offload of raw packet and UD QPs), so
+/// on a receive with a non-zero rkey and no immediate this bit means invalidation.
+const IB_WC_WITH_INVALIDATE_KERNEL: u32 = 1 << 2;
 
 /// The model's status of an `enum ibv_wc_status` value; a value this rdma-core does not
 /// know (a newer provider's) is reported as IBV_WC_GENERAL_ERR.
@@ -79,10 +89,21 @@ pub fn work_completion(wc: &ibv_wc) -> WorkCompletion {
         byte_len: wc.byte_len,
         // imm_data is __be32: the model carries it as the value read in network order.
         imm_data: (ok && wc.wc_flags & IBV_WC_WITH_IMM != 0).then(|| u32::from_be(union)),
-        invalidated_rkey: (ok && wc.wc_flags & IBV_WC_WITH_INV != 0).then_some(union),
+        invalidated_rkey: (ok && invalidated(wc, opcode, union)).then_some(union),
         qp_num: wc.qp_num,
         src_qp: wc.src_qp,
     }
+}
+
+/// Whether `wc` (a successful completion of `opcode`) reports a remote invalidation of
+/// `union`: IBV_WC_WITH_INV, or rxe's kernel flag ([`IB_WC_WITH_INVALIDATE_KERNEL`]).
+fn invalidated(wc: &ibv_wc, opcode: WcOpcode, union: u32) -> bool {
+    let flags = wc.wc_flags;
+    flags & IBV_WC_WITH_INV != 0
+        || (opcode == WcOpcode::Recv
+            && flags & IB_WC_WITH_INVALIDATE_KERNEL != 0
+            && flags & IBV_WC_WITH_IMM == 0
+            && union != 0)
 }
 
 #[cfg(test)]
@@ -193,6 +214,14 @@ mod tests {
         assert_eq!((w.wr_id, w.byte_len, w.qp_num), (7, 64, 0x11));
         let w = work_completion(&wc(0, ibv_wc_opcode::IBV_WC_RECV, IBV_WC_WITH_INV, 0xabcd));
         assert_eq!((w.imm_data, w.invalidated_rkey), (None, Some(0xabcd)));
+        // Linux rxe: the kernel's IB_WC_WITH_INVALIDATE (1 << 2) with IBV_WC_GRH.
+        let w = work_completion(&wc(0, ibv_wc_opcode::IBV_WC_RECV, 1 | 1 << 2, 0xce4));
+        assert_eq!((w.imm_data, w.invalidated_rkey), (None, Some(0xce4)));
+        // The same bit without an rkey, or on a send completion, is no invalidation.
+        let w = work_completion(&wc(0, ibv_wc_opcode::IBV_WC_RECV, 1 << 2, 0));
+        assert_eq!(w.invalidated_rkey, None);
+        let w = work_completion(&wc(0, ibv_wc_opcode::IBV_WC_SEND, 1 << 2, 0xce4));
+        assert_eq!(w.invalidated_rkey, None);
         let w = work_completion(&wc(5, 0xdead, IBV_WC_WITH_IMM, 1));
         assert_eq!(w.status, WcStatus::WrFlushErr);
         assert_eq!(w.imm_data, None, "no fields of an error completion");

@@ -185,8 +185,30 @@ pub unsafe fn post_send_list(
         if rc != 0 {
             return Err(post_err("ibv_post_send", rc));
         }
+        note_bound_rkeys(chunk, keys);
     }
     Ok(())
+}
+
+/// Records the new rkey of every window a posted chunk binds in its `ibv_mw.rkey`: the
+/// provider names the window by that field in the next bind (rdma-core's rxe passes it
+/// as `mw_rkey`, and the kernel refuses a bind whose `mw_rkey` is not the window's
+/// current rkey with IBV_WC_MW_BIND_ERR), and `ibv_post_send` does not update it
+/// (`ibv_bind_mw` does, for the type 1 windows it serves).
+///
+/// # Safety
+/// The windows `keys` resolves are live.
+unsafe fn note_bound_rkeys(posted: &[SendWr], keys: &impl KeyResolver) {
+    for wr in posted {
+        if let SendOp::BindMw {
+            mw_handle, rkey, ..
+        } = wr.op
+        {
+            if let Some(mw) = keys.mw(mw_handle) {
+                (*mw).rkey = rkey;
+            }
+        }
+    }
 }
 
 fn fill_recv(wr: &RecvWr, sge: &mut [ibv_sge; MAX_SGE]) -> ibv_recv_wr {
@@ -360,6 +382,43 @@ mod tests {
             &[],
         );
         assert_eq!(fill(&unknown).err(), Some(VerbsError::NoSuchObject));
+    }
+
+    #[test]
+    fn a_posted_bind_records_the_new_rkey_in_the_window() {
+        // SAFETY: plain data.
+        let mut mw: ibv_mw = unsafe { std::mem::zeroed() };
+        mw.rkey = 0x100;
+        struct One(*mut ibv_mw);
+        impl KeyResolver for One {
+            fn mw(&self, h: u32) -> Option<*mut ibv_mw> {
+                (h >> 8 == 1).then_some(self.0)
+            }
+            fn mr(&self, _: u32) -> Option<*mut ibv_mr> {
+                None
+            }
+        }
+        let bind = |rkey| {
+            wr(
+                SendOp::BindMw {
+                    mw_handle: 0x100,
+                    rkey,
+                    mr_lkey: 0x200,
+                    addr: 0x7000,
+                    length: 4096,
+                    access: AccessFlags::REMOTE_READ,
+                },
+                SendFlags::empty(),
+                &[],
+            )
+        };
+        let send = wr(SendOp::Send, SendFlags::empty(), &[SGE]);
+        // SAFETY: the window is a live local.
+        unsafe { note_bound_rkeys(&[send, bind(0x105)], &One(&mut mw)) };
+        assert_eq!(mw.rkey, 0x105);
+        // SAFETY: as above.
+        unsafe { note_bound_rkeys(&[bind(0x1ff), send], &One(&mut mw)) };
+        assert_eq!(mw.rkey, 0x1ff);
     }
 
     #[test]

@@ -15,13 +15,13 @@ use crossbeam::channel::Receiver;
 use crate::cm::{CmError, CmEvent, ConnId};
 use crate::verbs::{Mtu, Qp, VerbsError};
 
-/// IBTA Table 112 REJ reason 10, "stale connection": the passive side still holds a
-/// connection with the REQ's QPN or communication ID (in TimeWait). The caller may
-/// retry with another QP, a bounded number of times.
-pub const CM_REJ_STALE_CONN: u16 = 10;
-/// IBTA Table 112 REJ reason 28, "consumer defined": the rejecting application said no
-/// (`rdma_reject`); its private data says why (NVMe/RDMA: the RDMA_CM_REJECT record).
-pub const CM_REJ_CONSUMER_DEFINED: u16 = 28;
+/// The REJ reasons (IBTA Vol 1 Table 112) the connection API speaks of, defined once
+/// with the CM's wire formats: 10, "stale connection" (the passive side still holds a
+/// connection with the REQ's QPN or communication ID, in TimeWait; retry with another
+/// QP, a bounded number of times: [`ConnError::Stale`]), and 28, "consumer defined"
+/// (the rejecting application said no, `rdma_reject`; its private data says why,
+/// NVMe/RDMA: the RDMA_CM_REJECT record).
+pub use crate::wire::cm::{CM_REJ_CONSUMER_DEFINED, CM_REJ_STALE_CONN};
 
 /// The IBTA local ACK timeout (4.096 us x 2^17 = 537 ms, IBTA Vol 1 §9.7.6.1.3) of QPs
 /// the soft provider's connection manager brings up: the passive side's always, the
