@@ -23,11 +23,14 @@ use nvme::status::{CommandSpecificStatus, GenericStatus, Status};
 use nvme::{Cqe, Sgl, Sqe};
 
 use crate::admin::{self, AdminOutcome, DataDirection};
-use crate::capsule::{classify, Kind};
 use crate::controller::Controller;
 use crate::fabrics::{self, ConnectOutcome};
 use crate::io::{self, IoCommand};
 use crate::subsystem::Registry;
+
+/// The poll group's capsule decision, re-exported for the capsule benchmark
+/// (`benches/capsule.rs`), which times it on its own.
+pub use crate::capsule::{classify, Kind};
 
 /// Bytes of the SQE at the start of a command capsule.
 pub const SQE_LEN: usize = 64;
