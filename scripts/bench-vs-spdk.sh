@@ -44,7 +44,7 @@ fstype=$(findmnt -n -o FSTYPE -T "$EMBEDDED_DIR")
 [[ $fstype == ext4 ]] || die "EMBEDDED_DIR $EMBEDDED_DIR is on $fstype, not ext4 (both stacks read a file on ext4); set EMBEDDED_DIR to a directory on ext4"
 
 if [[ -z ${NVMF_BENCH:-} || -z ${UDP_PINGPONG:-} ]]; then
-    cargo build --release --quiet --bin nvmf-bench
+    cargo build --release --quiet -p nvmf-bench --bin nvmf-bench
     cargo build --release --quiet -p transport --example udp_pingpong
     dir=$(cargo metadata --format-version 1 --no-deps |
         python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')/release

@@ -7,8 +7,10 @@
 //! - [`transport`]: the verbs model, RoCEv2 wire format, RC protocol core, connection
 //!   manager and the software RoCEv2 provider;
 //! - [`nvmf_target`]: the NVMe-oF target (subsystems, controllers, io_uring namespaces);
-//! - [`nvmf_initiator`]: the host library and `nvmf-bench`.
+//! - [`nvmf_initiator`]: the host library;
+//! - [`nvmf_bench`]: `nvmf-bench`, fio's workloads over NVMe-oF, with its embedded target.
 pub use nvme;
+pub use nvmf_bench;
 pub use nvmf_initiator;
 pub use nvmf_target;
 pub use transport;

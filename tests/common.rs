@@ -1,6 +1,7 @@
 //! Shared helpers of the workspace's integration tests: an in-process target on its
 //! own loopback address with a real file, and a host on another.
 #![allow(dead_code)]
+use std::collections::VecDeque;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -33,6 +34,11 @@ static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 /// A target on 127.0.0.`last` serving one namespace on a fresh sparse file of `size`
 /// bytes (512-byte blocks) in a temp directory on the regular file system.
 pub fn start_target(last: u8, size: u64) -> TestTarget {
+    start_target_with(last, size, |_| {})
+}
+
+/// [`start_target`], with the configuration edited by `edit` before the target starts.
+pub fn start_target_with(last: u8, size: u64, edit: impl FnOnce(&mut TargetConfig)) -> TestTarget {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
@@ -42,7 +48,8 @@ pub fn start_target(last: u8, size: u64) -> TestTarget {
     let serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("ns1.img");
-    let cfg = TargetConfig::default_for(ip(last), NQN, &path, size);
+    let mut cfg = TargetConfig::default_for(ip(last), NQN, &path, size);
+    edit(&mut cfg);
     let target = nvmf_target::start(&cfg).expect("start target");
     TestTarget {
         target,
@@ -103,4 +110,109 @@ pub fn wait(q: &mut NvmeRdmaQueue, cid: u16) -> Result<nvme::Cqe, HostError> {
         }
         out = Vec::new();
     }
+}
+
+/// Writes (or reads and checks) `count` blocks of `size` bytes at consecutive
+/// offsets from `base`, keeping `depth` commands in flight, spread over the queues.
+pub fn pass(
+    host: &mut nvmf_initiator::SyncHost,
+    base: u64,
+    size: usize,
+    count: usize,
+    depth: usize,
+    write: bool,
+    tag: u8,
+) {
+    let queues = host.io_queues();
+    let nq = queues.len();
+    let blocks = (size / 512) as u16;
+    let mut next = 0usize;
+    let mut inflight: Vec<VecDeque<(u16, u64)>> = vec![VecDeque::new(); nq];
+    let mut done = 0usize;
+    let mut out = Vec::new();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while done < count {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "I/O pass stalled: size {size} depth {depth}"
+        );
+        for (qi, q) in queues.iter_mut().enumerate() {
+            while next < count
+                && inflight.iter().map(|f| f.len()).sum::<usize>() < depth
+                && q.can_submit()
+            {
+                let off = base + (next * size) as u64;
+                let slba = off / 512;
+                let cid = if write {
+                    let data = pattern(off, size, tag);
+                    q.submit_with(
+                        Sqe::write(0, 1, slba, blocks - 1, false),
+                        DataDir::HostToController { len: size },
+                        |b| b[..size].copy_from_slice(&data),
+                    )
+                } else {
+                    q.submit(
+                        Sqe::read(0, 1, slba, blocks - 1, false),
+                        DataDir::ControllerToHost { len: size },
+                    )
+                }
+                .expect("submit");
+                inflight[qi].push_back((cid, off));
+                next += 1;
+                if inflight[qi].len() * nq >= depth {
+                    break;
+                }
+            }
+            out.clear();
+            q.poll(&mut out);
+            for c in out.drain(..) {
+                let QueueCompletion { cid, result } = c;
+                let cqe = result.unwrap_or_else(|e| {
+                    panic!("size {size} depth {depth}: command failed: {e}; host device counters {:?}, host QP {:?}", q.context().device().counters().snapshot(), q.context().qp_counters(transport::soft::Qp(q.qp_num())))
+                });
+                assert!(cqe.status().is_success());
+                let pos = inflight[qi]
+                    .iter()
+                    .position(|(c, _)| *c == cid)
+                    .expect("known cid");
+                let (_, off) = inflight[qi].remove(pos).unwrap();
+                if !write {
+                    let got = &q.buffer(cid)[..size];
+                    let want = pattern(off, size, tag);
+                    assert!(
+                        got == &want[..],
+                        "data mismatch at offset {off} (size {size}, depth {depth})"
+                    );
+                }
+                done += 1;
+            }
+        }
+    }
+}
+
+/// Fails the test unless it runs as root, saying it needs root for `what`.
+pub fn require_root(what: &str) {
+    // SAFETY: geteuid has no preconditions.
+    let euid = unsafe { libc::geteuid() };
+    assert!(
+        euid == 0,
+        "needs root: this test {what}; run it as root, as .ci/run does"
+    );
+}
+
+/// Runs `cmd args` and returns its standard output, trimmed; fails the test, with its
+/// standard error, when it cannot run or fails.
+pub fn sh(cmd: &str, args: &[&str]) -> String {
+    let out = std::process::Command::new(cmd)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| {
+            panic!("cannot run {cmd}: {e} (util-linux has losetup and mount, e2fsprogs mkfs.ext4)")
+        });
+    assert!(
+        out.status.success(),
+        "{cmd} {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }

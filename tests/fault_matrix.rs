@@ -13,10 +13,9 @@
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
-use nvmf_initiator::bench::{
-    run, FaultSummary, Job, JobSpec, RunOptions, RwMode, VerifyMode, VerifySummary,
-};
-use nvmf_initiator::{HostOptions, QueueEngine, SyncHost};
+use nvmf_bench::QueueEngine;
+use nvmf_bench::{run, FaultSummary, Job, JobSpec, RunOptions, RwMode, VerifyMode, VerifySummary};
+use nvmf_initiator::{HostOptions, SyncHost};
 use nvmf_target::config::TargetConfig;
 use transport::soft::{DeviceCountersSnapshot, FaultConfig};
 

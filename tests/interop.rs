@@ -6,6 +6,7 @@
 //!   `nvmf-target`: discover, connect, list, id-ctrl, id-ns, 4 KiB / 128 KiB at QD 1 / 32,
 //!   flush, blkdiscard reading back zeroes, disconnect, data intact in our backing file;
 //! - our initiator (`nvmf-bench --verify crc32c`) against Linux's nvmet-rdma target;
+//! - both directions again over IPv6 (fd77::/64, where Linux rxe sends UDP checksum 0);
 //! - tshark's decoding of both captures (RoCEv2, CM, NVMe-oF, no malformed packet
 //!   beyond the multi-packet limitation Linux's own capture shows), ICRCs recomputed.
 //!
@@ -13,7 +14,7 @@
 //! (`.ci/run` installs them), so plain `cargo test --workspace` lists it as ignored;
 //! `.ci/run` runs it with `cargo test --test interop -- --ignored`. Run that way, it
 //! FAILS and says why wherever the matrix cannot run: it never passes by not running.
-//! It takes a few minutes: two guest boots under TCG emulation.
+//! It takes a few minutes: four guest boots under TCG emulation.
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -32,14 +33,8 @@ fn build_bins(repo: &Path) -> (PathBuf, PathBuf) {
     let dir = profile_dir();
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = Command::new(cargo);
-    cmd.current_dir(repo).args([
-        "build",
-        "-p",
-        "nvmf-target",
-        "-p",
-        "nvmf-initiator",
-        "--bins",
-    ]);
+    cmd.current_dir(repo)
+        .args(["build", "-p", "nvmf-target", "-p", "nvmf-bench", "--bins"]);
     if dir.file_name().is_some_and(|n| n == "release") {
         cmd.arg("--release");
     }

@@ -4,93 +4,13 @@
 //! and compared byte for byte, and the counters that show which paths ran.
 mod common;
 
-use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 
 use common::*;
 use nvme::Sqe;
 use nvmf_initiator::capsule::DataDir;
-use nvmf_initiator::queue::QueueCompletion;
 
 const SIZES: [usize; 6] = [512, 4096, 8192, 65536, 131072, 1 << 20];
-
-/// Writes (or reads and checks) `count` blocks of `size` bytes at consecutive
-/// offsets from `base`, keeping `depth` commands in flight, spread over the queues.
-fn pass(
-    host: &mut nvmf_initiator::SyncHost,
-    base: u64,
-    size: usize,
-    count: usize,
-    depth: usize,
-    write: bool,
-    tag: u8,
-) {
-    let queues = host.io_queues();
-    let nq = queues.len();
-    let blocks = (size / 512) as u16;
-    let mut next = 0usize;
-    let mut inflight: Vec<VecDeque<(u16, u64)>> = vec![VecDeque::new(); nq];
-    let mut done = 0usize;
-    let mut out = Vec::new();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while done < count {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "I/O pass stalled: size {size} depth {depth}"
-        );
-        for (qi, q) in queues.iter_mut().enumerate() {
-            while next < count
-                && inflight.iter().map(|f| f.len()).sum::<usize>() < depth
-                && q.can_submit()
-            {
-                let off = base + (next * size) as u64;
-                let slba = off / 512;
-                let cid = if write {
-                    let data = pattern(off, size, tag);
-                    q.submit_with(
-                        Sqe::write(0, 1, slba, blocks - 1, false),
-                        DataDir::HostToController { len: size },
-                        |b| b[..size].copy_from_slice(&data),
-                    )
-                } else {
-                    q.submit(
-                        Sqe::read(0, 1, slba, blocks - 1, false),
-                        DataDir::ControllerToHost { len: size },
-                    )
-                }
-                .expect("submit");
-                inflight[qi].push_back((cid, off));
-                next += 1;
-                if inflight[qi].len() * nq >= depth {
-                    break;
-                }
-            }
-            out.clear();
-            q.poll(&mut out);
-            for c in out.drain(..) {
-                let QueueCompletion { cid, result } = c;
-                let cqe = result.unwrap_or_else(|e| {
-                    panic!("size {size} depth {depth}: command failed: {e}; host device counters {:?}, host QP {:?}", q.context().device().counters().snapshot(), q.context().qp_counters(transport::soft::Qp(q.qp_num())))
-                });
-                assert!(cqe.status().is_success());
-                let pos = inflight[qi]
-                    .iter()
-                    .position(|(c, _)| *c == cid)
-                    .expect("known cid");
-                let (_, off) = inflight[qi].remove(pos).unwrap();
-                if !write {
-                    let got = &q.buffer(cid)[..size];
-                    let want = pattern(off, size, tag);
-                    assert!(
-                        got == &want[..],
-                        "data mismatch at offset {off} (size {size}, depth {depth})"
-                    );
-                }
-                done += 1;
-            }
-        }
-    }
-}
 
 #[test]
 fn patterned_data_round_trips_at_qd1_and_qd32() {

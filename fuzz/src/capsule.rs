@@ -3,17 +3,24 @@
 //!
 //! One registry per input: subsystem [`FUZZ_NQN`] (any host, namespace 1 on a 1 MiB
 //! sparse file, 512-byte blocks), a restricted subsystem, the discovery subsystem;
-//! one admin queue and one I/O queue. The input is a program of capsules run through
-//! [`nvmf_target::fuzzing::dispatch_capsule`]: raw bytes (SQE and in-capsule data),
-//! structured SQEs (an admin or NVM opcode, dwords, an SGL that is keyed, in-capsule,
-//! data block or raw), and shortcuts that reach the connected, enabled state quickly
-//! (Connect with well-formed Connect data, Property Set CC).
+//! one admin queue and one I/O queue of the poll group's request core
+//! ([`nvmf_target::rdma::core`], the code the target runs), driven through its
+//! simulated transport ([`nvmf_target::rdma::sim`]: capsules land in receive buffers as
+//! the two-SGE receive scatters them, RDMA READs read the input's host memory, every
+//! work request and io_uring operation succeeds at once). The input is a program of
+//! capsules: raw bytes (SQE and in-capsule data), structured SQEs (an admin or NVM
+//! opcode, dwords, an SGL that is keyed, in-capsule, data block or raw), and shortcuts
+//! that reach the connected, enabled state quickly (Connect with well-formed Connect
+//! data, Property Set CC).
 //!
 //! Checked: no panic; every CQE answers its SQE (CID, SQ ID) and round trips as
 //! bytes; controller-to-host data only on success and never longer than the keyed
-//! SGL; RDMA READs never longer than the MDTS; a successful Connect leaves the queue
-//! with a controller the registry knows. Each SQE also goes through the `nvme` wire
-//! types (SQE bytes, SGL decode/encode, Connect / Property commands, DSM ranges).
+//! SGL; RDMA READs never longer than the MDTS; in-capsule data written to the file only
+//! from the bytes received; I/O only on an I/O queue and only for a command answered
+//! with success; a successful Connect leaves the queue with a controller the registry
+//! knows; after each capsule every receive buffer is posted again except those of held
+//! Asynchronous Event Requests. Each SQE also goes through the `nvme` wire types (SQE
+//! bytes, SGL decode/encode, Connect / Property commands, DSM ranges).
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -25,8 +32,12 @@ use nvme::{
     ConnectCommand, Cqe, DsmRange, PropertyGetCommand, PropertySetCommand, Sgl, SglDescriptor, Sqe,
     NVMF_DISCOVERY_NQN,
 };
-use nvmf_target::fuzzing::{dispatch_capsule, CapsuleAnswer, FuzzQueue, SQE_LEN};
-use nvmf_target::namespace::FileNamespace;
+use nvmf_target::backend::Backend;
+use nvmf_target::rdma::action::{IoOp, RegionId};
+use nvmf_target::rdma::core::ReqState;
+use nvmf_target::rdma::queue::{Queue, QueueParams};
+use nvmf_target::rdma::sim::{Seen, Sim, SimConfig};
+use nvmf_target::rdma::SQE_LEN;
 use nvmf_target::subsystem::{Limits, NamespaceEntry, PortInfo, Registry, Subsystem};
 
 use super::input::Input;
@@ -50,22 +61,28 @@ const MAX_IO_BYTES: u32 = 1 << 20;
 const DATA_FROM_INPUT: usize = 64;
 /// Capsules run at most per input.
 const MAX_CAPSULES: usize = 64;
+/// Receive buffers of the simulated poll group (more than capsules per input).
+const SRQ_DEPTH: u32 = 128;
+/// QPN of the admin queue.
+const ADMIN_QPN: u32 = 0x10;
+/// QPN of the I/O queue.
+const IO_QPN: u32 = 0x11;
 
 /// The namespace file, opened once per process and unlinked at once (the descriptor
 /// keeps it).
-fn namespace() -> Option<Arc<FileNamespace>> {
-    static NS: OnceLock<Option<Arc<FileNamespace>>> = OnceLock::new();
+fn namespace() -> Option<Arc<Backend>> {
+    static NS: OnceLock<Option<Arc<Backend>>> = OnceLock::new();
     NS.get_or_init(|| {
         let path = std::env::temp_dir().join(format!("nvmf-fuzz-ns-{}.img", std::process::id()));
         let _ = std::fs::remove_file(&path);
-        let ns = FileNamespace::open(&path, Some(NS_BYTES), 512).ok();
+        let ns = Backend::open(&path, Some(NS_BYTES), 512).ok();
         let _ = std::fs::remove_file(&path);
         ns.map(Arc::new)
     })
     .clone()
 }
 
-fn registry(ns: Arc<FileNamespace>) -> Arc<Registry> {
+fn registry(ns: Arc<Backend>) -> Arc<Registry> {
     let open = Subsystem::new(
         FUZZ_NQN.into(),
         None,
@@ -92,9 +109,40 @@ fn registry(ns: Arc<FileNamespace>) -> Arc<Registry> {
 
 struct Harness {
     reg: Arc<Registry>,
-    admin: FuzzQueue,
-    io: FuzzQueue,
+    sim: Sim,
+    io_qid: u16,
     now: Instant,
+}
+
+/// What the target did for one capsule.
+#[derive(Debug, Default)]
+struct CapsuleAnswer {
+    /// Its response; `None` when the capsule was dropped (shorter than an SQE, no
+    /// receive buffer, beyond the SQ flow control) or is a held Asynchronous Event
+    /// Request.
+    cqe: Option<Cqe>,
+    /// Controller-to-host data RDMA written before that response.
+    c2h: Vec<u8>,
+    /// Host-to-controller bytes fetched by RDMA READ.
+    rdma_read_len: usize,
+    /// io_uring operations of the command.
+    io: Vec<IoOp>,
+    /// Responses of other requests (held Asynchronous Event Requests) it released.
+    events: Vec<Cqe>,
+    /// Length of the keyed SGL, if the command had one (bounds `c2h`).
+    keyed_len: Option<u32>,
+}
+
+/// Queue parameters as the poll group gives them.
+fn queue_params(qid: u16, sq_size: u16) -> QueueParams {
+    QueueParams {
+        qid,
+        sq_size,
+        remote: IpAddr::V4(Ipv4Addr::LOCALHOST),
+        remote_qpn: 0x20 + u32::from(qid),
+        send_depth: 4 * u32::from(sq_size) + 16,
+        ord: 16,
+    }
 }
 
 /// Runs one input; panics on a broken invariant.
@@ -104,10 +152,23 @@ pub fn run(data: &[u8]) {
     };
     let mut inp = Input::new(data);
     let io_qid = inp.pick(&[1u16, 1, 2, 8, 9]);
+    let reg = registry(ns);
+    let cfg = SimConfig {
+        srq_depth: SRQ_DEPTH,
+        in_capsule_bytes: IN_CAPSULE as u32,
+        data_slab_bytes: MAX_IO_BYTES as usize,
+        max_io_bytes: MAX_IO_BYTES,
+        io_slots: 256,
+    };
+    let Ok(mut sim) = Sim::new(cfg, reg.clone()) else {
+        return;
+    };
+    sim.add_queue(ADMIN_QPN, &queue_params(0, 32));
+    sim.add_queue(IO_QPN, &queue_params(io_qid, 128));
     let mut h = Harness {
-        reg: registry(ns),
-        admin: FuzzQueue::new(0, 32),
-        io: FuzzQueue::new(io_qid, 128),
+        reg,
+        sim,
+        io_qid,
         now: Instant::now(),
     };
     let mut n = 0;
@@ -200,11 +261,19 @@ fn connect_data(cntlid: u16, subnqn: &str, hostnqn: &str) -> Vec<u8> {
 }
 
 impl Harness {
-    fn queue(&mut self, admin: bool) -> &mut FuzzQueue {
+    fn qpn(admin: bool) -> u32 {
         if admin {
-            &mut self.admin
+            ADMIN_QPN
         } else {
-            &mut self.io
+            IO_QPN
+        }
+    }
+
+    fn qid(&self, admin: bool) -> u16 {
+        if admin {
+            0
+        } else {
+            self.io_qid
         }
     }
 
@@ -270,7 +339,7 @@ impl Harness {
     /// A Connect with well-formed Connect data, keyed (RDMA READ) or in-capsule.
     fn connect(&mut self, inp: &mut Input<'_>, admin: bool) -> (Vec<u8>, Vec<u8>) {
         let qid = if inp.u8() < 224 {
-            self.queue(admin).qid
+            self.qid(admin)
         } else {
             inp.u16()
         };
@@ -296,7 +365,12 @@ impl Harness {
             "nqn.x",
         ]);
         let hostnqn = inp.pick(&[HOST, HOST, ALLOWED_HOST, "", "h"]);
-        let admin_cntlid = self.admin.ctrl.as_ref().map_or(0xFFFF, |c| c.cntlid);
+        let admin_cntlid = self
+            .sim
+            .core
+            .queue(ADMIN_QPN)
+            .and_then(|q| q.ctrl.as_ref())
+            .map_or(0xFFFF, |c| c.cntlid);
         let cntlid = match inp.u8() % 4 {
             0 | 1 if qid == 0 => 0xFFFF,
             0 | 1 => admin_cntlid,
@@ -343,21 +417,74 @@ impl Harness {
         if let Some(b) = capsule.get(..SQE_LEN) {
             nvme_types(b, host_data);
         }
-        let (reg, now) = (self.reg.clone(), self.now);
-        let q = self.queue(admin);
-        let had_ctrl = q.ctrl.is_some();
-        let ans = dispatch_capsule(&reg, q, capsule, host_data, MAX_IO_BYTES, now);
-        check_answer(&reg, q, capsule, &ans, had_ctrl);
+        let qpn = Self::qpn(admin);
+        let had_ctrl = self.sim.core.queue(qpn).is_some_and(|q| q.ctrl.is_some());
+        let slot = self.sim.deliver(qpn, capsule, self.now);
+        let seen = self.sim.run(host_data, self.now);
+        let ans = answer(slot, capsule, &seen);
+        let q = self.sim.core.queue(qpn).expect("the harness's queues stay");
+        check_answer(&self.reg, q, capsule, &ans, had_ctrl);
+        // Every receive buffer is posted again, but those of held AERs.
+        let held = (0..SRQ_DEPTH)
+            .filter(|&i| self.sim.core.state(i) != Some(ReqState::Free))
+            .inspect(|&i| {
+                assert_eq!(self.sim.core.state(i), Some(ReqState::AwaitingEvent));
+            })
+            .count();
+        assert_eq!(
+            self.sim.posted() + held,
+            SRQ_DEPTH as usize,
+            "a receive buffer leaked"
+        );
     }
 }
 
-fn check_answer(
-    reg: &Registry,
-    q: &FuzzQueue,
-    capsule: &[u8],
-    ans: &CapsuleAnswer,
-    had_ctrl: bool,
-) {
+/// Sorts what the core did into the answer to the capsule in receive buffer `slot`.
+fn answer(slot: Option<u32>, capsule: &[u8], seen: &[Seen]) -> CapsuleAnswer {
+    let mut ans = CapsuleAnswer::default();
+    if let Some(Ok(b)) = capsule.get(..SQE_LEN).map(<[u8; SQE_LEN]>::try_from) {
+        if let Ok(Sgl::KeyedDataBlock { len, .. }) = Sqe::from_array(b).sgl().decode() {
+            ans.keyed_len = Some(len);
+        }
+    }
+    for s in seen {
+        match s {
+            Seen::Response { req, cqe, data, .. } if Some(*req) == slot => {
+                assert!(ans.cqe.is_none(), "two responses to one command");
+                ans.cqe = Some(*cqe);
+                ans.c2h = data.clone();
+            }
+            Seen::Response { cqe, data, .. } => {
+                assert!(data.is_empty(), "data with an AER completion");
+                ans.events.push(*cqe);
+            }
+            Seen::RdmaRead { req, len, .. } => {
+                assert_eq!(Some(*req), slot, "an RDMA READ for another command");
+                ans.rdma_read_len += *len as usize;
+            }
+            Seen::Io { req, op } => {
+                assert_eq!(Some(*req), slot, "I/O for another command");
+                if let IoOp::Write { buf, .. } = op {
+                    if buf.region == RegionId::InCapsule {
+                        // In-capsule data goes to the file only from what was received.
+                        let start = slot.unwrap_or(0) as usize * IN_CAPSULE;
+                        let received = capsule.len().saturating_sub(SQE_LEN);
+                        assert!(buf.offset >= start, "in-capsule data of another buffer");
+                        assert!(
+                            buf.offset - start + buf.len as usize <= received,
+                            "in-capsule write beyond the bytes received"
+                        );
+                    }
+                }
+                ans.io.push(*op);
+            }
+            Seen::QpError { .. } => panic!("a work request failed in the simulation"),
+        }
+    }
+    ans
+}
+
+fn check_answer(reg: &Registry, q: &Queue, capsule: &[u8], ans: &CapsuleAnswer, had_ctrl: bool) {
     let Some(b) = capsule.get(..SQE_LEN) else {
         assert!(
             ans.cqe.is_none(),
@@ -371,6 +498,10 @@ fn check_answer(
         assert_eq!(Cqe::from_array(cqe.to_array()), *cqe);
     }
     let Some(cqe) = ans.cqe else {
+        assert!(
+            ans.c2h.is_empty() && ans.io.is_empty(),
+            "work for no response"
+        );
         return;
     };
     assert_eq!(cqe.cid(), sqe.cid(), "CQE answers another command");
@@ -384,7 +515,6 @@ fn check_answer(
         );
     }
     assert!(ans.rdma_read_len <= MAX_IO_BYTES as usize);
-    assert!(ans.in_capsule_len <= capsule.len() - SQE_LEN);
     if sqe.opcode() == nvme::FABRICS_OPCODE && sqe.fctype() == Some(0x01) && ok {
         let ctrl = q
             .ctrl
@@ -396,8 +526,11 @@ fn check_answer(
             assert_eq!(cqe.dw0() & 0xFFFF, u32::from(ctrl.cntlid));
         }
     }
-    if ans.io.is_some() {
-        assert!(ok && q.qid != 0);
+    if !ans.io.is_empty() {
+        assert!(
+            ok && q.qid != 0,
+            "I/O for a failed command or on the admin queue"
+        );
     }
 }
 

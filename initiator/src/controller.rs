@@ -2,7 +2,9 @@
 //! host uses (NVMe over Fabrics 1.1 §3.3, NVMe Base 2.x §3.5.1 "Controller
 //! Initialization", §3.6 "Shutdown"):
 //!
-//! 1. RDMA CM connection of the admin queue (QID 0, depth 32 = `NVME_AQ_DEPTH`);
+//! 1. RDMA CM connection of the admin queue (QID 0, depth 32 = `NVME_AQ_DEPTH`),
+//!    tried again with a new QP when the target refuses it as stale
+//!    ([`connect_queue`]);
 //! 2. Fabrics Connect (SQSIZE 31, KATO, CNTLID FFFFh, HOSTID, SUBNQN, HOSTNQN), the
 //!    1024 bytes of Connect data read by the target through a keyed SGL; the
 //!    controller ID comes back in CQE DW0;
@@ -24,6 +26,7 @@ use nvme::{
     Cap, Cc, CommandSpecificStatus, Cqe, Csts, FeatureId, IdentifyCns, Property, Sqe, NVME_AQ_DEPTH,
 };
 use transport::soft::{CmAgent, Context};
+use transport::wire::cm::CM_REJ_STALE_CONN;
 
 use crate::capsule::DataDir;
 use crate::error::HostError;
@@ -37,6 +40,12 @@ pub const ADMIN_MAX_IO_BYTES: usize = 4096;
 pub use nvme::fabrics::CNTLID_DYNAMIC;
 /// How long a normal shutdown may take before the host gives up waiting.
 pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
+/// How often a queue's connection refused as stale (CM REJ reason 10) is tried again,
+/// each time with a new QP ([`connect_queue`]).
+pub const STALE_RETRIES: u32 = 4;
+/// The wait before the first retry of a stale connection; it doubles for each next one
+/// (0.2 + 0.4 + 0.8 + 1.6 = 3 s at most in all).
+pub const STALE_RETRY_DELAY: Duration = Duration::from_millis(200);
 
 /// What the controller layer needs to connect (see [`crate::HostOptions`] for the
 /// user-facing form).
@@ -68,6 +77,58 @@ impl From<&crate::HostOptions> for ControllerOptions {
             kato_ms: o.kato_ms,
             connect_timeout: o.connect_timeout,
             admin_timeout: o.admin_timeout,
+        }
+    }
+}
+
+/// Creates queue `qcfg.qid` in poll group `ctx` and connects it
+/// ([`NvmeRdmaQueue::connect`]). A connection the target refuses as stale (CM REJ
+/// reason 10: it still holds a connection from this address and QPN, typically of a
+/// killed process that had the same QPN) is tried again, up to [`STALE_RETRIES`] times
+/// after [`STALE_RETRY_DELAY`], doubling, each time in a fresh poll group context with
+/// a new QP (a new QPN, PSN and CM communication ID), as the target disconnects the old
+/// connection meanwhile (Linux `cm_match_req`). Each retry is logged at info.
+///
+/// Errors: those of [`NvmeRdmaQueue::connect`]; [`HostError::Rejected`] reason 10 when
+/// the retries ran out; [`HostError::Device`] if the poll group cannot be opened again.
+pub fn connect_queue(
+    ctx: Context,
+    cm: &CmAgent,
+    qcfg: QueueConfig,
+) -> Result<NvmeRdmaQueue, HostError> {
+    let dev = ctx.device().clone();
+    let rx_queue = ctx.rx_queue();
+    let mut ctx = Some(ctx);
+    let mut delay = STALE_RETRY_DELAY;
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        // The failed attempt dropped its context, which handed the poll group's socket
+        // back to the device.
+        let c = match ctx.take() {
+            Some(c) => c,
+            None => dev
+                .open_context(rx_queue)
+                .map_err(|e| HostError::Device(format!("reopening poll group {rx_queue}: {e}")))?,
+        };
+        match NvmeRdmaQueue::connect(c, cm, qcfg.clone()) {
+            Err(HostError::Rejected {
+                reason: CM_REJ_STALE_CONN,
+                ..
+            }) if attempt <= STALE_RETRIES => {
+                tracing::info!(
+                    qid = qcfg.qid,
+                    target = %qcfg.target,
+                    attempt,
+                    "the target refused the connection as stale (it still holds an earlier \
+                     connection from this address and QP, e.g. of a killed process); \
+                     retrying with a new QP in {} ms",
+                    delay.as_millis()
+                );
+                std::thread::sleep(delay);
+                delay *= 2;
+            }
+            r => return r,
         }
     }
 }
@@ -210,7 +271,7 @@ impl Controller {
     ) -> Result<Controller, HostError> {
         let mut qcfg = QueueConfig::new(0, NVME_AQ_DEPTH, ADMIN_MAX_IO_BYTES, opts.traddr);
         qcfg.connect_timeout = opts.connect_timeout;
-        let mut admin = NvmeRdmaQueue::connect(ctx, cm, qcfg)?;
+        let mut admin = connect_queue(ctx, cm, qcfg)?;
         let cntlid = match fabrics_connect(&mut admin, &opts, CNTLID_DYNAMIC, opts.kato_ms) {
             Ok(c) => c,
             Err(e) => {
@@ -386,7 +447,7 @@ impl Controller {
         qcfg.in_capsule_bytes = self.info.in_capsule_data_size().min(qcfg.max_io_bytes);
         qcfg.cntlid = self.cntlid;
         qcfg.connect_timeout = self.opts.connect_timeout;
-        let mut q = NvmeRdmaQueue::connect(ctx, &self.cm, qcfg)?;
+        let mut q = connect_queue(ctx, &self.cm, qcfg)?;
         if let Err(e) = fabrics_connect(&mut q, &self.opts, self.cntlid, 0) {
             q.disconnect(Duration::from_millis(500));
             return Err(e);

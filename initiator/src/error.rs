@@ -5,6 +5,7 @@
 //! DNR, M, CRD, NVMe Base 2.x §4.2.3) and print its specification name; transport
 //! failures keep the ibverbs work completion status.
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use nvme::{RdmaCmRejectStatus, Status};
 use transport::verbs::{VerbsError, WcStatus};
@@ -66,20 +67,37 @@ pub enum HostError {
         /// The offending field (from IATTR/IPO), when named.
         detail: Option<String>,
     },
-    /// The target rejected the RDMA CM connection; with NVMe/RDMA private data the
-    /// reason is decoded (NVMe RDMA Transport 1.x §3.3).
-    #[error("RDMA CM connection of queue {qid} rejected (CM reason {reason}){}", .nvme_status.map(|s| format!(": {s}")).unwrap_or_default())]
+    /// The target rejected the RDMA CM connection (a CM REJ); the message names the
+    /// reason in words and what to do ([`rejection_words`]). With NVMe/RDMA private
+    /// data the NVMe/RDMA status is decoded (NVMe RDMA Transport 1.x §3.3).
+    #[error("{}", rejection_words(*.qid, *.target, *.reason, *.nvme_status))]
     Rejected {
         /// The queue ID.
         qid: u16,
-        /// The IB CM reject reason (IBTA Vol 1 §12.6.7.2; 28 = consumer defined).
+        /// The target's address and RDMA CM port.
+        target: SocketAddr,
+        /// The IB CM reject reason (IBTA Vol 1 §12.6.7.2, `CM_REJ_*`: 8 invalid
+        /// service ID, 10 stale connection, 28 consumer defined).
         reason: u16,
         /// The NVMe/RDMA reject status, if the private data carried one.
         nvme_status: Option<RdmaCmRejectStatus>,
     },
-    /// No answer from the target's CM (REQ timed out) or it is unreachable.
-    #[error("RDMA CM: {0} unreachable")]
-    Unreachable(SocketAddr),
+    /// Nothing answered the RDMA CM connection request of queue `qid` within
+    /// `waited` (no REP, REJ or MRA): no target there, or the address unreachable.
+    #[error(
+        "no answer from {target} to the connection request of queue {qid} within {} ms: \
+         is a target running there (RDMA CM port {}), and is {} reachable from this host \
+         (RoCEv2 uses UDP port 4791)?",
+        .waited.as_millis(), .target.port(), .target.ip()
+    )]
+    Unreachable {
+        /// The queue ID.
+        qid: u16,
+        /// The target's address and RDMA CM port.
+        target: SocketAddr,
+        /// How long the host waited.
+        waited: Duration,
+    },
     /// An operation did not finish in time.
     #[error("timed out waiting for {0}")]
     Timeout(String),
@@ -118,6 +136,71 @@ pub enum HostError {
     Disconnected,
 }
 
+/// A CM REJ of queue `qid`'s connection to `target` in words, with what to do: reason 8
+/// (invalid service ID: nothing listens on that RDMA CM port), 10 (stale connection),
+/// 28 (consumer defined: the NVMe/RDMA reject status, NVMe RDMA Transport 1.x §3.3);
+/// others by their IBTA name (Vol 1 §12.6.7.2, Table 112). The reason number is kept
+/// in parentheses for searching.
+pub fn rejection_words(
+    qid: u16,
+    target: SocketAddr,
+    reason: u16,
+    nvme_status: Option<RdmaCmRejectStatus>,
+) -> String {
+    use transport::wire::cm::{
+        CM_REJ_CONSUMER_DEFINED, CM_REJ_INVALID_SERVICE_ID, CM_REJ_STALE_CONN,
+    };
+    let (ip, port) = (target.ip(), target.port());
+    match (reason, nvme_status) {
+        (CM_REJ_INVALID_SERVICE_ID, _) => format!(
+            "nothing listens on RDMA CM port {port} at {ip} (the connection of queue {qid} \
+             was rejected: CM reason 8, invalid service ID): check the port (--trsvcid; \
+             NVMe/RDMA uses 4420) and that the target serves this address"
+        ),
+        (CM_REJ_STALE_CONN, _) => format!(
+            "the target at {target} refused queue {qid} as a stale connection (CM reason \
+             10): it still holds an earlier connection from this address and QP, e.g. of a \
+             process that was killed; it disconnects that one, so retry in a few seconds"
+        ),
+        (CM_REJ_CONSUMER_DEFINED, Some(st)) => format!(
+            "the target at {target} refused queue {qid}: {} (NVMe/RDMA status {:#x}, CM \
+             reason 28): {}",
+            st.name(),
+            st.value(),
+            reject_status_hint(st)
+        ),
+        (CM_REJ_CONSUMER_DEFINED, None) => format!(
+            "the target at {target} refused queue {qid} without an NVMe/RDMA status (CM \
+             reason 28, consumer defined): is it an NVMe/RDMA target on that port?"
+        ),
+        (r, _) => format!(
+            "the target at {target} rejected the connection of queue {qid}: {} (CM reason {r})",
+            transport::cm::rej_reason_name(r)
+        ),
+    }
+}
+
+/// What an NVMe/RDMA reject status means for the host, and what to change.
+fn reject_status_hint(st: RdmaCmRejectStatus) -> &'static str {
+    use RdmaCmRejectStatus as S;
+    match st {
+        S::InvalidHsqsize => {
+            "the queue is larger than the target allows: use a smaller queue depth (nvmf-bench --iodepth)"
+        }
+        S::InvalidQid => {
+            "more I/O queues than the target allows: use fewer (nvmf-bench --numjobs)"
+        }
+        S::NoResources => "the target is out of resources: retry later, or use fewer queues",
+        S::InvalidCntlid => {
+            "the controller is gone on the target (its Keep Alive expired?): connect again"
+        }
+        S::InvalidIrd | S::InvalidOrd => "the RDMA READ depths offered do not suit the target",
+        S::InvalidLen | S::InvalidRecfmt | S::InvalidHrqsize => {
+            "the target cannot read this host's connection request (incompatible versions?)"
+        }
+    }
+}
+
 impl From<VerbsError> for HostError {
     fn from(e: VerbsError) -> Self {
         HostError::Queue(QueueError::Verbs(e))
@@ -153,14 +236,18 @@ mod tests {
             e.to_string(),
             "Connect failed: Connect Invalid Parameters (SCT 1h, SC 82h, DNR) (DW0 0x00010100)"
         );
+        let target: SocketAddr = "127.0.0.2:4420".parse().unwrap();
         let r = HostError::Rejected {
             qid: 1,
+            target,
             reason: 28,
             nvme_status: Some(RdmaCmRejectStatus::NoResources),
         };
         assert_eq!(
             r.to_string(),
-            "RDMA CM connection of queue 1 rejected (CM reason 28): No Resources"
+            "the target at 127.0.0.2:4420 refused queue 1: No Resources (NVMe/RDMA status \
+             0x6, CM reason 28): the target is out of resources: retry later, or use fewer \
+             queues"
         );
         let t = HostError::Transport {
             qid: 0,
@@ -170,6 +257,55 @@ mod tests {
         assert_eq!(
             t.to_string(),
             "transport error on queue 0: IBV_WC_RETRY_EXC_ERR (command capsule SEND)"
+        );
+    }
+
+    /// Each CM reject reason a user meets is told in words with the fix, never as a
+    /// bare number.
+    #[test]
+    fn cm_rejections_say_what_to_do() {
+        let t: SocketAddr = "127.0.0.2:4421".parse().unwrap();
+        let rej = |reason, nvme_status| {
+            HostError::Rejected {
+                qid: 0,
+                target: t,
+                reason,
+                nvme_status,
+            }
+            .to_string()
+        };
+        let m = rej(8, None);
+        assert!(
+            m.starts_with("nothing listens on RDMA CM port 4421 at 127.0.0.2")
+                && m.contains("invalid service ID")
+                && m.contains("--trsvcid"),
+            "{m}"
+        );
+        let m = rej(10, None);
+        assert!(
+            m.contains("stale connection") && m.contains("retry in a few seconds"),
+            "{m}"
+        );
+        let m = rej(28, Some(RdmaCmRejectStatus::InvalidHsqsize));
+        assert!(
+            m.contains("Invalid HSQSIZE") && m.contains("--iodepth") && m.contains("0x4"),
+            "{m}"
+        );
+        let m = rej(28, None);
+        assert!(m.contains("without an NVMe/RDMA status"), "{m}");
+        let m = rej(26, None);
+        assert!(m.contains("invalid path MTU (CM reason 26)"), "{m}");
+        let u = HostError::Unreachable {
+            qid: 0,
+            target: t,
+            waited: Duration::from_secs(5),
+        }
+        .to_string();
+        assert_eq!(
+            u,
+            "no answer from 127.0.0.2:4421 to the connection request of queue 0 within 5000 \
+             ms: is a target running there (RDMA CM port 4421), and is 127.0.0.2 reachable \
+             from this host (RoCEv2 uses UDP port 4791)?"
         );
     }
 }

@@ -47,14 +47,20 @@ pub fn connect_invalid_field(dw0: u32) -> String {
     let ipo = p.offset;
     match p.location {
         ParameterLocation::Data => {
-            let name = match ipo {
-                CONNECT_DATA_HOSTID_OFFSET => "HOSTID",
-                CONNECT_DATA_CNTLID_OFFSET => "CNTLID",
-                CONNECT_DATA_SUBNQN_OFFSET => "SUBNQN",
-                CONNECT_DATA_HOSTNQN_OFFSET => "HOSTNQN",
-                _ => "a field",
+            let (name, hint) = match ipo {
+                CONNECT_DATA_HOSTID_OFFSET => ("HOSTID", ""),
+                CONNECT_DATA_CNTLID_OFFSET => (
+                    "CNTLID",
+                    ": the target has no such controller for this host (its Keep Alive expired?)",
+                ),
+                CONNECT_DATA_SUBNQN_OFFSET => (
+                    "SUBNQN",
+                    ": the target serves no subsystem of that NQN (check --subnqn)",
+                ),
+                CONNECT_DATA_HOSTNQN_OFFSET => ("HOSTNQN", ""),
+                _ => ("a field", ""),
             };
-            format!("{name} (offset {ipo}) of the Connect data")
+            format!("{name} (offset {ipo}) of the Connect data{hint}")
         }
         ParameterLocation::Command => {
             let name = match ipo {
@@ -140,7 +146,8 @@ mod tests {
         // linux-nvme-rdma-errors.pcap: DW0 0x00010100 (unknown subsystem) and 0x00010200.
         assert_eq!(
             connect_invalid_field(0x0001_0100),
-            "SUBNQN (offset 256) of the Connect data"
+            "SUBNQN (offset 256) of the Connect data: the target serves no subsystem of that \
+             NQN (check --subnqn)"
         );
         assert_eq!(
             connect_invalid_field(0x0001_0200),

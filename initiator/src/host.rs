@@ -8,7 +8,7 @@
 //!
 //! Data is copied between the caller's buffers and the queues' registered slot
 //! buffers; requests larger than the per-command limit (`max_io_bytes`, MDTS, 65536
-//! blocks) are split and run concurrently.
+//! blocks, the keyed SGL length) are split ([`crate::split`]) and run concurrently.
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -24,6 +24,7 @@ use crate::error::{HostError, QueueError};
 use crate::identify::ControllerInfo;
 use crate::options::HostOptions;
 use crate::queue::{NvmeRdmaQueue, QueueCompletion};
+use crate::split;
 use crate::sync_host::SyncHost;
 
 /// Longest sleep of an idle poll thread between checks of its timers.
@@ -253,9 +254,6 @@ impl std::fmt::Debug for Namespace {
     }
 }
 
-/// Most blocks one Read/Write/Write Zeroes moves (NLB is 16 bits, 0's based).
-const MAX_NLB: u64 = 65536;
-
 impl Namespace {
     fn check(&self, slba: u64, len: usize) -> Result<u64, HostError> {
         let bs = u64::from(self.block_size);
@@ -275,28 +273,24 @@ impl Namespace {
     }
 
     fn chunk_bytes(&self) -> usize {
-        let bs = self.block_size as usize;
-        let max = self.client.max_transfer.min(MAX_NLB as usize * bs);
-        (max / bs).max(1) * bs
+        split::max_command_bytes(self.block_size, self.client.max_transfer)
     }
 
     /// Reads `buf.len()` bytes (a multiple of the block size) from block `slba`
     /// (NVM Command Set 1.x §3.3.4).
     pub async fn read(&self, slba: u64, buf: &mut [u8]) -> Result<(), HostError> {
         self.check(slba, buf.len())?;
-        let chunk = self.chunk_bytes();
-        let bs = u64::from(self.block_size);
+        let pieces: Vec<split::Piece> =
+            split::split(slba, buf.len(), self.block_size, self.chunk_bytes()).collect();
         let mut waits = Vec::new();
-        for (i, part) in buf.chunks(chunk).enumerate() {
-            let lba = slba + (i * chunk) as u64 / bs;
-            let nlb = part.len() as u64 / bs;
-            let sqe = Sqe::read(0, self.nsid, lba, (nlb - 1) as u16, false);
-            waits.push(self.client.send(false, sqe, None, part.len()));
+        for p in &pieces {
+            let sqe = Sqe::read(0, self.nsid, p.slba, p.nlb_0based(), false);
+            waits.push(self.client.send(false, sqe, None, p.len));
         }
         let results = futures_join_all(waits).await;
-        for (part, r) in buf.chunks_mut(chunk).zip(results) {
+        for (p, r) in pieces.iter().zip(results) {
             let data = r?;
-            part.copy_from_slice(&data[..part.len()]);
+            buf[p.byte_offset..p.byte_offset + p.len].copy_from_slice(&data[..p.len]);
         }
         Ok(())
     }
@@ -305,14 +299,11 @@ impl Namespace {
     /// Unit Access (NVM Command Set 1.x §3.3.6).
     pub async fn write(&self, slba: u64, data: &[u8], fua: bool) -> Result<(), HostError> {
         self.check(slba, data.len())?;
-        let chunk = self.chunk_bytes();
-        let bs = u64::from(self.block_size);
         let mut waits = Vec::new();
-        for (i, part) in data.chunks(chunk).enumerate() {
-            let lba = slba + (i * chunk) as u64 / bs;
-            let nlb = part.len() as u64 / bs;
-            let sqe = Sqe::write(0, self.nsid, lba, (nlb - 1) as u16, fua);
-            waits.push(self.client.send(false, sqe, Some(part.to_vec()), 0));
+        for p in split::split(slba, data.len(), self.block_size, self.chunk_bytes()) {
+            let sqe = Sqe::write(0, self.nsid, p.slba, p.nlb_0based(), fua);
+            let part = data[p.byte_offset..p.byte_offset + p.len].to_vec();
+            waits.push(self.client.send(false, sqe, Some(part), 0));
         }
         for r in futures_join_all(waits).await {
             r?;
@@ -341,7 +332,7 @@ impl Namespace {
         let mut waits = Vec::new();
         let mut at = slba;
         while at < slba + nlb {
-            let n = (slba + nlb - at).min(MAX_NLB);
+            let n = (slba + nlb - at).min(split::MAX_NLB);
             waits.push(self.client.send(
                 false,
                 Sqe::write_zeroes(0, self.nsid, at, (n - 1) as u16, false),

@@ -3,12 +3,13 @@
 //! model.
 //!
 //! Layers, bottom up:
-//! - [`queue`]: [`NvmeRdmaQueue`], one NVMe queue on one RC QP and its poll group
-//!   (capsules, memory windows, SQ flow control);
+//! - [`queue`]: [`NvmeRdmaQueue`], one NVMe queue on one RC QP and its poll group,
+//!   driving the sans-IO [`queue::QueueCore`] (slots, capsules, memory windows, SQ flow
+//!   control);
 //! - [`controller`]: [`Controller`], bring-up and admin commands over the admin queue
 //!   (Fabrics Connect, properties, Identify, Set Features, Keep Alive, shutdown);
 //! - [`sync_host`]: [`SyncHost`], a whole host without tokio (admin queue plus N I/O
-//!   queues; the benchmark uses it), and [`engine::QueueEngine`] for `nvmf-bench`;
+//!   queues; `nvmf-bench`, in its own crate, drives those queues);
 //! - [`host`]: [`Host`], the public async (tokio) API with a dedicated poll thread.
 //!
 //! ```no_run
@@ -31,22 +32,22 @@
 //!
 //! Errors are [`HostError`] values: NVMe statuses keep SCT/SC/DNR and print their
 //! specification names; transport failures keep the `IBV_WC_*` status.
-pub mod bench;
 pub mod capsule;
 pub mod controller;
-pub mod engine;
 pub mod error;
 mod fabrics;
+pub mod health;
 pub mod host;
 pub mod identify;
 pub mod options;
 pub mod queue;
+pub mod split;
 pub mod sync_host;
 
 pub use capsule::DataDir;
 pub use controller::{Controller, ControllerOptions};
-pub use engine::QueueEngine;
 pub use error::{HostError, QueueError};
+pub use health::ControllerHealth;
 pub use host::{Host, Namespace};
 pub use identify::{ControllerInfo, NamespaceInfo};
 pub use options::HostOptions;

@@ -13,6 +13,7 @@ use transport::soft::{CmAgent, DeviceConfig, SoftDevice};
 
 use crate::controller::{Controller, ControllerOptions};
 use crate::error::HostError;
+use crate::health::ControllerHealth;
 use crate::options::HostOptions;
 use crate::queue::NvmeRdmaQueue;
 
@@ -114,10 +115,12 @@ const ADMIN_TICK: Duration = Duration::from_millis(20);
 
 /// A thread that owns the [`Controller`] and sends Keep Alive every KATO/2 (blocking
 /// waits, no busy polling; the admin queue's transport is driven every 20 ms at most)
-/// until [`AdminKeeper::shutdown`].
+/// until [`AdminKeeper::shutdown`]. A failed Keep Alive ends the thread and declares
+/// the controller dead in [`AdminKeeper::health`].
 pub struct AdminKeeper {
     stop: Option<Sender<()>>,
     thread: Option<JoinHandle<(Controller, Option<HostError>)>>,
+    health: ControllerHealth,
 }
 
 impl std::fmt::Debug for AdminKeeper {
@@ -130,6 +133,8 @@ impl AdminKeeper {
     /// Starts the thread.
     pub fn start(mut controller: Controller) -> AdminKeeper {
         let (stop, stopped) = channel::bounded::<()>(1);
+        let health = ControllerHealth::new();
+        let declare = health.clone();
         let thread = std::thread::Builder::new()
             .name("nvmf-admin".into())
             .spawn(move || {
@@ -161,6 +166,7 @@ impl AdminKeeper {
                             }
                             if let Err(e) = controller.keep_alive() {
                                 tracing::warn!("Keep Alive failed: {e}");
+                                declare.declare_dead(format!("Keep Alive failed: {e}"));
                                 return (controller, Some(e));
                             }
                         }
@@ -172,7 +178,14 @@ impl AdminKeeper {
         AdminKeeper {
             stop: Some(stop),
             thread,
+            health,
         }
+    }
+
+    /// The controller's health as this keeper sees it (shared: clone it to whoever
+    /// drives the I/O queues, e.g. `nvmf-bench`'s `QueueEngine::with_health`).
+    pub fn health(&self) -> &ControllerHealth {
+        &self.health
     }
 
     /// Stops the thread and shuts the controller down after disconnecting

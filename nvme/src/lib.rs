@@ -17,7 +17,7 @@
 //!   RDMA CM private data (request/accept/reject).
 //!
 //! Known bytes in the tests come from the Linux reference captures in
-//! `shared/captures/` (frame numbers cited at each test).
+//! `testdata/captures/` (frame numbers cited at each test).
 //!
 //! Modules: [`sqe`], [`sgl`], [`cqe`], [`status`], [`opcodes`], [`fabrics`],
 //! [`properties`], [`identify`], [`features`], [`rdma`], [`log`], [`dsm`],

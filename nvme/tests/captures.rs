@@ -1,11 +1,11 @@
-//! Sweeps the Linux reference captures (`shared/captures/`, see its
-//! README): every NVMe/RDMA command capsule, response capsule and NVMe/RDMA
-//! CM private data block in them must decode with this crate's public API.
+//! Sweeps the Linux reference captures (`testdata/captures/` of this repository,
+//! see its README): every NVMe/RDMA command capsule, response capsule and
+//! NVMe/RDMA CM private data block in them must decode with this crate's public API.
 //!
 //! A minimal pcap reader: 24-byte global header, 16-byte record headers,
 //! Ethernet 14, IPv4 20 or IPv6 40, UDP 8 (destination port 4791), BTH 12,
-//! the extended headers of the opcode, payload, 4-byte ICRC. Skipped (with a
-//! note) when the captures are not present.
+//! the extended headers of the opcode, payload, 4-byte ICRC. A missing capture
+//! fails the test.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -23,17 +23,19 @@ struct Packet {
     payload: Vec<u8>,
 }
 
-fn capture(name: &str) -> Option<Vec<u8>> {
+/// The bytes of reference capture `name` from `testdata/captures/`; panics (the test
+/// fails, naming the path) when it cannot be read.
+fn capture(name: &str) -> Vec<u8> {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../shared/captures")
+        .join("../testdata/captures")
         .join(name);
-    match std::fs::read(&path) {
-        Ok(d) => Some(d),
-        Err(e) => {
-            eprintln!("skipping: {} not readable: {e}", path.display());
-            None
-        }
-    }
+    std::fs::read(&path).unwrap_or_else(|e| {
+        panic!(
+            "cannot read reference capture {}: {e}; the captures ship with the repository \
+             in testdata/captures/ (restore them with git checkout -- testdata)",
+            path.display()
+        )
+    })
 }
 
 /// Extended header bytes after the BTH for the opcodes in these captures.
@@ -87,8 +89,8 @@ struct Counts {
     failed: Vec<Status>,
 }
 
-fn sweep(name: &str) -> Option<Counts> {
-    let pcap = capture(name)?;
+fn sweep(name: &str) -> Counts {
+    let pcap = capture(name);
     let mut c = Counts::default();
     // Outstanding CIDs per destination QP of the command.
     let mut outstanding: HashMap<u16, usize> = HashMap::new();
@@ -162,14 +164,12 @@ fn sweep(name: &str) -> Option<Counts> {
     // Commands never answered in the window: Asynchronous Event Requests.
     let open: usize = outstanding.values().sum();
     assert_eq!(c.sqes - c.cqes, open);
-    Some(c)
+    c
 }
 
 #[test]
 fn linux_nvme_rdma_rxe() {
-    let Some(c) = sweep("linux-nvme-rdma-rxe.pcap") else {
-        return;
-    };
+    let c = sweep("linux-nvme-rdma-rxe.pcap");
     assert_eq!(
         (c.sqes, c.cqes, c.cm_requests, c.cm_accepts),
         (61, 59, 3, 3)
@@ -179,9 +179,7 @@ fn linux_nvme_rdma_rxe() {
 
 #[test]
 fn linux_nvme_rdma_rxe_ipv6() {
-    let Some(c) = sweep("linux-nvme-rdma-rxe-ipv6.pcap") else {
-        return;
-    };
+    let c = sweep("linux-nvme-rdma-rxe-ipv6.pcap");
     assert_eq!(
         (c.sqes, c.cqes, c.cm_requests, c.cm_accepts),
         (61, 59, 3, 3)
@@ -191,9 +189,7 @@ fn linux_nvme_rdma_rxe_ipv6() {
 
 #[test]
 fn linux_nvme_rdma_errors() {
-    let Some(c) = sweep("linux-nvme-rdma-errors.pcap") else {
-        return;
-    };
+    let c = sweep("linux-nvme-rdma-errors.pcap");
     assert_eq!(
         (c.sqes, c.cqes, c.cm_requests, c.cm_accepts),
         (41, 40, 4, 4)

@@ -412,6 +412,19 @@ impl Slab {
     /// # Errors
     /// The `mmap(2)` error, or `InvalidInput` for `len == 0`.
     pub fn new(len: usize) -> io::Result<Slab> {
+        Self::map(len, libc::MAP_POPULATE)
+    }
+
+    /// Maps `len` bytes like [`Slab::new`], but faults pages in on first touch (for
+    /// simulations that touch little of a large slab).
+    ///
+    /// # Errors
+    /// As [`Slab::new`].
+    pub fn lazy(len: usize) -> io::Result<Slab> {
+        Self::map(len, 0)
+    }
+
+    fn map(len: usize, extra_flags: libc::c_int) -> io::Result<Slab> {
         if len == 0 {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -425,7 +438,7 @@ impl Slab {
                 std::ptr::null_mut(),
                 len,
                 libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | extra_flags,
                 -1,
                 0,
             )

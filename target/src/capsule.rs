@@ -1,6 +1,6 @@
-//! What a command capsule asks for: the decision the poll group (`rdma.rs`) and the
-//! fuzzing entry point (`fuzzing.rs`) share, so the fuzzer exercises the real checks.
-//! `fuzzing.rs` also re-exports it for the capsule benchmark (`benches/capsule.rs`).
+//! What a command capsule asks for: the request core's first decision on a received
+//! command. Public but hidden from the documentation for the capsule benchmark
+//! (`benches/capsule.rs`), which times it on its own.
 use nvme::status::{GenericStatus, Status};
 use nvme::Sqe;
 

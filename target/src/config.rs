@@ -10,11 +10,21 @@
 //! nsid = 1
 //! path = "/var/tmp/ns1.img"   # created sparse at `size` when missing
 //! size = "1G"
+//! [[subsystems.namespaces]]
+//! nsid = 2
+//! path = "/dev/nvme1n1"       # a block device: opened with O_EXCL, sized by the kernel
+//! direct = true               # O_DIRECT (default false: through the page cache)
 //! ```
 //!
 //! Parsing ([`TargetConfig::from_toml_str`], [`TargetConfig::from_file`]) validates too;
-//! errors name the file (or "configuration") and the offending item. Relative namespace
-//! paths are relative to the daemon's working directory.
+//! errors name the file (or "configuration") and the offending item; a key this
+//! module does not know is refused by name. Relative namespace paths are relative to
+//! the daemon's working directory.
+//!
+//! Several `[[listen]]` entries: each distinct address gets its own soft RDMA device
+//! (UDP 4791 of that address), CM agent and `poll_groups` poll groups; each entry's
+//! `trsvcid` is an RDMA CM port listened on at its address. Every subsystem is
+//! reachable through every entry, and the discovery log page lists each.
 
 use std::collections::HashSet;
 use std::fmt;
@@ -36,6 +46,12 @@ pub const MAX_INLINE_DATA_SIZE: u32 = 16 * 1024;
 /// Largest MDTS accepted, in bytes: a keyed SGL data block's length is 24 bits
 /// (NVMe Base 2.x §4.3.2), so 8 MiB is the largest power of two one can carry.
 pub const MAX_MDTS_BYTES: u32 = 8 << 20;
+/// Smallest MDTS accepted, in bytes: Identify Controller MDTS is a power of two in
+/// units of the 4 KiB page with 0 meaning "no limit", so 8 KiB (MDTS 1) is the
+/// smallest limit a host can be told.
+pub const MIN_MDTS_BYTES: u32 = 8 << 10;
+/// Largest `data_slab` accepted, in bytes: one io_uring fixed buffer holds at most 1 GiB.
+pub const MAX_DATA_SLAB_BYTES: u64 = 1 << 30;
 
 fn default_trsvcid() -> u16 {
     DEFAULT_TRSVCID
@@ -45,9 +61,6 @@ fn default_poll_groups() -> usize {
 }
 fn default_true() -> bool {
     true
-}
-fn default_block_size() -> u32 {
-    512
 }
 fn default_inline_data_size() -> u32 {
     4096
@@ -67,10 +80,12 @@ fn default_kato_ms() -> u32 {
 #[serde(deny_unknown_fields)]
 pub struct TargetConfig {
     /// Addresses to listen on: RoCEv2 on UDP 4791 of `addr`, RDMA CM service
-    /// `trsvcid`. At least one.
+    /// `trsvcid`. At least one; no `addr`/`trsvcid` pair twice. Every subsystem is
+    /// served on each (see the module docs).
     #[serde(default)]
     pub listen: Vec<ListenAddr>,
-    /// Poll groups: busy-polling threads, one per core given to the target. Default 1.
+    /// Poll groups per listen address: busy-polling threads, one per core given to
+    /// the target. At least 1. Default 1.
     #[serde(default = "default_poll_groups")]
     pub poll_groups: usize,
     /// Exported NVM subsystems. At least one.
@@ -81,21 +96,33 @@ pub struct TargetConfig {
     #[serde(default = "default_inline_data_size")]
     pub inline_data_size: u32,
     /// Largest data transfer of one command in bytes (MDTS = log2(this / 4096)): a power
-    /// of two from 4 KiB to 8 MiB, as bytes or a size string ("1M"). Default 1 MiB.
+    /// of two from 8 KiB to 8 MiB, as bytes or a size string ("1M"). Each poll group's
+    /// registered data slab must hold at least one such transfer. Default 1 MiB.
     #[serde(default = "default_mdts_bytes", deserialize_with = "de_size_u32")]
     pub mdts_bytes: u32,
     /// Entries per queue offered (CAP.MQES + 1, NVMe Base 2.x §3.1.4.1), at least 2.
     /// Default 128.
     #[serde(default = "default_max_queue_size")]
     pub max_queue_size: u16,
-    /// Keep Alive Timeout in milliseconds applied where a host's Connect leaves KATO 0
-    /// on a controller that needs one (discovery controllers, NVMe Base 2.x §3.9.4;
-    /// Linux nvmet's NVMET_DISC_KATO_MS). 0 disables. Default 120000.
+    /// Keep Alive Timeout in milliseconds a discovery controller gets when the host's
+    /// Connect asks for none (KATO 0), so abandoned discovery sessions are reaped
+    /// (Linux nvmet's NVMET_DISC_KATO_MS); rounded up to whole seconds (KAS is 1 s).
+    /// 0: such a discovery controller has no Keep Alive timer. I/O controllers always
+    /// use the KATO of their Connect (NVMe Base 2.x §3.9). Default 120000.
     #[serde(default = "default_kato_ms")]
     pub kato_ms: u32,
-    /// Serve the discovery subsystem ([`DISCOVERY_NQN`]). Default true.
+    /// Serve the discovery subsystem ([`DISCOVERY_NQN`]). When false, a Connect to it
+    /// is refused as one to an unknown subsystem (Connect Invalid Parameters, SUBNQN),
+    /// as nvmet does for a port without discovery. Default true.
     #[serde(default = "default_true")]
     pub discovery: bool,
+    /// Bytes of each poll group's data slab, the memory registered (pinned) as io_uring
+    /// fixed buffer for command data: from `mdts_bytes` to 1 GiB, as bytes or a size
+    /// string ("4M"). Absent (the default): sized from `RLIMIT_MEMLOCK`, 64 MiB when
+    /// the limit allows (see [`crate::memory`]). A slab smaller than `mdts_bytes` x the
+    /// commands in flight still works: commands wait for a buffer.
+    #[serde(default, deserialize_with = "de_opt_size_u64")]
+    pub data_slab: Option<u64>,
 }
 
 /// One listen address (NVMe over Fabrics 1.x Discovery Log Page Entry: TRADDR, TRSVCID).
@@ -137,24 +164,44 @@ pub struct SubsystemConfig {
     pub namespaces: Vec<NamespaceConfig>,
 }
 
-/// One namespace backed by a file.
+/// One namespace, backed by a file or a block device ([`crate::backend`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NamespaceConfig {
     /// Namespace ID: 1 to 0xFFFFFFFE, unique within the subsystem.
     pub nsid: u32,
-    /// Backing file. Created sparse at `size` when missing (its directory must exist).
+    /// Backing file (created sparse at `size` when missing; its directory must exist)
+    /// or block device (opened with O_EXCL: not mounted, not in use elsewhere).
     pub path: PathBuf,
     /// Size for creating a missing file: bytes, or "1G", "512M", "4KiB" (powers of
-    /// 1024); written as a string or an integer. Without it the file must exist.
+    /// 1024); written as a string or an integer. Without it the file must exist. A
+    /// block device's size is its own.
     #[serde(default, deserialize_with = "de_opt_size")]
     pub size: Option<String>,
-    /// Logical block size in bytes: 512, 1024, 2048 or 4096. Default 512.
-    #[serde(default = "default_block_size")]
-    pub block_size: u32,
+    /// Logical block size in bytes: 512, 1024, 2048 or 4096. Default: 512 for a file,
+    /// the device's logical block size for a block device (which is also the least it
+    /// accepts).
+    #[serde(default)]
+    pub block_size: Option<u32>,
+    /// Open with O_DIRECT, bypassing the page cache (default false). The block size
+    /// must then be at least the storage's O_DIRECT alignment.
+    #[serde(default)]
+    pub direct: bool,
 }
 
 impl NamespaceConfig {
+    /// How to open the namespace's back end.
+    ///
+    /// # Errors
+    /// As [`NamespaceConfig::size_bytes`].
+    pub fn options(&self) -> Result<crate::backend::NamespaceOptions, String> {
+        Ok(crate::backend::NamespaceOptions {
+            create_size_bytes: self.size_bytes()?,
+            block_size: self.block_size,
+            direct: self.direct,
+        })
+    }
+
     /// `size` in bytes, `None` when absent.
     ///
     /// # Errors
@@ -262,6 +309,16 @@ fn de_opt_size<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Err
     }))
 }
 
+fn de_opt_size_u64<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    use serde::de::Error;
+    Option::<SizeRepr>::deserialize(d)?
+        .map(|r| match r {
+            SizeRepr::Int(n) => Ok(n),
+            SizeRepr::Str(s) => parse_size(&s).map_err(D::Error::custom),
+        })
+        .transpose()
+}
+
 fn de_size_u32<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
     use serde::de::Error;
     let n = match SizeRepr::deserialize(d)? {
@@ -349,7 +406,8 @@ impl TargetConfig {
                     nsid: 1,
                     path: path.to_path_buf(),
                     size: Some(size_bytes.to_string()),
-                    block_size: default_block_size(),
+                    block_size: None,
+                    direct: false,
                 }],
             }],
             inline_data_size: default_inline_data_size(),
@@ -357,6 +415,7 @@ impl TargetConfig {
             max_queue_size: default_max_queue_size(),
             kato_ms: default_kato_ms(),
             discovery: true,
+            data_slab: None,
         }
     }
 
@@ -366,8 +425,17 @@ impl TargetConfig {
     /// # Errors
     /// [`ConfigError::Invalid`] with origin "configuration", naming the first problem.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        self.validate_as("configuration")
+    }
+
+    /// [`TargetConfig::validate`] for a configuration that came from `origin` (e.g.
+    /// "command line"): the same reasons, with that origin.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] with origin `origin`, naming the first problem.
+    pub fn validate_as(&self, origin: &str) -> Result<(), ConfigError> {
         self.check().map_err(|reason| ConfigError::Invalid {
-            origin: "configuration".to_string(),
+            origin: origin.to_string(),
             reason,
         })
     }
@@ -380,9 +448,18 @@ impl TargetConfig {
             if l.trsvcid == 0 {
                 return Err(format!("listen[{i}] ({}): trsvcid 0 is not a port", l.addr));
             }
+            if let Some(j) = self.listen[..i].iter().position(|e| e == l) {
+                return Err(format!(
+                    "listen[{i}] ({l}): the same address and trsvcid as listen[{j}]; remove one"
+                ));
+            }
         }
         if self.poll_groups == 0 {
-            return Err("poll_groups must be at least 1".into());
+            return Err(
+                "poll_groups 0: at least 1 poll group (a busy-polling thread) is needed; \
+                 give one per core the target may use"
+                    .into(),
+            );
         }
         if !self.inline_data_size.is_multiple_of(16) || self.inline_data_size > MAX_INLINE_DATA_SIZE
         {
@@ -391,12 +468,18 @@ impl TargetConfig {
                 self.inline_data_size
             ));
         }
-        if !self.mdts_bytes.is_power_of_two() || !(4096..=MAX_MDTS_BYTES).contains(&self.mdts_bytes)
+        if !self.mdts_bytes.is_power_of_two()
+            || !(MIN_MDTS_BYTES..=MAX_MDTS_BYTES).contains(&self.mdts_bytes)
         {
             return Err(format!(
-                "mdts_bytes {} must be a power of two from 4096 to {MAX_MDTS_BYTES}",
+                "mdts_bytes {} must be a power of two from {MIN_MDTS_BYTES} (8K, the smallest \
+                 MDTS a host can be told) to {MAX_MDTS_BYTES} (8M, the largest a 24-bit keyed \
+                 SGL length carries), e.g. \"1M\"",
                 self.mdts_bytes
             ));
+        }
+        if let Some(slab) = self.data_slab {
+            check_data_slab(slab, self.mdts_bytes)?;
         }
         if self.max_queue_size < 2 {
             return Err(format!(
@@ -464,18 +547,21 @@ impl TargetConfig {
                         n.path.display()
                     ));
                 }
-                if !n.block_size.is_power_of_two() || !(512..=4096).contains(&n.block_size) {
-                    return Err(format!(
-                        "{at}: block_size {} must be 512, 1024, 2048 or 4096",
-                        n.block_size
-                    ));
+                if let Some(b) = n.block_size {
+                    if !b.is_power_of_two() || !(512..=4096).contains(&b) {
+                        return Err(format!(
+                            "{at}: block_size {b} must be 512, 1024, 2048 or 4096"
+                        ));
+                    }
                 }
                 if let Some(s) = &n.size {
                     let bytes = parse_size(s).map_err(|e| format!("{at}: size: {e}"))?;
-                    if bytes == 0 || bytes % u64::from(n.block_size) != 0 {
+                    let block = n
+                        .block_size
+                        .unwrap_or(crate::backend::DEFAULT_FILE_BLOCK_SIZE);
+                    if bytes == 0 || bytes % u64::from(block) != 0 {
                         return Err(format!(
-                            "{at}: size {s} ({bytes} bytes) must be a positive multiple of block_size {}",
-                            n.block_size
+                            "{at}: size {s} ({bytes} bytes) must be a positive multiple of block_size {block}"
                         ));
                     }
                 }
@@ -483,6 +569,29 @@ impl TargetConfig {
         }
         Ok(())
     }
+}
+
+/// Checks a configured data slab size against MDTS: a slab smaller than one command's
+/// largest transfer could never serve that command, so it is refused (rather than
+/// lowering the advertised MDTS behind the operator's back).
+///
+/// # Errors
+/// A message naming both values and the fix.
+pub fn check_data_slab(slab_bytes: u64, mdts_bytes: u32) -> Result<(), String> {
+    if slab_bytes < u64::from(mdts_bytes) {
+        return Err(format!(
+            "data_slab {slab_bytes} bytes is smaller than mdts_bytes {mdts_bytes}: a command \
+             transferring MDTS bytes could never get a buffer; raise data_slab to at least \
+             {mdts_bytes} or lower mdts_bytes"
+        ));
+    }
+    if slab_bytes > MAX_DATA_SLAB_BYTES {
+        return Err(format!(
+            "data_slab {slab_bytes} bytes is more than {MAX_DATA_SLAB_BYTES} (1 GiB, the largest \
+             io_uring fixed buffer)"
+        ));
+    }
+    Ok(())
 }
 
 impl fmt::Display for ListenAddr {
@@ -536,12 +645,14 @@ nqn = "nqn.2026-11.io.example:a"
         assert_eq!(s0.serial.as_deref(), Some("NVMFRDMA0001"));
         assert_eq!(s0.namespaces[0].nsid, 1);
         assert_eq!(s0.namespaces[0].size_bytes(), Ok(Some(1 << 30)));
-        assert_eq!(s0.namespaces[0].block_size, 512);
+        assert_eq!(s0.namespaces[0].block_size, Some(512));
+        assert!(!s0.namespaces[0].direct);
+        assert_eq!(s0.namespaces[1].block_size, None);
         assert_eq!(s0.namespaces[1].size_bytes(), Ok(Some(64 << 20)));
         let s1 = &a.subsystems[1];
         assert!(!s1.allow_any_host);
         assert_eq!(s1.hosts.len(), 1);
-        assert_eq!(s1.namespaces[0].block_size, 4096);
+        assert_eq!(s1.namespaces[0].block_size, Some(4096));
         assert_eq!(s1.namespaces[0].size_bytes(), Ok(Some(256 << 20)));
     }
 
@@ -563,9 +674,23 @@ nqn = "nqn.2026-11.io.example:a"
         ))
         .unwrap();
         let n = &c.subsystems[0].namespaces[0];
-        assert_eq!((n.nsid, n.block_size), (3, 512));
+        assert_eq!((n.nsid, n.block_size, n.direct), (3, None, false));
         assert_eq!(n.size.as_deref(), Some("1048576"));
         assert_eq!(n.size_bytes(), Ok(Some(1 << 20)));
+        let c = TargetConfig::from_toml_str(&with_ns(
+            "[[subsystems.namespaces]]\nnsid = 1\npath = \"/dev/loop7\"\ndirect = true\n",
+        ))
+        .unwrap();
+        let n = &c.subsystems[0].namespaces[0];
+        assert!(n.direct);
+        assert_eq!(
+            n.options(),
+            Ok(crate::backend::NamespaceOptions {
+                create_size_bytes: None,
+                block_size: None,
+                direct: true
+            })
+        );
     }
 
     #[test]
@@ -670,6 +795,99 @@ nqn = "nqn.2026-11.io.example:a"
         let c =
             TargetConfig::from_toml_str(&format!("mdts_bytes = \"256KiB\"\n{MINIMAL}")).unwrap();
         assert_eq!(c.mdts_bytes, 256 << 10);
+        // MDTS 0 means "no limit": 4 KiB cannot be advertised, 8 KiB (MDTS 1) can.
+        assert!(invalid(&format!("mdts_bytes = 4096\n{MINIMAL}")).contains("8K"));
+        let c = TargetConfig::from_toml_str(&format!("mdts_bytes = \"8K\"\n{MINIMAL}")).unwrap();
+        assert_eq!(c.mdts_bytes, 8 << 10);
+        let c = TargetConfig::from_toml_str(&format!("mdts_bytes = \"8M\"\n{MINIMAL}")).unwrap();
+        assert_eq!(c.mdts_bytes, MAX_MDTS_BYTES);
+    }
+
+    #[test]
+    fn several_listen_addresses() {
+        let c = TargetConfig::from_toml_str(&format!(
+            "{MINIMAL}[[listen]]\naddr = \"10.0.0.1\"\ntrsvcid = 4421\n[[listen]]\naddr = \"::1\"\n"
+        ))
+        .unwrap();
+        let got: Vec<String> = c.listen.iter().map(|l| l.to_string()).collect();
+        assert_eq!(got, ["10.0.0.1:4420", "10.0.0.1:4421", "[::1]:4420"]);
+        let r = invalid(&format!(
+            "{MINIMAL}[[listen]]\naddr = \"10.0.0.2\"\n[[listen]]\naddr = \"10.0.0.1\"\ntrsvcid = 4420\n"
+        ));
+        assert!(
+            r.contains("listen[2]") && r.contains("listen[0]") && r.contains("10.0.0.1:4420"),
+            "{r}"
+        );
+    }
+
+    #[test]
+    fn command_line_origin_keeps_the_reason() {
+        let mut c = TargetConfig::default_for(
+            "127.0.0.2".parse().unwrap(),
+            "nqn.2026-11.io.nvmf-rdma:target",
+            Path::new("nvmf-target.img"),
+            1 << 30,
+        );
+        c.poll_groups = 0;
+        let from_file = invalid(&format!("poll_groups = 0\n{MINIMAL}"));
+        let e = c.validate_as("command line").unwrap_err();
+        assert_eq!(e.to_string(), format!("command line: {from_file}"));
+    }
+
+    #[test]
+    fn unknown_keys_are_refused_by_name_at_every_level() {
+        for (text, key) in [
+            (format!("kato = 5\n{MINIMAL}"), "kato"),
+            (
+                "[[listen]]\naddr = \"10.0.0.1\"\nport = 4420\n[[subsystems]]\nnqn = \"nqn.x:a\"\n"
+                    .to_string(),
+                "port",
+            ),
+            (format!("{MINIMAL}allowed_hosts = []\n"), "allowed_hosts"),
+            (
+                format!(
+                    "{MINIMAL}[[subsystems.namespaces]]\nnsid = 1\npath = \"a\"\nreadonly = true\n"
+                ),
+                "readonly",
+            ),
+        ] {
+            let e = TargetConfig::from_toml_str(&text).unwrap_err();
+            assert!(matches!(e, ConfigError::Parse { .. }), "{e}");
+            let msg = e.to_string();
+            assert!(
+                msg.contains(&format!("unknown field `{key}`")),
+                "{key}: {msg}"
+            );
+        }
+    }
+
+    #[test]
+    fn data_slab_is_sized_or_automatic() {
+        assert_eq!(
+            TargetConfig::from_toml_str(MINIMAL).unwrap().data_slab,
+            None
+        );
+        let c = TargetConfig::from_toml_str(&format!("data_slab = \"4M\"\n{MINIMAL}")).unwrap();
+        assert_eq!(c.data_slab, Some(4 << 20));
+        let c = TargetConfig::from_toml_str(&format!("data_slab = 2097152\n{MINIMAL}")).unwrap();
+        assert_eq!(c.data_slab, Some(2 << 20));
+        // Smaller than MDTS: refused, naming both and the fix.
+        let r = invalid(&format!("data_slab = \"512K\"\n{MINIMAL}"));
+        assert!(
+            r.contains("data_slab 524288") && r.contains("mdts_bytes 1048576"),
+            "{r}"
+        );
+        assert!(r.contains("lower mdts_bytes"), "{r}");
+        let c = TargetConfig::from_toml_str(&format!(
+            "data_slab = \"512K\"\nmdts_bytes = \"256K\"\n{MINIMAL}"
+        ))
+        .unwrap();
+        assert_eq!(c.data_slab, Some(512 << 10));
+        assert!(invalid(&format!("data_slab = \"2G\"\n{MINIMAL}")).contains("1 GiB"));
+        assert!(matches!(
+            TargetConfig::from_toml_str(&format!("data_slab = \"lots\"\n{MINIMAL}")),
+            Err(ConfigError::Parse { .. })
+        ));
     }
 
     #[test]

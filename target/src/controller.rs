@@ -4,9 +4,11 @@
 //! features a host may set, and the Asynchronous Event Requests waiting for an event.
 //!
 //! State lives behind one small mutex: it is touched by admin commands, Connects and
-//! the Keep Alive sweep, not per I/O (the I/O path only reads `subsys`).
+//! the Keep Alive sweep, not per I/O. The I/O path reads `subsys` and the Volatile
+//! Write Cache setting, which is an atomic of its own for that reason.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -25,8 +27,9 @@ use crate::subsystem::{Limits, Subsystem};
 /// AERL + 1; nvmet's `NVMET_ASYNC_EVENTS`).
 pub const MAX_AER: usize = 4;
 
-/// Keep Alive Timeout a discovery controller gets when its Connect asks for none
-/// (nvmet's `NVMET_DISC_KATO_MS`), so an abandoned discovery session is reaped.
+/// Default Keep Alive Timeout a discovery controller gets when its Connect asks for
+/// none (nvmet's `NVMET_DISC_KATO_MS`), so an abandoned discovery session is reaped;
+/// the configuration's `kato_ms` ([`Limits::discovery_kato_ms`]) replaces it.
 pub const DISCOVERY_KATO_MS: u32 = 120_000;
 
 /// CC.IOSQES a host must program before enabling: 2^6 = 64-byte SQEs.
@@ -84,7 +87,6 @@ struct State {
     aer_cids: VecDeque<u16>,
     events: VecDeque<u32>,
     aen_config: u32,
-    vwc_enabled: bool,
     changed_ns: Vec<u32>,
 }
 
@@ -102,6 +104,8 @@ pub struct Controller {
     /// I/O or discovery controller.
     pub kind: ControllerKind,
     limits: Limits,
+    /// Volatile Write Cache enabled (feature 06h WCE); read by every write.
+    vwc_enabled: AtomicBool,
     state: Mutex<State>,
 }
 
@@ -113,8 +117,9 @@ fn round_kato(kato_ms: u32) -> u32 {
 impl Controller {
     /// Controller `cntlid` of `subsys` for `hostnqn`/`hostid`, with Keep Alive Timeout
     /// `kato_ms` from the Connect (rounded up to seconds; a discovery controller
-    /// asking for 0 gets [`DISCOVERY_KATO_MS`]). The timer starts at `now`. The admin
-    /// queue counts as connected. Disabled (CC 0, CSTS 0) until the host sets CC.EN.
+    /// asking for 0 gets `limits.discovery_kato_ms`, also rounded up). The timer starts
+    /// at `now`. The admin queue counts as connected. Disabled (CC 0, CSTS 0) until the
+    /// host sets CC.EN. The volatile write cache starts enabled.
     pub fn new(
         cntlid: u16,
         subsys: Arc<Subsystem>,
@@ -130,7 +135,7 @@ impl Controller {
             ControllerKind::Io
         };
         let kato_ms = if kind == ControllerKind::Discovery && kato_ms == 0 {
-            DISCOVERY_KATO_MS
+            round_kato(limits.discovery_kato_ms)
         } else {
             round_kato(kato_ms)
         };
@@ -141,6 +146,7 @@ impl Controller {
             hostid,
             kind,
             limits: *limits,
+            vwc_enabled: AtomicBool::new(true),
             state: Mutex::new(State {
                 cc: Cc(0),
                 csts: Csts(0),
@@ -151,7 +157,6 @@ impl Controller {
                 aer_cids: VecDeque::new(),
                 events: VecDeque::new(),
                 aen_config: 0,
-                vwc_enabled: true,
                 changed_ns: Vec::new(),
             }),
         }
@@ -306,14 +311,23 @@ impl Controller {
         self.state.lock().aen_config = value;
     }
 
-    /// Volatile Write Cache enabled (feature 06h, bit 0).
+    /// Volatile Write Cache enabled (feature 06h, WCE, NVMe Base 2.x §5.27.1.4).
+    /// When false, every write of this controller's queues completes only once durable
+    /// (as with FUA): see [`Controller::write_through`].
     pub fn vwc_enabled(&self) -> bool {
-        self.state.lock().vwc_enabled
+        self.vwc_enabled.load(Ordering::Relaxed)
     }
 
-    /// Sets Volatile Write Cache enable.
+    /// Sets Volatile Write Cache enable (Set Features 06h). Writes queued after the
+    /// change follow it; writes already executing keep the setting they started with.
     pub fn set_vwc_enabled(&self, enabled: bool) {
-        self.state.lock().vwc_enabled = enabled;
+        self.vwc_enabled.store(enabled, Ordering::Relaxed);
+    }
+
+    /// Whether a write with Force Unit Access `fua` must be durable before it completes
+    /// (NVM Command Set 1.x §3.3.6: FUA, or the volatile write cache turned off).
+    pub fn write_through(&self, fua: bool) -> bool {
+        fua || !self.vwc_enabled()
     }
 
     /// Holds Asynchronous Event Request `cid`, or, when an event is already pending,
@@ -496,6 +510,34 @@ mod tests {
         );
         assert_eq!(c.kind, ControllerKind::Discovery);
         assert_eq!(c.kato_ms(), DISCOVERY_KATO_MS);
+        // The configured discovery KATO (rounded up to seconds) replaces the default;
+        // 0 leaves the discovery controller without a timer; a KATO the host asks for
+        // wins; an I/O controller asking for none gets none.
+        let mk = |sub: &Arc<Subsystem>, asked: u32, configured: u32| {
+            let limits = Limits {
+                discovery_kato_ms: configured,
+                ..reg.limits
+            };
+            Controller::new(2, sub.clone(), HOST.into(), [0; 16], asked, &limits, t0).kato_ms()
+        };
+        let io = reg.subsystem(REF_NQN).unwrap().clone();
+        assert_eq!(mk(&reg.discovery, 0, 1500), 2000);
+        assert_eq!(mk(&reg.discovery, 0, 0), 0);
+        assert_eq!(mk(&reg.discovery, 5000, 1500), 5000);
+        assert_eq!(mk(&io, 0, 1500), 0);
+    }
+
+    #[test]
+    fn write_through_follows_fua_and_vwc() {
+        let c = ctrl(0, Instant::now());
+        assert!(c.vwc_enabled(), "the volatile write cache starts enabled");
+        assert!(!c.write_through(false));
+        assert!(c.write_through(true));
+        c.set_vwc_enabled(false);
+        assert!(c.write_through(false));
+        assert!(c.write_through(true));
+        c.set_vwc_enabled(true);
+        assert!(!c.write_through(false));
     }
 
     #[test]

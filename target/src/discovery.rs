@@ -2,7 +2,10 @@
 //! §5.16.1.23, NVMe over Fabrics 1.1 §5.3), built as Linux nvmet's
 //! `nvmet_execute_disc_get_log_page` does: the current discovery subsystem first
 //! (SUBTYPE 3), then every NVM subsystem the host may connect to (SUBTYPE 2), each an
-//! RDMA entry for this target's port.
+//! RDMA entry. With several listen addresses every subsystem is reachable on each, so
+//! each gets one entry per address (PORTID 1, 2, ... in configuration order), as SPDK
+//! lists every listener; nvmet lists only the port the host asked through, because its
+//! subsystems are linked to ports one by one.
 
 use std::net::IpAddr;
 
@@ -11,7 +14,7 @@ use nvme::log::{
 };
 use nvme::NVME_AQ_DEPTH;
 
-use crate::subsystem::{Registry, PORT_ID};
+use crate::subsystem::{PortInfo, Registry, PORT_ID};
 
 /// Address family of `addr` for ADRFAM: IPv4 (1) or IPv6 (2).
 pub fn address_family(addr: IpAddr) -> AddressFamily {
@@ -21,37 +24,48 @@ pub fn address_family(addr: IpAddr) -> AddressFamily {
     }
 }
 
-/// One entry for subsystem `nqn` of type `subtype` on the registry's port: TRTYPE
-/// RDMA, TREQ 04h, PORTID 1, CNTLID FFFFh, ASQSZ 32, TRSVCID the decimal port and
-/// TRADDR the address in text form (both NUL padded), TSAS connected / not specified
-/// / RDMA CM, P_Key 0. `None` for an NQN too long for the field (not listable).
-fn entry(reg: &Registry, subtype: SubsystemType, nqn: &str) -> Option<DiscoveryLogEntry> {
+/// One entry for subsystem `nqn` of type `subtype` on `port` (PORTID `portid`): TRTYPE
+/// RDMA, TREQ 04h, CNTLID FFFFh, ASQSZ 32, TRSVCID the decimal port and TRADDR the
+/// address in text form (both NUL padded), TSAS connected / not specified / RDMA CM,
+/// P_Key 0. `None` for an NQN too long for the field (not listable).
+fn entry(
+    port: &PortInfo,
+    portid: u16,
+    subtype: SubsystemType,
+    nqn: &str,
+) -> Option<DiscoveryLogEntry> {
     DiscoveryLogEntry::rdma(
-        address_family(reg.port.traddr),
+        address_family(port.traddr),
         subtype,
-        PORT_ID,
+        portid,
         NVME_AQ_DEPTH,
-        &reg.port.trsvcid.to_string(),
+        &port.trsvcid.to_string(),
         nqn,
-        &reg.port.traddr.to_string(),
+        &port.traddr.to_string(),
     )
     .ok()
 }
 
 /// The whole Discovery log page for host `hostnqn`: a 1024-byte header (GENCTR from
-/// the registry, NUMREC, RECFMT 0) followed by 1024-byte entries: the discovery
-/// subsystem itself, then each NVM subsystem whose host list admits `hostnqn`, in
-/// configuration order. `(NUMREC + 1) x 1024` bytes; the caller applies the Get Log
-/// Page offset and length.
+/// the registry, NUMREC, RECFMT 0) followed by 1024-byte entries: for each listen
+/// address, the discovery subsystem itself; then, for each NVM subsystem whose host
+/// list admits `hostnqn` (in configuration order), one entry per listen address.
+/// `(NUMREC + 1) x 1024` bytes; the caller applies the Get Log Page offset and length.
 pub fn discovery_log_page(reg: &Registry, hostnqn: &str) -> Vec<u8> {
-    let mut entries = Vec::with_capacity(reg.subsystems.len() + 1);
-    entries.extend(entry(
-        reg,
-        SubsystemType::CurrentDiscovery,
-        &reg.discovery.nqn,
-    ));
+    let ports = || (PORT_ID..).zip(reg.ports.iter());
+    let mut entries = Vec::with_capacity((reg.subsystems.len() + 1) * reg.ports.len());
+    for (id, port) in ports() {
+        entries.extend(entry(
+            port,
+            id,
+            SubsystemType::CurrentDiscovery,
+            &reg.discovery.nqn,
+        ));
+    }
     for s in reg.subsystems.iter().filter(|s| s.host_allowed(hostnqn)) {
-        entries.extend(entry(reg, SubsystemType::Nvm, &s.nqn));
+        for (id, port) in ports() {
+            entries.extend(entry(port, id, SubsystemType::Nvm, &s.nqn));
+        }
     }
     build_page(reg.genctr(), &entries)
 }
@@ -122,5 +136,50 @@ mod tests {
         assert_eq!(entries[1].adrfam, 2);
         assert_eq!(&entries[1].traddr[..9], b"fd77::10\0");
         assert!(entries[1].traddr[8..].iter().all(|&b| b == 0));
+    }
+
+    #[test]
+    fn every_listen_address_is_listed() {
+        let s = Subsystem::new(REF_NQN.into(), "sn".to_string(), true, vec![], vec![]);
+        let ports = vec![
+            PortInfo {
+                traddr: "192.168.77.10".parse().unwrap(),
+                trsvcid: 4420,
+            },
+            PortInfo {
+                traddr: "fd77::10".parse().unwrap(),
+                trsvcid: 4421,
+            },
+        ];
+        let reg = Registry::with_ports(vec![Arc::new(s)], ports, Limits::default(), true);
+        let page = discovery_log_page(&reg, HOST);
+        let (hdr, entries) = parse_discovery_log(&page).unwrap();
+        assert_eq!(hdr.numrec.get(), 4);
+        let got: Vec<_> = entries
+            .iter()
+            .map(|e| {
+                (
+                    e.subtype,
+                    e.portid.get(),
+                    e.adrfam,
+                    e.traddr().unwrap().to_string(),
+                    e.trsvcid().unwrap().to_string(),
+                    e.subnqn().unwrap().to_string(),
+                )
+            })
+            .collect();
+        let d = NVMF_DISCOVERY_NQN.to_string();
+        let r = REF_NQN.to_string();
+        let v4 = || "192.168.77.10".to_string();
+        let v6 = || "fd77::10".to_string();
+        assert_eq!(
+            got,
+            vec![
+                (3, 1, 1, v4(), "4420".into(), d.clone()),
+                (3, 2, 2, v6(), "4421".into(), d),
+                (2, 1, 1, v4(), "4420".into(), r.clone()),
+                (2, 2, 2, v6(), "4421".into(), r),
+            ]
+        );
     }
 }

@@ -76,6 +76,35 @@ pub fn capabilities(limits: &Limits) -> Cap {
         .with_css(CAP_CSS)
 }
 
+/// IPO of the Connect command's QID field (SQE byte 42) in a Connect Invalid Parameters
+/// DW0 (IATTR 0: the command).
+pub const CONNECT_IPO_QID: u32 = 42;
+
+/// The checks the transport makes before [`connect`], on the queue the Connect arrived
+/// on (NVMe RDMA Transport 1.x §3.3: the queue ID is fixed by the CM exchange):
+/// `Some(refusal)` when the queue already has a controller (nvmet: "queue already
+/// connected!": Connect Controller Busy, DNR; nothing changes, no second controller),
+/// or when the command's QID is not the queue's `queue_qid` (Connect Invalid
+/// Parameters, DNR, IPO 42: the QID field); `None` when [`connect`] may run.
+pub fn connect_precondition(queue_qid: u16, connected: bool, sqe: &Sqe) -> Option<ConnectOutcome> {
+    if connected {
+        return Some(ConnectOutcome::status(
+            Status::command_specific(CommandSpecificStatus::ConnectControllerBusy).with_dnr(),
+        ));
+    }
+    let connect_qid = ConnectCommand::from_sqe(sqe)
+        .map(|c| c.qid())
+        .unwrap_or(u16::MAX);
+    if connect_qid != queue_qid {
+        return Some(ConnectOutcome::Refused {
+            status: Status::command_specific(CommandSpecificStatus::ConnectInvalidParameters)
+                .with_dnr(),
+            dw0: CONNECT_IPO_QID,
+        });
+    }
+    None
+}
+
 /// Handles a Connect command (NVMe Base 2.x §6.3) whose 1024-byte Connect data is
 /// `data`, at time `now`.
 ///
@@ -93,7 +122,8 @@ pub fn capabilities(limits: &Limits) -> Cap {
 /// - admin CNTLID not FFFFh, or no such controller for this subsystem and host NQN:
 ///   Connect Invalid Parameters, IATTR 1, IPO 16 (as nvmet, also for a host NQN that
 ///   differs from the controller's);
-/// - unknown or malformed SUBNQN: Connect Invalid Parameters, DW0 00010100h;
+/// - unknown or malformed SUBNQN: Connect Invalid Parameters, DW0 00010100h (also the
+///   discovery NQN when the registry does not serve discovery, `discovery = false`);
 /// - malformed HOSTNQN: Connect Invalid Parameters, DW0 00010200h;
 /// - host not allowed: Connect Invalid Host (SC 84h), DW0 00010200h;
 /// - QID above the granted I/O queues (or any on the discovery subsystem): Connect
@@ -393,6 +423,24 @@ pub(crate) mod tests {
         };
         assert_eq!(ctrl.kind, crate::controller::ControllerKind::Discovery);
         assert!(ctrl.subsys.is_discovery());
+    }
+
+    #[test]
+    fn discovery_off_refuses_the_discovery_nqn_as_unknown() {
+        let on = registry_with(vec![]);
+        let reg = Registry::with_ports(on.subsystems.clone(), on.ports.clone(), on.limits, false);
+        let sqe = Sqe::connect(0, 0, 31, 0);
+        let data = connect_data(0xFFFF, NVMF_DISCOVERY_NQN, HOST);
+        // As for an unknown subsystem (capture (a)): status 0x8304, DW0 00010100h.
+        assert_eq!(
+            refused(connect(&reg, &sqe, &data, Instant::now())),
+            (0x8304, 0x0001_0100)
+        );
+        assert!(reg.controllers().is_empty());
+        assert!(matches!(
+            admin_connect(&reg, REF_NQN, HOST),
+            ConnectOutcome::Accepted { .. }
+        ));
     }
 
     #[test]

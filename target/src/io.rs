@@ -1,8 +1,19 @@
 //! NVM command set I/O commands (NVM Command Set 1.x §3.3): decoding and checking a
 //! Read, Write, Flush, Write Zeroes or Dataset Management SQE against its namespace,
-//! before any data moves. The poll group turns the result into io_uring operations.
-use nvme::status::{GenericStatus, Status};
+//! before any data moves, and the status (and log line) for one the file system
+//! failed. The poll group turns the commands into io_uring operations.
+//!
+//! Durability, as the poll group carries it out: a Write completes once the page cache
+//! holds its data, unless it is a write-through (FUA, or the controller's volatile
+//! write cache turned off, [`crate::controller::Controller::write_through`]); then it
+//! is written with `RWF_DSYNC`, so it completes only once durable. A write-through
+//! Write Zeroes is followed by `fdatasync` before it completes. Flush is `fdatasync`.
+use std::time::Instant;
+
+use nvme::status::{GenericStatus, MediaStatus, Status};
 use nvme::{NvmOpcode, Sqe};
+
+use crate::subsystem::NamespaceEntry;
 
 /// A decoded, checked I/O command. Byte offsets and lengths are within the namespace.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -13,8 +24,8 @@ pub enum IoCommand {
     Write { offset: u64, len: u32, fua: bool },
     /// Make completed writes durable (fdatasync).
     Flush,
-    /// Zero `len` bytes at byte `offset`.
-    WriteZeroes { offset: u64, len: u64 },
+    /// Zero `len` bytes at byte `offset`; `fua` makes it durable before completion.
+    WriteZeroes { offset: u64, len: u64, fua: bool },
     /// Dataset Management with `ranges` 16-byte range entries in the data;
     /// `deallocate` is the AD attribute.
     DatasetManagement { ranges: u32, deallocate: bool },
@@ -36,6 +47,112 @@ impl IoCommand {
             _ => 0,
         }
     }
+
+    /// The command's name in log lines ("write", "flush", ...).
+    pub fn name(&self) -> &'static str {
+        match self {
+            IoCommand::Read { .. } => "read",
+            IoCommand::Write { .. } => "write",
+            IoCommand::Flush => "flush",
+            IoCommand::WriteZeroes { .. } => "write zeroes",
+            IoCommand::DatasetManagement { .. } => "deallocate",
+        }
+    }
+
+    /// The byte range `(offset, len)` the command touches, when it names one.
+    pub fn byte_range(&self) -> Option<(u64, u64)> {
+        match *self {
+            IoCommand::Read { offset, len } | IoCommand::Write { offset, len, .. } => {
+                Some((offset, u64::from(len)))
+            }
+            IoCommand::WriteZeroes { offset, len, .. } => Some((offset, len)),
+            _ => None,
+        }
+    }
+}
+
+/// The status for an I/O command the file system failed with `errno` (positive), as
+/// Linux nvmet's `errno_to_nvme_status` maps it (drivers/nvme/target/core.c, Linux
+/// 6.12; used by io-cmd-file.c for reads, writes, flush, Write Zeroes and Deallocate):
+///
+/// | errno | status |
+/// |---|---|
+/// | `ENOSPC` | Capacity Exceeded (generic 81h), DNR |
+/// | `EREMOTEIO` | LBA Out of Range (generic 80h), DNR |
+/// | `EOPNOTSUPP` | Invalid Command Opcode (generic 01h), DNR |
+/// | `ENODATA` | Access Denied (media and data integrity 86h) |
+/// | `EIO`, anything else | Internal Error (generic 06h), DNR |
+pub fn errno_status(errno: i32) -> Status {
+    match errno {
+        libc::ENOSPC => generic(GenericStatus::CapacityExceeded).with_dnr(),
+        libc::EREMOTEIO => generic(GenericStatus::LbaOutOfRange).with_dnr(),
+        libc::EOPNOTSUPP => generic(GenericStatus::InvalidOpcode).with_dnr(),
+        libc::ENODATA => Status::media(MediaStatus::AccessDenied),
+        _ => generic(GenericStatus::InternalError).with_dnr(),
+    }
+}
+
+/// What an operator can do about `errno` on a namespace file, for the log line.
+fn errno_hint(errno: i32) -> &'static str {
+    match errno {
+        libc::ENOSPC | libc::EDQUOT => {
+            "the file system holding the (sparse) namespace file is full: free space on it, \
+             or move the file to a larger file system"
+        }
+        libc::EIO => {
+            "the storage under the namespace file reported an I/O error: see the kernel log (dmesg)"
+        }
+        libc::EROFS => {
+            "the file system holding the namespace file is read-only: remount it read-write"
+        }
+        libc::EFBIG => "the file size limit (ulimit -f) is below the namespace size: raise it",
+        _ => "",
+    }
+}
+
+/// Logs (at `warn`) an I/O command `cmd` on namespace `ns` of subsystem `subnqn` that
+/// the file system failed with `errno`, answered with `status`: the line names the
+/// subsystem NQN, the NSID, the file, the byte range, the error, the status and what
+/// to do. Rate-limited per namespace (see [`crate::backend::Backend::error_log_due`]):
+/// the first failure, then at most one line per interval with the number not logged.
+pub fn log_io_error(
+    ns: &NamespaceEntry,
+    subnqn: &str,
+    cmd: &IoCommand,
+    errno: i32,
+    status: Status,
+    now: Instant,
+) {
+    let Some(suppressed) = ns.ns.error_log_due(now) else {
+        return;
+    };
+    let range = cmd
+        .byte_range()
+        .map(|(o, l)| format!(" of {l} bytes at byte {o}"))
+        .unwrap_or_default();
+    let hint = errno_hint(errno);
+    let hint = if hint.is_empty() {
+        String::new()
+    } else {
+        format!("; {hint}")
+    };
+    let more = if suppressed > 0 {
+        format!(" ({suppressed} more I/O errors on this namespace were not logged)")
+    } else {
+        String::new()
+    };
+    tracing::warn!(
+        subnqn,
+        nsid = ns.nsid,
+        path = %ns.ns.path().display(),
+        errno,
+        "namespace {} of {subnqn} ({}): {}{range} failed: {}; answered {}{hint}{more}",
+        ns.nsid,
+        ns.ns.path().display(),
+        cmd.name(),
+        std::io::Error::from_raw_os_error(errno),
+        status.name().unwrap_or("an error status"),
+    );
 }
 
 fn generic(code: GenericStatus) -> Status {
@@ -82,7 +199,11 @@ pub fn decode(sqe: &Sqe, nlb: u64, block_size: u32, mdts_bytes: u32) -> Result<I
         NvmOpcode::Flush => Ok(IoCommand::Flush),
         NvmOpcode::WriteZeroes => {
             let (offset, len) = range(sqe.nlb() as u64)?;
-            Ok(IoCommand::WriteZeroes { offset, len })
+            Ok(IoCommand::WriteZeroes {
+                offset,
+                len,
+                fua: sqe.fua(),
+            })
         }
         NvmOpcode::DatasetManagement => Ok(IoCommand::DatasetManagement {
             ranges: sqe.dsm_nr_0based() as u32 + 1,
@@ -152,6 +273,52 @@ mod tests {
             decode(&sqe, 1 << 30, 512, 1 << 20),
             Err(generic(GenericStatus::InvalidField).with_dnr())
         );
+    }
+
+    #[test]
+    fn errnos_map_as_nvmet() {
+        let field = |e| errno_status(e).to_field();
+        // Generic (SCT 0) Capacity Exceeded 81h with DNR: (0x81 << 1) | (1 << 15).
+        assert_eq!(field(libc::ENOSPC), 0x8102);
+        assert_eq!(
+            errno_status(libc::ENOSPC),
+            generic(GenericStatus::CapacityExceeded).with_dnr()
+        );
+        assert_eq!(
+            errno_status(libc::EREMOTEIO),
+            generic(GenericStatus::LbaOutOfRange).with_dnr()
+        );
+        assert_eq!(
+            errno_status(libc::EOPNOTSUPP),
+            generic(GenericStatus::InvalidOpcode).with_dnr()
+        );
+        // Media and data integrity (SCT 2) Access Denied 86h, no DNR.
+        assert_eq!(field(libc::ENODATA), (2 << 9) | (0x86 << 1));
+        for e in [libc::EIO, libc::EINVAL, libc::EFAULT, libc::EBADF] {
+            assert_eq!(
+                errno_status(e),
+                generic(GenericStatus::InternalError).with_dnr(),
+                "errno {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn write_zeroes_carries_fua() {
+        let mut sqe = Sqe::write_zeroes(1, 1, 8, 7, false);
+        assert_eq!(
+            decode(&sqe, 100, 512, 1 << 20),
+            Ok(IoCommand::WriteZeroes {
+                offset: 8 * 512,
+                len: 8 * 512,
+                fua: false
+            })
+        );
+        sqe.set_cdw12(sqe.cdw12() | 1 << 30);
+        assert!(matches!(
+            decode(&sqe, 100, 512, 1 << 20),
+            Ok(IoCommand::WriteZeroes { fua: true, .. })
+        ));
     }
 
     #[test]

@@ -5,22 +5,27 @@
 //! One concern per module, as Linux's drivers/nvme/target: [`subsystem`] and
 //! [`controller`] (state), [`fabrics`] (Connect, Property Get/Set), [`admin`] (admin
 //! commands), [`io`] (NVM commands), [`discovery`] (the discovery log page),
-//! [`rdma`] (the NVMe/RDMA transport: poll groups and the request state machine),
-//! [`server`] (start/stop, CM and Keep Alive), and the poll groups' building blocks
-//! [`buffers`] (the registered data slab), [`uring`] (io_uring), [`namespace`]
-//! (file-backed namespaces) and [`config`] (the daemon's TOML configuration).
+//! [`rdma`] (the NVMe/RDMA transport: the request core, a sans-IO state machine, and
+//! the poll groups that drive it), [`server`] (start/stop, CM and Keep Alive), and the
+//! poll groups' building blocks [`buffers`] (the registered data slab), [`memory`] (how
+//! much the poll groups pin, sized from `RLIMIT_MEMLOCK`), [`uring`] (io_uring),
+//! [`backend`] (namespaces on files and block devices, O_DIRECT or not) and [`config`]
+//! (the daemon's TOML configuration); [`oplog`] is what the target tells its operator,
+//! [`logging`] how log lines are written.
 
 pub mod admin;
+pub mod backend;
 pub mod buffers;
-mod capsule;
+#[doc(hidden)]
+pub mod capsule;
 pub mod config;
 pub mod controller;
 pub mod discovery;
 pub mod fabrics;
-#[doc(hidden)]
-pub mod fuzzing;
 pub mod io;
-pub mod namespace;
+pub mod logging;
+pub mod memory;
+pub mod oplog;
 pub mod rdma;
 pub mod server;
 pub mod subsystem;

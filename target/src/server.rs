@@ -1,6 +1,14 @@
-//! The running target: opens the namespaces and the soft RDMA device, starts the poll
-//! groups and the control thread that answers RDMA CM connection requests (with the
-//! NVMe/RDMA private data, NVMe RDMA Transport 1.x §3.2) and enforces Keep Alive.
+//! The running target: opens the namespaces ([`crate::backend`]), and for each listen address a soft RDMA
+//! device, its CM agent and its poll groups; then the control thread that answers RDMA
+//! CM connection requests on every address (with the NVMe/RDMA private data, NVMe RDMA
+//! Transport 1.x §3.2) and enforces Keep Alive.
+//!
+//! Several listen addresses: a soft device binds one address (UDP 4791 of it), so each
+//! distinct address gets its own device, CM agent and `poll_groups` poll groups (an
+//! idle poll group sleeps in the kernel until a packet arrives); several `trsvcid`s on
+//! one address are several CM listens of its agent. The subsystems, controllers and
+//! Keep Alive are shared by all, in one [`Registry`] and one control thread.
+use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -12,8 +20,9 @@ use nvme::{RdmaCmAccept, RdmaCmReject, RdmaCmRejectStatus, RdmaCmRequest};
 use transport::cm::{AcceptParams, CmEvent};
 use transport::soft::{CmAgent, DeviceConfig, SoftDevice};
 
+use crate::backend::Backend;
 use crate::config::TargetConfig;
-use crate::namespace::FileNamespace;
+use crate::oplog::{self, QueueEnd, QueuePeer};
 use crate::rdma::{
     GroupCmd, NewQueue, PollGroup, PollGroupConfig, PollGroupCounters, QpErrorReport,
 };
@@ -33,7 +42,7 @@ pub enum TargetError {
     Namespace {
         nqn: String,
         nsid: u32,
-        source: crate::namespace::NamespaceError,
+        source: crate::backend::NamespaceError,
     },
     #[error("{0}")]
     Socket(#[from] transport::soft::socket::SocketError),
@@ -46,18 +55,21 @@ pub enum TargetError {
     },
     #[error("configuration: {0}")]
     Config(String),
+    /// The poll groups' registered memory does not fit `RLIMIT_MEMLOCK`.
+    #[error("{0}")]
+    Memlock(#[from] transport::memlock::MemlockError),
 }
 
 /// A running target. Dropping it stops every thread.
 pub struct TargetHandle {
-    dev: Arc<SoftDevice>,
+    /// One soft device (and its CM agent) per distinct listen address, in order.
+    devices: Vec<(Arc<SoftDevice>, CmAgent)>,
     reg: Arc<Registry>,
     groups: Vec<(Sender<GroupCmd>, Option<JoinHandle<()>>)>,
     counters: Vec<Arc<PollGroupCounters>>,
     control: Option<JoinHandle<()>>,
     stop: Sender<()>,
-    _cm: CmAgent,
-    listen: SocketAddr,
+    listen: Vec<SocketAddr>,
 }
 
 impl std::fmt::Debug for TargetHandle {
@@ -76,19 +88,27 @@ impl std::fmt::Debug for TargetHandle {
 pub const DEFAULT_ACK_TIMEOUT: u8 = 17;
 
 impl TargetHandle {
-    /// Address and RDMA CM port the target listens on.
+    /// Address and RDMA CM port of the first listen entry.
     pub fn listen_addr(&self) -> SocketAddr {
-        self.listen
+        self.listen[0]
     }
-    /// The RDMA device (for its counters).
+    /// Address and RDMA CM port of every listen entry, in configuration order.
+    pub fn listen_addrs(&self) -> &[SocketAddr] {
+        &self.listen
+    }
+    /// The RDMA device of the first listen address (for its counters).
     pub fn device(&self) -> &Arc<SoftDevice> {
-        &self.dev
+        &self.devices[0].0
+    }
+    /// The RDMA device of every distinct listen address, in configuration order.
+    pub fn devices(&self) -> Vec<&Arc<SoftDevice>> {
+        self.devices.iter().map(|(d, _)| d).collect()
     }
     /// Subsystems and controllers.
     pub fn registry(&self) -> &Arc<Registry> {
         &self.reg
     }
-    /// Counters of each poll group.
+    /// Counters of each poll group (the first address's groups first).
     pub fn poll_group_counters(&self) -> &[Arc<PollGroupCounters>] {
         &self.counters
     }
@@ -116,36 +136,48 @@ impl Drop for TargetHandle {
     }
 }
 
-/// Starts a target as `cfg` describes: the first listen address, all subsystems.
+/// Starts a target as `cfg` describes: every listen address, every subsystem.
+///
+/// # Errors
+/// [`TargetError`] naming what failed: a namespace file, an address whose UDP port
+/// 4791 cannot be bound, the CM agent, a poll group (memory, io_uring), or a
+/// configuration the poll groups cannot carry (`mdts_bytes` above the data slab).
 pub fn start(cfg: &TargetConfig) -> Result<TargetHandle, TargetError> {
     start_with_faults(cfg, None)
 }
 
-/// [`start`], with the soft device's receive fault injection (for tests and
+/// The distinct addresses of `cfg`'s listen entries, in order, each with its ports.
+fn listen_addresses(cfg: &TargetConfig) -> Vec<(IpAddr, Vec<u16>)> {
+    let mut out: Vec<(IpAddr, Vec<u16>)> = Vec::new();
+    for l in &cfg.listen {
+        match out.iter_mut().find(|(ip, _)| *ip == l.addr) {
+            Some((_, ports)) => ports.push(l.trsvcid),
+            None => out.push((l.addr, vec![l.trsvcid])),
+        }
+    }
+    out
+}
+
+/// [`start`], with the soft devices' receive fault injection (for tests and
 /// `nvmf-bench --inject-*`; see `transport::soft::fault`). Errors as [`start`], and
 /// [`TargetError::Socket`] for a fault configuration out of range.
 pub fn start_with_faults(
     cfg: &TargetConfig,
     faults: Option<transport::soft::FaultConfig>,
 ) -> Result<TargetHandle, TargetError> {
-    let listen = cfg
-        .listen
-        .first()
-        .ok_or_else(|| TargetError::Config("no listen address".into()))?;
-    let ip: IpAddr = listen.addr;
-    let port = listen.trsvcid;
+    if cfg.listen.is_empty() {
+        return Err(TargetError::Config("no listen address".into()));
+    }
     let mut files = Vec::new();
     let mut subsystems = Vec::new();
     for s in &cfg.subsystems {
         let mut namespaces = Vec::new();
         for n in &s.namespaces {
-            let size = n.size_bytes().map_err(TargetError::Config)?;
-            let ns = FileNamespace::open(&n.path, size, n.block_size).map_err(|e| {
-                TargetError::Namespace {
-                    nqn: s.nqn.clone(),
-                    nsid: n.nsid,
-                    source: e,
-                }
+            let opts = n.options().map_err(TargetError::Config)?;
+            let ns = Backend::open_with(&n.path, &opts).map_err(|e| TargetError::Namespace {
+                nqn: s.nqn.clone(),
+                nsid: n.nsid,
+                source: e,
             })?;
             let file_index = files.len() as u32;
             files.push(ns.fd());
@@ -165,75 +197,99 @@ pub fn start_with_faults(
         )));
     }
     let poll_groups = cfg.poll_groups.max(1) as u32;
+    let mut gcfg = PollGroupConfig {
+        in_capsule_bytes: cfg.inline_data_size,
+        max_io_bytes: cfg.mdts_bytes,
+        ..PollGroupConfig::default()
+    };
+    gcfg.data_slab_bytes = crate::memory::plan_for(cfg, &gcfg)?.data_slab_bytes as usize;
     let limits = Limits {
         max_queue_size: cfg.max_queue_size,
         max_io_queues: 64,
         mdts_bytes: cfg.mdts_bytes,
         in_capsule_bytes: cfg.inline_data_size,
         max_cmd: cfg.max_queue_size,
+        discovery_kato_ms: cfg.kato_ms,
     };
-    let reg = Registry::new(
-        subsystems,
-        PortInfo {
-            traddr: ip,
-            trsvcid: port,
-        },
-        limits,
-    );
-    let dev = SoftDevice::open(DeviceConfig {
-        ip,
-        rx_queues: poll_groups,
-        netdev_mtu: None,
-        faults,
-    })?;
-    let cm = CmAgent::start(&dev)?;
-    let events = cm.listen(port)?;
-    let gcfg = PollGroupConfig {
-        in_capsule_bytes: cfg.inline_data_size,
-        max_io_bytes: cfg.mdts_bytes,
-        ..PollGroupConfig::default()
-    };
+    let ports = cfg
+        .listen
+        .iter()
+        .map(|l| PortInfo {
+            traddr: l.addr,
+            trsvcid: l.trsvcid,
+        })
+        .collect();
+    let reg = Registry::with_ports(subsystems, ports, limits, cfg.discovery);
+    if gcfg.data_slab_bytes < cfg.mdts_bytes as usize {
+        return Err(TargetError::Config(format!(
+            "mdts_bytes {} is larger than a poll group's registered data slab ({} bytes), \
+             so no command of that size could get a buffer: lower mdts_bytes (--mdts)",
+            cfg.mdts_bytes, gcfg.data_slab_bytes
+        )));
+    }
+    let mut devices = Vec::new();
+    let mut endpoints = Vec::new();
     let mut groups = Vec::new();
     let mut counters = Vec::new();
-    let (qp_err_tx, qp_errors) = channel::unbounded();
-    for index in 0..poll_groups {
-        let (tx, rx) = channel::unbounded();
-        let c = Arc::new(PollGroupCounters::default());
-        let (ready_tx, ready_rx) = channel::bounded(1);
-        let (dev2, reg2, files2, c2) = (dev.clone(), reg.clone(), files.clone(), c.clone());
-        let errs = qp_err_tx.clone();
-        let h = std::thread::Builder::new()
-            .name(format!("nvmf-pg{index}"))
-            .spawn(
-                move || match PollGroup::new(&dev2, index, gcfg, reg2, &files2, rx, errs, c2) {
-                    Ok(g) => {
-                        let _ = ready_tx.send(Ok(()));
-                        g.run();
-                    }
-                    Err(e) => {
-                        let _ = ready_tx.send(Err(e));
-                    }
-                },
-            )
-            .map_err(|e| TargetError::Config(format!("spawning poll group: {e}")))?;
-        match ready_rx.recv() {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => return Err(TargetError::PollGroup { index, source: e }),
-            Err(_) => return Err(TargetError::Config("poll group thread died".into())),
+    for (ip, listen_ports) in listen_addresses(cfg) {
+        let dev = SoftDevice::open(DeviceConfig {
+            rx_queues: poll_groups,
+            faults,
+            ..DeviceConfig::new(ip)
+        })?;
+        let cm = CmAgent::start(&dev)?;
+        let mut events = Vec::new();
+        for port in listen_ports {
+            events.push(cm.listen(port)?);
         }
-        groups.push((tx, Some(h)));
-        counters.push(c);
+        let (qp_err_tx, qp_errors) = channel::unbounded();
+        let first_group = groups.len();
+        for index in 0..poll_groups {
+            let (tx, rx) = channel::unbounded();
+            let c = Arc::new(PollGroupCounters::default());
+            let (ready_tx, ready_rx) = channel::bounded(1);
+            let (dev2, reg2, files2, c2) = (dev.clone(), reg.clone(), files.clone(), c.clone());
+            let errs = qp_err_tx.clone();
+            let h = std::thread::Builder::new()
+                .name(format!("nvmf-pg{}", first_group + index as usize))
+                .spawn(move || {
+                    match PollGroup::new(&dev2, index, gcfg, reg2, &files2, rx, errs, c2) {
+                        Ok(g) => {
+                            let _ = ready_tx.send(Ok(()));
+                            g.run();
+                        }
+                        Err(e) => {
+                            let _ = ready_tx.send(Err(e));
+                        }
+                    }
+                })
+                .map_err(|e| TargetError::Config(format!("spawning poll group: {e}")))?;
+            match ready_rx.recv() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => return Err(TargetError::PollGroup { index, source: e }),
+                Err(_) => return Err(TargetError::Config("poll group thread died".into())),
+            }
+            groups.push((tx, Some(h)));
+            counters.push(c);
+        }
+        endpoints.push(Endpoint {
+            cm: cm.clone(),
+            events,
+            qp_errors,
+            _qp_errors_open: qp_err_tx,
+            first_group,
+            group_count: poll_groups as usize,
+            next_group: 0,
+        });
+        devices.push((dev, cm));
     }
     let (stop_tx, stop_rx) = channel::bounded(1);
     let ctl = Control {
-        cm: cm.clone(),
-        events,
+        endpoints,
         stop: stop_rx,
-        qp_errors,
         groups: groups.iter().map(|(tx, _)| tx.clone()).collect(),
         reg: reg.clone(),
-        conns: std::collections::HashMap::new(),
-        next_group: 0,
+        conns: HashMap::new(),
         max_queue_size: cfg.max_queue_size,
     };
     let control = std::thread::Builder::new()
@@ -241,28 +297,56 @@ pub fn start_with_faults(
         .spawn(move || ctl.run())
         .map_err(|e| TargetError::Config(format!("spawning control thread: {e}")))?;
     Ok(TargetHandle {
-        dev,
+        devices,
         reg,
         groups,
         counters,
         control: Some(control),
         stop: stop_tx,
-        _cm: cm,
-        listen: SocketAddr::new(ip, port),
+        listen: cfg.listen.iter().map(|l| l.socket_addr()).collect(),
     })
 }
 
-struct Control {
+/// The control thread's view of one listen address: its CM agent, the event channel
+/// of each listened port, and its poll groups (global indices `first_group..`).
+struct Endpoint {
     cm: CmAgent,
-    events: Receiver<CmEvent>,
-    stop: Receiver<()>,
-    /// Poll groups' reports of QPs gone to the error state.
+    events: Vec<Receiver<CmEvent>>,
+    /// Its poll groups' reports of QPs gone to the error state (group indices local).
     qp_errors: Receiver<QpErrorReport>,
+    /// Keeps `qp_errors` open even if every poll group thread is gone.
+    _qp_errors_open: Sender<QpErrorReport>,
+    first_group: usize,
+    group_count: usize,
+    /// Round robin over the I/O queues' poll groups.
+    next_group: usize,
+}
+
+/// A connection the control thread accepted: where its queue lives and who is at the
+/// other end.
+#[derive(Clone, Copy, Debug)]
+struct ConnRecord {
+    /// The poll group that owns the queue (global index).
+    group: usize,
+    peer: QueuePeer,
+}
+
+/// What woke the control thread.
+enum Input {
+    Stop,
+    Tick,
+    Event(usize, CmEvent),
+    QpError(usize, QpErrorReport),
+}
+
+struct Control {
+    endpoints: Vec<Endpoint>,
+    stop: Receiver<()>,
+    /// Every poll group, all endpoints' (global index).
     groups: Vec<Sender<GroupCmd>>,
     reg: Arc<Registry>,
-    /// CM connection id -> (poll group, QPN).
-    conns: std::collections::HashMap<u32, (usize, u32)>,
-    next_group: usize,
+    /// (endpoint, CM connection id) -> its queue.
+    conns: HashMap<(usize, u32), ConnRecord>,
     max_queue_size: u16,
 }
 
@@ -270,19 +354,42 @@ impl Control {
     fn run(mut self) {
         let tick = channel::tick(Duration::from_millis(100));
         loop {
-            channel::select! {
-                recv(self.stop) -> _ => return,
-                recv(self.events) -> ev => match ev {
-                    Ok(ev) => self.handle_event(ev),
-                    Err(_) => return,
-                },
-                recv(self.qp_errors) -> r => {
-                    if let Ok(r) = r {
-                        self.handle_qp_error(r);
-                    }
-                }
-                recv(tick) -> _ => self.check_keep_alive(),
+            match self.next_input(&tick) {
+                None | Some(Input::Stop) => return,
+                Some(Input::Event(ep, ev)) => self.handle_event(ep, ev),
+                Some(Input::QpError(ep, r)) => self.handle_qp_error(ep, r),
+                Some(Input::Tick) => self.check_keep_alive(),
             }
+        }
+    }
+
+    /// Waits for the next input from any endpoint; `None` when a CM agent is gone.
+    fn next_input(&self, tick: &Receiver<Instant>) -> Option<Input> {
+        let mut sel = channel::Select::new();
+        let stop = sel.recv(&self.stop);
+        let ticked = sel.recv(tick);
+        let mut sources = Vec::new();
+        for (e, ep) in self.endpoints.iter().enumerate() {
+            sources.push((sel.recv(&ep.qp_errors), e, None));
+            for (k, rx) in ep.events.iter().enumerate() {
+                sources.push((sel.recv(rx), e, Some(k)));
+            }
+        }
+        let op = sel.select();
+        let i = op.index();
+        if i == stop {
+            let _ = op.recv(&self.stop);
+            return Some(Input::Stop);
+        }
+        if i == ticked {
+            let _ = op.recv(tick);
+            return Some(Input::Tick);
+        }
+        let &(_, e, k) = sources.iter().find(|(idx, _, _)| *idx == i)?;
+        let ep = &self.endpoints[e];
+        match k {
+            None => op.recv(&ep.qp_errors).ok().map(|r| Input::QpError(e, r)),
+            Some(k) => op.recv(&ep.events[k]).ok().map(|ev| Input::Event(e, ev)),
         }
     }
 
@@ -290,11 +397,6 @@ impl Control {
         let now = Instant::now();
         for ctrl in self.reg.controllers() {
             if ctrl.kato_expired(now) {
-                tracing::warn!(
-                    "controller {} (host {}): Keep Alive timer expired",
-                    ctrl.cntlid,
-                    ctrl.hostnqn
-                );
                 ctrl.set_fatal();
                 // Tear down every queue of that controller (and only those), as nvmet does.
                 let mut qpns = Vec::new();
@@ -312,15 +414,16 @@ impl Control {
                         }
                     }
                 }
-                let ids: Vec<u32> = self
+                let ids: Vec<(usize, u32)> = self
                     .conns
                     .iter()
-                    .filter(|(_, gq)| qpns.contains(gq))
+                    .filter(|(_, c)| qpns.contains(&(c.group, c.peer.qpn)))
                     .map(|(&id, _)| id)
                     .collect();
-                for id in ids {
-                    let _ = self.cm.disconnect(transport::cm::ConnId(id));
-                    self.drop_conn(id);
+                oplog::keep_alive_expired(&ctrl, ids.len());
+                for (ep, id) in ids {
+                    let _ = self.endpoints[ep].cm.disconnect(transport::cm::ConnId(id));
+                    self.drop_conn((ep, id), QueueEnd::KeepAliveExpired);
                 }
                 self.reg.remove_controller(ctrl.cntlid);
             }
@@ -330,36 +433,49 @@ impl Control {
     /// A queue's QP went to the error state: disconnect its connection (CM DREQ, as
     /// IBTA §12.9 has the side that sees a QP fail do) and destroy the queue. The host
     /// learns from the DREQ at once rather than at its next timeout.
-    fn handle_qp_error(&mut self, r: QpErrorReport) {
-        let gq = (r.group as usize, r.qpn);
+    fn handle_qp_error(&mut self, ep: usize, r: QpErrorReport) {
+        let gq = (self.endpoints[ep].first_group + r.group as usize, r.qpn);
         let ids: Vec<u32> = self
             .conns
             .iter()
-            .filter(|(_, &v)| v == gq)
-            .map(|(&id, _)| id)
+            .filter(|(&(e, _), c)| e == ep && (c.group, c.peer.qpn) == gq)
+            .map(|(&(_, id), _)| id)
             .collect();
         for id in ids {
-            tracing::info!(
-                "QP {:#x} failed: disconnecting CM connection {id:#x}",
-                r.qpn
-            );
-            let _ = self.cm.disconnect(transport::cm::ConnId(id));
-            self.drop_conn(id);
+            let _ = self.endpoints[ep].cm.disconnect(transport::cm::ConnId(id));
+            self.drop_conn((ep, id), QueueEnd::QpError);
         }
     }
 
-    fn drop_conn(&mut self, id: u32) {
-        if let Some((g, qpn)) = self.conns.remove(&id) {
-            let _ = self.groups[g].send(GroupCmd::DestroyQueue { qpn });
+    /// Forgets connection `key` and has its poll group destroy the queue (which logs
+    /// `why`).
+    fn drop_conn(&mut self, key: (usize, u32), why: QueueEnd) {
+        if let Some(c) = self.conns.remove(&key) {
+            let qpn = c.peer.qpn;
+            let _ = self.groups[c.group].send(GroupCmd::DestroyQueue { qpn, why });
         }
     }
 
     /// Rejects a connection request with REJ "consumer defined" carrying the
-    /// NVMe/RDMA RDMA_CM_REJECT record (RECFMT 0, `status`), as nvmet-rdma does.
-    fn reject(&self, id: transport::cm::ConnId, status: RdmaCmRejectStatus) {
-        tracing::info!("rejecting RDMA CM connection {id:?}: {}", status.name());
+    /// NVMe/RDMA RDMA_CM_REJECT record (RECFMT 0, `status`), as nvmet-rdma does, and
+    /// logs why (`remote_ip`, `remote_qpn` and the request's `private_data`).
+    fn reject(
+        &self,
+        ep: usize,
+        id: transport::cm::ConnId,
+        status: RdmaCmRejectStatus,
+        (remote_ip, remote_qpn, private_data): (IpAddr, u32, &[u8]),
+    ) {
+        oplog::cm_refused(
+            remote_ip,
+            remote_qpn,
+            private_data,
+            status,
+            self.reg.limits.max_io_queues,
+            self.max_queue_size,
+        );
         let pd = RdmaCmReject::new(status);
-        let _ = self.cm.reject(
+        let _ = self.endpoints[ep].cm.reject(
             id,
             CM_REJ_CONSUMER_DEFINED,
             zerocopy::IntoBytes::as_bytes(&pd),
@@ -383,7 +499,7 @@ impl Control {
         })
     }
 
-    fn handle_event(&mut self, ev: CmEvent) {
+    fn handle_event(&mut self, ep: usize, ev: CmEvent) {
         match ev {
             CmEvent::ConnectRequest {
                 id,
@@ -397,18 +513,21 @@ impl Control {
                 private_data,
                 ..
             } => {
+                let from = (remote_ip, remote_qpn, private_data.as_slice());
                 let (req, sq_size, ord) =
                     match self.check_request(&private_data, responder_resources) {
                         Ok(v) => v,
-                        Err(status) => return self.reject(id, status),
+                        Err(status) => return self.reject(ep, id, status, from),
                     };
                 let qid = req.qid();
-                let g = if qid == 0 {
-                    0
-                } else {
-                    self.next_group % self.groups.len()
-                };
-                self.next_group += 1;
+                let e = &mut self.endpoints[ep];
+                let g = e.first_group
+                    + if qid == 0 {
+                        0
+                    } else {
+                        e.next_group % e.group_count
+                    };
+                e.next_group += 1;
                 let (rtx, rrx) = channel::bounded(1);
                 let nq = NewQueue {
                     cm_id: id.0,
@@ -423,7 +542,7 @@ impl Control {
                     selective_retransmit: peer_selective_retransmit,
                 };
                 if self.groups[g].send(GroupCmd::NewQueue(nq, rtx)).is_err() {
-                    return self.reject(id, RdmaCmRejectStatus::NoResources);
+                    return self.reject(ep, id, RdmaCmRejectStatus::NoResources, from);
                 }
                 match rrx.recv_timeout(Duration::from_secs(2)) {
                     Ok(Ok((qpn, psn))) => {
@@ -438,19 +557,55 @@ impl Control {
                             rnr_retry_count: 7,
                             private_data: zerocopy::IntoBytes::as_bytes(&accept).to_vec(),
                         };
-                        self.conns.insert(id.0, (g, qpn));
-                        if let Err(e) = self.cm.accept(id, params) {
-                            tracing::warn!("CM accept: {e}");
-                            self.drop_conn(id.0);
+                        let peer = QueuePeer {
+                            host_addr: remote_ip,
+                            host_qpn: remote_qpn,
+                            qpn,
+                            qid,
+                        };
+                        self.conns.insert((ep, id.0), ConnRecord { group: g, peer });
+                        match self.endpoints[ep].cm.accept(id, params) {
+                            Ok(()) => oplog::cm_accepted(
+                                &peer,
+                                sq_size,
+                                ord,
+                                peer_selective_retransmit,
+                                req.cntlid(),
+                            ),
+                            Err(e) => {
+                                tracing::warn!(
+                                    host_addr = %remote_ip,
+                                    qid,
+                                    "RDMA CM accept failed: {e}"
+                                );
+                                self.drop_conn((ep, id.0), QueueEnd::AcceptFailed);
+                            }
                         }
                     }
-                    _ => self.reject(id, RdmaCmRejectStatus::NoResources),
+                    Ok(Err(e)) => {
+                        tracing::warn!(host_addr = %remote_ip, qid, "creating the queue's QP: {e}");
+                        self.reject(ep, id, RdmaCmRejectStatus::NoResources, from)
+                    }
+                    Err(_) => self.reject(ep, id, RdmaCmRejectStatus::NoResources, from),
                 }
             }
             CmEvent::Established { .. } | CmEvent::ConnectReply { .. } => {}
-            CmEvent::Disconnected { id }
-            | CmEvent::Unreachable { id }
-            | CmEvent::Rejected { id, .. } => self.drop_conn(id.0),
+            CmEvent::StaleConnection {
+                id,
+                remote_ip,
+                remote_qpn,
+                remote_port,
+            } => {
+                let old = self.conns.get(&(ep, id.0)).map(|c| c.peer);
+                oplog::stale_connection(remote_ip, remote_qpn, remote_port, old.as_ref());
+                // The CM sends the DREQ; the old queue's host is gone, so its queue goes now.
+                self.drop_conn((ep, id.0), QueueEnd::StaleConnection);
+            }
+            // Connections the target ended itself are forgotten already (drop_conn):
+            // what is left here was ended by the host.
+            CmEvent::Disconnected { id } => self.drop_conn((ep, id.0), QueueEnd::HostDisconnected),
+            CmEvent::Unreachable { id } => self.drop_conn((ep, id.0), QueueEnd::HostUnreachable),
+            CmEvent::Rejected { id, .. } => self.drop_conn((ep, id.0), QueueEnd::HostRejected),
         }
     }
 }

@@ -15,8 +15,8 @@ use nvme::status::{CommandSpecificStatus, Status};
 use nvme::NVMF_DISCOVERY_NQN;
 use parking_lot::Mutex;
 
+use crate::backend::Backend;
 use crate::controller::Controller;
-use crate::namespace::FileNamespace;
 
 /// Model Number (Identify Controller MN) of every subsystem unless set otherwise.
 pub const DEFAULT_MODEL: &str = "nvmf-rdma";
@@ -27,7 +27,8 @@ pub const CNTLID_MIN: u16 = 1;
 /// CNTLID; FFFFh is the dynamic-model wildcard of Connect).
 pub const CNTLID_MAX: u16 = 0xFFEF;
 
-/// Port ID (PORTID) this target reports in the discovery log page; one port.
+/// Port ID (PORTID) of the first listen address in the discovery log page; listen
+/// address `i` (0-based, in configuration order) is port `PORT_ID + i`.
 pub const PORT_ID: u16 = 1;
 
 /// One namespace of a subsystem: its NSID, the backing file, and its identifiers.
@@ -36,7 +37,7 @@ pub struct NamespaceEntry {
     /// Namespace ID (1-based; 0 and FFFFFFFFh are not valid NSIDs).
     pub nsid: u32,
     /// The backing file namespace (size, block size, fd).
-    pub ns: Arc<FileNamespace>,
+    pub ns: Arc<Backend>,
     /// io_uring fixed-file index of `ns` in every poll group's ring (set by the server).
     pub file_index: u32,
     /// Namespace Globally Unique Identifier (Identify Namespace NGUID and the NIDT 2
@@ -50,7 +51,7 @@ impl NamespaceEntry {
     /// Entry `nsid` of subsystem `subnqn`, with NGUID and UUID derived from the
     /// subsystem NQN and NSID, so they stay the same across restarts (a host keys its
     /// multipath and udev names on them).
-    pub fn new(nsid: u32, ns: Arc<FileNamespace>, file_index: u32, subnqn: &str) -> Self {
+    pub fn new(nsid: u32, ns: Arc<Backend>, file_index: u32, subnqn: &str) -> Self {
         let (nguid, uuid) = derive_ids(subnqn, nsid);
         NamespaceEntry {
             nsid,
@@ -165,8 +166,8 @@ impl Subsystem {
     }
 }
 
-/// Where the target listens: reported in the discovery log page (TRADDR, TRSVCID,
-/// ADRFAM).
+/// One address the target listens on: reported in the discovery log page (TRADDR,
+/// TRSVCID, ADRFAM).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PortInfo {
     /// Transport address (IPv4 or IPv6).
@@ -191,10 +192,16 @@ pub struct Limits {
     pub in_capsule_bytes: u32,
     /// Identify Controller MAXCMD: most outstanding commands per queue.
     pub max_cmd: u16,
+    /// Keep Alive Timeout in ms a discovery controller gets when its Connect asks for
+    /// none (KATO 0), so an abandoned discovery session is reaped (nvmet's
+    /// `NVMET_DISC_KATO_MS`); 0 leaves such a controller without a timer. I/O
+    /// controllers always keep the KATO of their Connect (0 = no timer).
+    pub discovery_kato_ms: u32,
 }
 
 impl Default for Limits {
-    /// nvmet-rdma's values: 128-entry queues, 1 MiB MDTS, 4 KiB in-capsule data.
+    /// nvmet-rdma's values: 128-entry queues, 1 MiB MDTS, 4 KiB in-capsule data,
+    /// 120 s discovery KATO.
     fn default() -> Self {
         Limits {
             max_queue_size: 128,
@@ -202,19 +209,24 @@ impl Default for Limits {
             mdts_bytes: 1 << 20,
             in_capsule_bytes: 4096,
             max_cmd: 128,
+            discovery_kato_ms: crate::controller::DISCOVERY_KATO_MS,
         }
     }
 }
 
-/// Subsystems, the port, limits, and the live controllers by CNTLID.
+/// Subsystems, the ports, limits, and the live controllers by CNTLID.
 #[derive(Debug)]
 pub struct Registry {
     /// NVM subsystems (not the discovery subsystem).
     pub subsystems: Vec<Arc<Subsystem>>,
     /// The discovery subsystem.
     pub discovery: Arc<Subsystem>,
-    /// The port the target listens on.
-    pub port: PortInfo,
+    /// Whether the discovery subsystem is served: when false, [`Registry::lookup`]
+    /// does not find it, so a Connect to it is refused as one to an unknown NQN.
+    pub serve_discovery: bool,
+    /// The addresses the target listens on (at least one), in configuration order:
+    /// every subsystem is reachable on each, and the discovery log page lists each.
+    pub ports: Vec<PortInfo>,
     /// Advertised and enforced sizes.
     pub limits: Limits,
     controllers: Mutex<ControllerTable>,
@@ -230,12 +242,24 @@ struct ControllerTable {
 }
 
 impl Registry {
-    /// A registry of `subsystems` (plus the discovery subsystem) on `port`.
+    /// A registry of `subsystems` (plus the discovery subsystem, served) on one `port`.
     pub fn new(subsystems: Vec<Arc<Subsystem>>, port: PortInfo, limits: Limits) -> Arc<Registry> {
+        Registry::with_ports(subsystems, vec![port], limits, true)
+    }
+
+    /// A registry of `subsystems` reachable on each of `ports`; the discovery
+    /// subsystem answers Connects only when `serve_discovery`.
+    pub fn with_ports(
+        subsystems: Vec<Arc<Subsystem>>,
+        ports: Vec<PortInfo>,
+        limits: Limits,
+        serve_discovery: bool,
+    ) -> Arc<Registry> {
         Arc::new(Registry {
             subsystems,
             discovery: Arc::new(Subsystem::discovery()),
-            port,
+            serve_discovery,
+            ports,
             limits,
             controllers: Mutex::new(ControllerTable {
                 by_id: BTreeMap::new(),
@@ -250,10 +274,10 @@ impl Registry {
         self.subsystems.iter().find(|s| s.nqn == nqn)
     }
 
-    /// The subsystem named `nqn`, the discovery subsystem included.
+    /// The subsystem named `nqn`, the discovery subsystem included when it is served.
     pub fn lookup(&self, nqn: &str) -> Option<&Arc<Subsystem>> {
         if nqn == NVMF_DISCOVERY_NQN {
-            Some(&self.discovery)
+            self.serve_discovery.then_some(&self.discovery)
         } else {
             self.subsystem(nqn)
         }
@@ -354,13 +378,8 @@ pub(crate) mod tests {
     }
 
     /// A sparse file namespace of `size` bytes with `block` byte blocks in `dir`.
-    pub fn file_ns(
-        dir: &tempfile::TempDir,
-        name: &str,
-        size: u64,
-        block: u32,
-    ) -> Arc<FileNamespace> {
-        Arc::new(FileNamespace::open(&dir.path().join(name), Some(size), block).unwrap())
+    pub fn file_ns(dir: &tempfile::TempDir, name: &str, size: u64, block: u32) -> Arc<Backend> {
+        Arc::new(Backend::open(&dir.path().join(name), Some(size), block).unwrap())
     }
 
     #[test]
@@ -374,6 +393,18 @@ pub(crate) mod tests {
         assert!(reg.subsystem(NVMF_DISCOVERY_NQN).is_none());
         assert!(reg.lookup(NVMF_DISCOVERY_NQN).unwrap().is_discovery());
         assert!(reg.lookup("nqn.2026-11.io.example:nosuchsubsys").is_none());
+    }
+
+    #[test]
+    fn discovery_can_be_switched_off() {
+        let sub = Arc::new(Subsystem::new(REF_NQN.into(), None, true, vec![], vec![]));
+        let port = PortInfo {
+            traddr: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            trsvcid: 4420,
+        };
+        let reg = Registry::with_ports(vec![sub], vec![port], Limits::default(), false);
+        assert!(reg.lookup(NVMF_DISCOVERY_NQN).is_none());
+        assert!(reg.lookup(REF_NQN).is_some());
     }
 
     #[test]

@@ -621,6 +621,22 @@ impl Ring {
     }
 }
 
+impl Drop for Ring {
+    /// Unregisters the fixed buffers and files before the ring closes: a closed ring
+    /// gives its pinned pages and its files back only when the kernel's teardown work
+    /// runs, later. The process's pinned-memory budget is released right after this,
+    /// and a block device opened with `O_EXCL` must be free for the next opener (a
+    /// restarted target). The unregistration waits for operations still using them.
+    fn drop(&mut self) {
+        if self.buffers_registered > 0 {
+            let _ = self.unregister_buffers();
+        }
+        if self.files_registered > 0 {
+            let _ = self.unregister_files();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -647,17 +663,48 @@ mod tests {
             .collect()
     }
 
+    /// Tests that register fixed buffers run one at a time and charge the process's
+    /// pinned-memory budget: under a user's 8 MiB RLIMIT_MEMLOCK the slabs of parallel
+    /// tests would not fit.
+    static PINNING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    /// Held while a test's ring has its buffers registered (bind it first, so it is
+    /// dropped after the ring, which unpins on drop).
+    struct Pinned {
+        _charge: transport::memlock::PinCharge<'static>,
+        _serial: std::sync::MutexGuard<'static, ()>,
+    }
+
     /// A ring with one slab as fixed buffer 0 and `file` as fixed file 0.
-    fn setup(file: &std::fs::File, entries: u32) -> (Ring, Slab) {
+    fn setup(file: &std::fs::File, entries: u32) -> (Pinned, Ring, Slab) {
+        let serial = PINNING.lock().unwrap_or_else(|e| e.into_inner());
         let slab = Slab::new(SLAB).unwrap();
         let mut ring = Ring::new(entries).unwrap();
-        // SAFETY: the slab outlives the ring in every test (dropped after it).
-        unsafe {
-            ring.register_buffers(&[(slab.as_ptr(), slab.len())])
-                .unwrap()
-        };
+        let ((), charge) = transport::memlock::PinBudget::process()
+            .pin_with("test slab", SLAB as u64, None, || {
+                // SAFETY: the pages stay pinned by the kernel while registered; the
+                // slab is unmapped only after the test's operations completed.
+                unsafe { ring.register_buffers(&[(slab.as_ptr(), slab.len())]) }
+            })
+            .unwrap();
         ring.register_files(&[file.as_raw_fd()]).unwrap();
-        (ring, slab)
+        let pinned = Pinned {
+            _charge: charge,
+            _serial: serial,
+        };
+        (pinned, ring, slab)
+    }
+
+    #[test]
+    fn drop_unpins_at_once() {
+        let file = temp_file(4096);
+        // Measured while holding the serial lock: no other test pins meanwhile.
+        let (pinned, ring, slab) = setup(file.as_file(), 4);
+        let during = transport::memlock::vm_pin_bytes().unwrap();
+        drop(ring);
+        let after = transport::memlock::vm_pin_bytes().unwrap();
+        assert_eq!(during - after, SLAB as u64, "VmPin {during} -> {after}");
+        drop((pinned, slab));
     }
 
     /// Submits and polls until `n` operations completed; returns them in order.
@@ -697,7 +744,7 @@ mod tests {
     #[test]
     fn write_then_read_back_through_fixed_buffers() {
         let file = temp_file(0);
-        let (mut ring, slab) = setup(file.as_file(), 16);
+        let (_pinned, mut ring, slab) = setup(file.as_file(), 16);
         let data = pattern(12288, 7);
         slab_fill(&slab, 8192, &data);
         ring.write_fixed(
@@ -729,7 +776,7 @@ mod tests {
     #[test]
     fn dsync_write_and_fsync_complete() {
         let file = temp_file(8192);
-        let (mut ring, slab) = setup(file.as_file(), 8);
+        let (_pinned, mut ring, slab) = setup(file.as_file(), 8);
         slab_fill(&slab, 0, &pattern(4096, 1));
         ring.write_fixed(0, 0, slab.as_ptr(), 4096, 0, true, 1)
             .unwrap();
@@ -745,7 +792,7 @@ mod tests {
         // 10000-byte file: a read straddling the end is short (and its remainder is
         // requeued once, meeting EOF); a read at or past the end reads 0 bytes.
         let file = temp_file(10_000);
-        let (mut ring, slab) = setup(file.as_file(), 8);
+        let (_pinned, mut ring, slab) = setup(file.as_file(), 8);
         ring.read_fixed(0, 0, slab.as_ptr(), 8192, 8192, 1).unwrap();
         assert_eq!(complete(&mut ring, 1), vec![(1, 10_000 - 8192)]);
         let expect: Vec<u8> = (8192..10_000).map(|i| (i % 251) as u8 ^ 0x5A).collect();
@@ -780,7 +827,7 @@ mod tests {
         let file = temp_file(1 << 20);
         file.as_file().sync_all().unwrap();
         let before = file.as_file().metadata().unwrap();
-        let (mut ring, slab) = setup(file.as_file(), 8);
+        let (_pinned, mut ring, slab) = setup(file.as_file(), 8);
         ring.fallocate(0, FALLOC_DEALLOCATE, 256 << 10, 256 << 10, 5)
             .unwrap();
         assert_eq!(complete(&mut ring, 1), vec![(5, 0)]);
@@ -808,7 +855,7 @@ mod tests {
     #[test]
     fn zero_range_reads_zeroes_and_keeps_size() {
         let file = temp_file(64 << 10);
-        let (mut ring, slab) = setup(file.as_file(), 8);
+        let (_pinned, mut ring, slab) = setup(file.as_file(), 8);
         ring.fallocate(0, FALLOC_WRITE_ZEROES, 4096, 8192, 7)
             .unwrap();
         assert_eq!(complete(&mut ring, 1), vec![(7, 0)]);
@@ -831,7 +878,7 @@ mod tests {
     #[test]
     fn ring_full_is_back_pressure() {
         let file = temp_file(65536);
-        let (mut ring, slab) = setup(file.as_file(), 4);
+        let (_pinned, mut ring, slab) = setup(file.as_file(), 4);
         let cap = ring.capacity();
         for i in 0..cap {
             ring.read_fixed(
@@ -861,7 +908,7 @@ mod tests {
     #[test]
     fn bad_buffer_fails_with_efault() {
         let file = temp_file(8192);
-        let (mut ring, slab) = setup(file.as_file(), 4);
+        let (_pinned, mut ring, slab) = setup(file.as_file(), 4);
         // Range runs past the end of fixed buffer 0.
         ring.read_fixed(0, 0, slab.as_ptr().wrapping_add(SLAB - 4096), 8192, 0, 1)
             .unwrap();
@@ -882,7 +929,7 @@ mod tests {
     #[test]
     fn busy_polling_delivers_async_completions() {
         let file = temp_file(1 << 20);
-        let (mut ring, slab) = setup(file.as_file(), 8);
+        let (_pinned, mut ring, slab) = setup(file.as_file(), 8);
         slab_fill(&slab, 0, &pattern(65536, 3));
         ring.write_fixed(0, 0, slab.as_ptr(), 65536, 0, false, 1)
             .unwrap();
@@ -913,7 +960,7 @@ mod tests {
     #[test]
     fn ring_moves_to_another_thread_before_first_submit() {
         let file = temp_file(4096);
-        let (ring, slab) = setup(file.as_file(), 4);
+        let (_pinned, ring, slab) = setup(file.as_file(), 4);
         let handle = std::thread::spawn(move || {
             let mut ring = ring;
             ring.read_fixed(0, 0, slab.as_ptr(), 4096, 0, 1).unwrap();

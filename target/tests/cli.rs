@@ -53,6 +53,8 @@ fn udp_port_in_use_is_named() {
         err.contains("4791") && err.contains("127.0.0.22") && err.contains("in use"),
         "{err}"
     );
+    // ... and how to get out of it.
+    assert!(err.contains("another with --addr"), "{err}");
 }
 
 #[test]
@@ -64,4 +66,133 @@ fn bad_config_file_is_named() {
     let (code, err) = run(&["--config", p]);
     assert_ne!(code, 0);
     assert!(err.contains(p), "message should name {p}: {err}");
+}
+
+#[test]
+fn poll_groups_zero_is_refused_as_the_config_refuses_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("ns.img");
+    let (code, cli) = run(&[
+        "--addr",
+        "127.0.0.200",
+        "--file",
+        img.to_str().unwrap(),
+        "--size",
+        "16M",
+        "--poll-groups",
+        "0",
+    ]);
+    assert_ne!(code, 0);
+    assert!(!img.exists(), "refused before anything was created");
+    let toml = dir.path().join("target.toml");
+    std::fs::write(
+        &toml,
+        format!(
+            "poll_groups = 0\n[[listen]]\naddr = \"127.0.0.200\"\n[[subsystems]]\nnqn = \"nqn.2026-11.io.example:a\"\n[[subsystems.namespaces]]\nnsid = 1\npath = \"{}\"\nsize = \"16M\"\n",
+            img.display()
+        ),
+    )
+    .unwrap();
+    let (code, file) = run(&["--config", toml.to_str().unwrap()]);
+    assert_ne!(code, 0);
+    // "nvmf-target: <origin>: <reason>": the same reason from both.
+    let reason = |m: &str| {
+        m.trim()
+            .split_once(": ")
+            .unwrap()
+            .1
+            .split_once(": ")
+            .unwrap()
+            .1
+            .to_string()
+    };
+    assert!(cli.contains("command line: poll_groups 0"), "{cli}");
+    assert_eq!(reason(&cli), reason(&file), "{cli} / {file}");
+}
+
+#[test]
+fn mdts_is_set_and_checked_on_the_command_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("ns.img");
+    let img = img.to_str().unwrap();
+    for (value, want) in [
+        ("4K", "mdts_bytes 4096 must be a power of two from 8192"),
+        ("3M", "mdts_bytes 3145728 must be a power of two"),
+        ("16M", "mdts_bytes 16777216 must be a power of two"),
+        ("lots", "--mdts: invalid size \"lots\""),
+    ] {
+        let (code, err) = run(&[
+            "--addr",
+            "127.0.0.201",
+            "--file",
+            img,
+            "--size",
+            "16M",
+            "--mdts",
+            value,
+        ]);
+        assert_ne!(code, 0, "--mdts {value}");
+        assert!(err.contains(want), "--mdts {value}: {err}");
+    }
+}
+
+#[test]
+fn unknown_config_key_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let toml = dir.path().join("target.toml");
+    std::fs::write(
+        &toml,
+        "[[listen]]\naddr = \"127.0.0.202\"\nport = 4420\n[[subsystems]]\nnqn = \"nqn.2026-11.io.example:a\"\n",
+    )
+    .unwrap();
+    let (code, err) = run(&["--config", toml.to_str().unwrap()]);
+    assert_ne!(code, 0);
+    assert!(err.contains("unknown field `port`"), "{err}");
+    assert!(
+        err.contains("trsvcid"),
+        "the message lists the known keys: {err}"
+    );
+}
+
+#[test]
+fn data_slab_below_mdts_or_unparsable_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ns.img");
+    let p = path.to_str().unwrap();
+    let (code, err) = run(&["--addr", "127.0.0.23", "--file", p, "--data-slab", "512K"]);
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("data_slab 524288") && err.contains("mdts_bytes 1048576"),
+        "{err}"
+    );
+    assert!(!path.exists(), "refused before creating the namespace file");
+    let (code, err) = run(&["--addr", "127.0.0.23", "--file", p, "--data-slab", "lots"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("--data-slab lots"), "{err}");
+}
+
+#[test]
+fn special_files_and_bad_block_sizes_are_named() {
+    // A character device is neither a file nor a block device.
+    let (code, err) = run(&["--addr", "127.0.0.23", "--file", "/dev/null", "--direct"]);
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("/dev/null") && err.contains("not a regular file or a block device"),
+        "{err}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("ns.img");
+    let (code, err) = run(&[
+        "--addr",
+        "127.0.0.24",
+        "--file",
+        img.to_str().unwrap(),
+        "--size",
+        "1M",
+        "--block-size",
+        "1000",
+    ]);
+    assert_ne!(code, 0);
+    assert!(err.contains("block_size 1000"), "{err}");
+    assert!(!img.exists(), "nothing created for a refused configuration");
 }

@@ -12,6 +12,11 @@
 #   linux-target/*  our initiator (nvmf-bench --verify crc32c, randrw 4k/128k x QD1/QD32)
 #                   -> Linux nvmet-rdma in a VM (192.168.77.10): connect, identify,
 #                   verified I/O, disconnect.
+#   linux-host-ipv6/*, linux-target-ipv6/*  the same over IPv6 (fd77::/64: our side
+#                   fd77::1 on the bridge, the VMs fd77::10 / fd77::11), where Linux
+#                   rxe sends every RoCEv2 packet with UDP checksum 0: discover (adrfam
+#                   ipv6), connect, fio 4k/128k QD32 verify, disconnect, data-intact,
+#                   target-exit; nvmf-bench 4k/128k QD32 --verify crc32c.
 #   tshark/*        tshark's verdict on the capture of each run (check-capture.sh).
 # Exit status: 0 all cells passed, 1 a cell failed, 2 the matrix cannot run here (no
 # root, no network namespaces, no QEMU/tcpdump/tshark, no guest image) - with the reason.
@@ -23,7 +28,8 @@
 #               (default /tmp/linux-peer)
 #   INTEROP_OUT results (default /tmp/nvmf-interop/run-<time>, the last 3 kept): logs,
 #               pcaps (~120 MB), cells.txt
-#   INTEROP_GROUPS  which groups to run (default "linux-host linux-target")
+#   INTEROP_GROUPS  which groups to run (default "linux-host linux-target
+#               linux-host-ipv6 linux-target-ipv6")
 #   INTEROP_PARALLEL=1  run the two VM groups at once (default: one after the other)
 set -u
 REPO="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -36,7 +42,7 @@ if [ -z "${INTEROP_OUT:-}" ]; then
     INTEROP_OUT="/tmp/nvmf-interop/run-$(date +%Y%m%d-%H%M%S)"
 fi
 OUT="$INTEROP_OUT"
-GROUPS_="${INTEROP_GROUPS:-linux-host linux-target}"
+GROUPS_="${INTEROP_GROUPS:-linux-host linux-target linux-host-ipv6 linux-target-ipv6}"
 export NVMF_TARGET_BIN="${NVMF_TARGET_BIN:-$REPO/build/debug/nvmf-target}"
 export NVMF_BENCH_BIN="${NVMF_BENCH_BIN:-$REPO/build/debug/nvmf-bench}"
 export INTEROP_NQN=nqn.2026-11.io.nvmf-rdma:interop
@@ -60,7 +66,7 @@ ip netns add "$probe_ns" 2>/tmp/interop-netns.err ||
 ip netns del "$probe_ns"
 [ -x "$LP_DIR/run.sh" ] || cannot "linux-peer harness not found at $LP_DIR (set LP_DIR)"
 for b in "$NVMF_TARGET_BIN" "$NVMF_BENCH_BIN"; do
-    [ -x "$b" ] || cannot "$b not built (cargo build -p nvmf-target -p nvmf-initiator --bins)"
+    [ -x "$b" ] || cannot "$b not built (cargo build -p nvmf-target -p nvmf-bench --bins)"
 done
 mkdir -p "$OUT"
 OUT="$(realpath "$OUT")"
@@ -97,20 +103,23 @@ add_cells() {   # add_cells GROUP FILE EXPECTED...: cells of FILE, missing ones 
     done
 }
 
-# ---- group 1: Linux host -> our target --------------------------------------------------
+# ---- group 1: Linux host -> our target (GROUP linux-host or linux-host-ipv6) -------------
 run_linux_host() {
-    local d="$OUT/linux-host"
+    local g=$1 d="$OUT/$1" ipv6=0 tip=192.168.77.1 extra=()
+    if [ "$g" = linux-host-ipv6 ]; then
+        ipv6=1 tip=fd77::1 extra=(-a ipv6=1 -a short=1)
+    fi
     mkdir -p "$d"
-    export INTEROP_IMG="$OUT/ns1.img"
+    export INTEROP_IMG="$OUT/$g-ns1.img"
     rm -f "$INTEROP_IMG"
-    say "linux-host: VM B (nvme-cli, fio) -> our nvmf-target on 192.168.77.1 ($(stat -f -c %T "$OUT") backing file)"
+    say "$g: VM B (nvme-cli, fio) -> our nvmf-target on $tip ($(stat -f -c %T "$OUT") backing file)"
     local t0
     t0=$(date +%s)
-    "$LP/run.sh" -t 480 -o "$d" -c "$OUT/linux-host.pcap" -a target_ip=192.168.77.1 \
-        -a nqn="$INTEROP_NQN" -a ns_bytes="$NS_BYTES" -H "$HERE/hooks/our-target.sh" \
-        B:192.168.77.11:interop-host.sh >"$OUT/linux-host.log" 2>&1
-    say "linux-host: run.sh exit status $? after $(( $(date +%s) - t0 )) s"
-    local f="$OUT/linux-host.cells"
+    INTEROP_IPV6=$ipv6 "$LP/run.sh" -t 480 -o "$d" -c "$OUT/$g.pcap" -a target_ip="$tip" \
+        -a nqn="$INTEROP_NQN" -a ns_bytes="$NS_BYTES" "${extra[@]}" -H "$HERE/hooks/our-target.sh" \
+        B:192.168.77.11:interop-host.sh >"$OUT/$g.log" 2>&1
+    say "$g: run.sh exit status $? after $(( $(date +%s) - t0 )) s"
+    local f="$OUT/$g.cells"
     cp "$d/out/B/cells.txt" "$f" 2>/dev/null || : >"$f"
     # data written by the guest against our backing file, after the target closed it
     if [ -s "$d/out/B/data.txt" ] && [ -f "$INTEROP_IMG" ]; then
@@ -137,43 +146,52 @@ run_linux_host() {
     fi
 }
 
-# ---- group 2: our initiator -> Linux target ---------------------------------------------
+# ---- group 2: our initiator -> Linux target (GROUP linux-target or linux-target-ipv6) ----
 run_linux_target() {
-    local d="$OUT/linux-target"
+    local g=$1 d="$OUT/$1" ipv6=0 tip=192.168.77.10 extra=()
+    if [ "$g" = linux-target-ipv6 ]; then
+        ipv6=1 tip=fd77::10 extra=(-a ipv6=1)
+    fi
     mkdir -p "$d"
-    say "linux-target: our nvmf-bench on 192.168.77.1 -> VM A nvmet-rdma (192.168.77.10)"
+    say "$g: our nvmf-bench -> VM A nvmet-rdma ($tip)"
     local t0
     t0=$(date +%s)
-    "$LP/run.sh" -t 360 -o "$d" -c "$OUT/linux-target.pcap" -a target_timeout=300 \
-        -H "$HERE/hooks/our-initiator.sh" A:192.168.77.10:nvmet-target.sh >"$OUT/linux-target.log" 2>&1
-    say "linux-target: run.sh exit status $? after $(( $(date +%s) - t0 )) s"
-    cp "$d/cells-initiator.txt" "$OUT/linux-target.cells" 2>/dev/null || : >"$OUT/linux-target.cells"
+    INTEROP_IPV6=$ipv6 "$LP/run.sh" -t 360 -o "$d" -c "$OUT/$g.pcap" -a target_timeout=300 \
+        "${extra[@]}" -H "$HERE/hooks/our-initiator.sh" A:192.168.77.10:nvmet-target.sh >"$OUT/$g.log" 2>&1
+    say "$g: run.sh exit status $? after $(( $(date +%s) - t0 )) s"
+    cp "$d/cells-initiator.txt" "$OUT/$g.cells" 2>/dev/null || : >"$OUT/$g.cells"
 }
 
 HOST_CELLS="discover connect list id-ctrl id-ns fio-4k-qd1 fio-4k-qd32 fio-128k-qd1 fio-128k-qd32
             flush readback discard disconnect data-intact target-exit"
+HOST6_CELLS="discover connect fio-4k-qd32 fio-128k-qd32 disconnect data-intact target-exit"
 TARGET_CELLS="bench-4k-qd1 bench-4k-qd32 bench-128k-qd1 bench-128k-qd32 connect identify disconnect"
-REF="$REPO/../shared/captures/linux-nvme-rdma-rxe.pcap"
-[ -f "$REF" ] || REF=""
+TARGET6_CELLS="bench-4k-qd32 bench-128k-qd32 connect identify disconnect"
+# Linux's own captures of the same traffic, for the dissector's known limitation.
+REF4="$REPO/testdata/captures/linux-nvme-rdma-rxe.pcap"
+REF6="$REPO/testdata/captures/linux-nvme-rdma-rxe-ipv6.pcap"
 
 pids=()
 for g in $GROUPS_; do
     case "$g" in
-        linux-host) fn=run_linux_host ;;
-        linux-target) fn=run_linux_target ;;
+        linux-host | linux-host-ipv6) fn=run_linux_host ;;
+        linux-target | linux-target-ipv6) fn=run_linux_target ;;
         *) cannot "unknown group '$g' in INTEROP_GROUPS" ;;
     esac
-    if [ "${INTEROP_PARALLEL:-0}" = 1 ]; then $fn & pids+=($!); else $fn; fi
+    if [ "${INTEROP_PARALLEL:-0}" = 1 ]; then $fn "$g" & pids+=($!); else $fn "$g"; fi
 done
 for p in "${pids[@]}"; do wait "$p"; done
 
 for g in $GROUPS_; do
+    ours=192.168.77.1 ref=$REF4
     case "$g" in
-        linux-host) add_cells linux-host "$OUT/linux-host.cells" $HOST_CELLS ;;
-        linux-target) add_cells linux-target "$OUT/linux-target.cells" $TARGET_CELLS ;;
+        linux-host) add_cells $g "$OUT/$g.cells" $HOST_CELLS ;;
+        linux-target) add_cells $g "$OUT/$g.cells" $TARGET_CELLS ;;
+        linux-host-ipv6) add_cells $g "$OUT/$g.cells" $HOST6_CELLS; ours=fd77::1 ref=$REF6 ;;
+        linux-target-ipv6) add_cells $g "$OUT/$g.cells" $TARGET6_CELLS; ours=fd77::1 ref=$REF6 ;;
     esac
     if [ -s "$OUT/$g.pcap" ]; then
-        "$HERE/check-capture.sh" "$g" "$OUT/$g.pcap" 192.168.77.1 "$REF" >"$OUT/tshark-$g.txt" 2>&1
+        "$HERE/check-capture.sh" "$g" "$OUT/$g.pcap" "$ours" "$ref" >"$OUT/tshark-$g.txt" 2>&1
         sed 's/^/    /' "$OUT/tshark-$g.txt" | grep -v '^    cell '
         add_cells tshark "$OUT/tshark-$g.txt" "$g"
     else

@@ -9,10 +9,18 @@
 //! - [`rc`]: the sans-IO Reliable Connection core (requester, responder, completer).
 //! - [`cm`]: the sans-IO connection manager (RDMA CM semantics on IB CM MADs over QP1).
 //! - [`soft`]: the software provider: drives the cores over UDP sockets on port 4791.
+//! - `rdma` (cargo feature `verbs`): the verbs provider on a real RDMA device through
+//!   libibverbs and librdmacm (`rdma-sys`).
 //! - [`time`]: the timestamp type the sans-IO cores take as `now`.
+//! - [`memlock`]: the process's pinned-memory budget (`RLIMIT_MEMLOCK`, every pin counted).
 pub mod cm;
+pub mod memlock;
 pub mod rc;
+#[cfg(feature = "verbs")]
+pub mod rdma;
 pub mod soft;
+#[cfg(test)]
+pub(crate) mod test_captures;
 pub mod time;
 pub mod verbs;
 pub mod wire;

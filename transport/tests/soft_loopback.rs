@@ -265,6 +265,11 @@ fn udp_port_in_use_is_reported() {
         msg.contains("4791") && msg.contains("127.0.0.6") && msg.contains("in use"),
         "{msg}"
     );
+    // The fix: another address for one of the two (127.0.0.8 is the suggestion).
+    assert!(
+        msg.contains("--host-traddr (e.g. 127.0.0.8)") && msg.contains("--addr"),
+        "{msg}"
+    );
 }
 
 #[test]

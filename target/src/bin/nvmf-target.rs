@@ -1,6 +1,7 @@
-//! `nvmf-target`: exports files as NVMe namespaces over NVMe/RDMA (RoCEv2, the soft
-//! provider). With `--config` it reads a TOML file (see target/examples/target.toml);
-//! without, it serves one subsystem on one file.
+//! `nvmf-target`: exports files and block devices as NVMe namespaces over NVMe/RDMA
+//! (RoCEv2, the soft provider). With `--config` it reads a TOML file (see
+//! target/examples/target.toml); without, it serves one subsystem on one file or
+//! block device.
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -8,6 +9,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use nix::sys::signal::{SigSet, Signal};
 use nvmf_target::config::TargetConfig;
+use nvmf_target::logging::{self, LogFormat};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -28,29 +30,52 @@ struct Args {
     /// Subsystem NQN.
     #[arg(long, default_value = "nqn.2026-11.io.nvmf-rdma:target")]
     nqn: String,
-    /// Backing file of namespace 1 (created sparse at --size when missing).
+    /// Backing file of namespace 1 (created sparse at --size when missing), or a block
+    /// device (opened exclusively; its size is its own).
     #[arg(long, default_value = "nvmf-target.img")]
     file: PathBuf,
     /// Size of the backing file when it has to be created (e.g. 1G, 512M).
     #[arg(long, default_value = "1G")]
     size: String,
-    /// Logical block size in bytes (512 or 4096).
-    #[arg(long, default_value_t = 512)]
-    block_size: u32,
-    /// Poll groups (busy-polling threads, one per core you give the target).
+    /// Logical block size in bytes (512 to 4096; default 512 for a file, the device's
+    /// logical block size for a block device).
+    #[arg(long)]
+    block_size: Option<u32>,
+    /// Open every namespace with O_DIRECT, bypassing the page cache (with --config
+    /// too: it sets `direct = true` on each namespace).
+    #[arg(long)]
+    direct: bool,
+    /// Poll groups (busy-polling threads, one per core you give the target; at least 1).
     #[arg(long, default_value_t = 1)]
     poll_groups: usize,
+    /// Largest data transfer of one command (MDTS): a power of two from 8K to 8M, e.g.
+    /// 128K or 1M (default 1M). With --config, overrides the file's `mdts_bytes`.
+    #[arg(long, value_name = "SIZE")]
+    mdts: Option<String>,
+    /// Log lines on stderr as text or as one JSON object per line (connects,
+    /// disconnects, refused hosts, Keep Alive expiries, failed queues; level from
+    /// RUST_LOG, default info).
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+    /// Data slab per poll group: memory registered (pinned) for command data, at least
+    /// MDTS (1M), e.g. 4M or 64M. Default: sized from RLIMIT_MEMLOCK (`ulimit -l`), 64M
+    /// when it allows. Overrides a --config file's `data_slab`.
+    #[arg(long, value_name = "SIZE")]
+    data_slab: Option<String>,
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
     let args = Args::parse();
-    let cfg = match &args.config {
+    logging::init(args.log_format, "info");
+    let mdts = match args.mdts.as_deref().map(nvmf_target::config::parse_size) {
+        None => None,
+        Some(Ok(n)) => Some(u32::try_from(n).unwrap_or(u32::MAX)),
+        Some(Err(e)) => {
+            eprintln!("nvmf-target: --mdts: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut cfg = match &args.config {
         Some(p) => match TargetConfig::from_file(p) {
             Ok(c) => c,
             Err(e) => {
@@ -79,6 +104,34 @@ fn main() -> ExitCode {
             c
         }
     };
+    if let Some(m) = mdts {
+        cfg.mdts_bytes = m;
+    }
+    if args.direct {
+        for n in cfg
+            .subsystems
+            .iter_mut()
+            .flat_map(|s| s.namespaces.iter_mut())
+        {
+            n.direct = true;
+        }
+    }
+    // --data-slab applies with or without --config (it overrides the file's data_slab).
+    if let Some(slab) = &args.data_slab {
+        match nvmf_target::config::parse_size(slab) {
+            Ok(b) => cfg.data_slab = Some(b),
+            Err(e) => {
+                eprintln!("nvmf-target: --data-slab {slab}: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    // The command line's values pass the configuration file's checks, with the same
+    // messages.
+    if let Err(e) = cfg.validate_as("command line") {
+        eprintln!("nvmf-target: {e}");
+        return ExitCode::FAILURE;
+    }
     // Block SIGINT/SIGTERM before any thread starts, then wait for them here.
     let mut sigs = SigSet::empty();
     sigs.add(Signal::SIGINT);
@@ -94,20 +147,32 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let l = target.listen_addr();
     for s in &cfg.subsystems {
-        eprintln!(
-            "nvmf-target: serving {} ({} namespace(s)) on rdma traddr={} trsvcid={} (RoCEv2 UDP {}:4791, path MTU {})",
-            s.nqn,
-            s.namespaces.len(),
-            l.ip(),
-            l.port(),
-            l.ip(),
-            target.device().path_mtu().bytes()
-        );
+        for l in target.listen_addrs() {
+            let mtu = target
+                .devices()
+                .into_iter()
+                .find(|d| d.ip() == l.ip())
+                .unwrap_or(target.device())
+                .path_mtu()
+                .bytes();
+            tracing::info!(
+                subnqn = %s.nqn,
+                traddr = %l.ip(),
+                trsvcid = l.port(),
+                namespaces = s.namespaces.len(),
+                "serving {} ({} namespace(s)) on rdma traddr={} trsvcid={} (RoCEv2 UDP {}:4791, path MTU {})",
+                s.nqn,
+                s.namespaces.len(),
+                l.ip(),
+                l.port(),
+                l.ip(),
+                mtu
+            );
+        }
     }
     let sig = sigs.wait();
-    eprintln!("nvmf-target: {:?}, shutting down", sig.ok());
+    tracing::info!("{:?}, shutting down", sig.ok());
     target.shutdown();
     ExitCode::SUCCESS
 }

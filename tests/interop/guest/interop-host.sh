@@ -6,9 +6,13 @@
 # $LP_OUT/cells.txt, which the driver (tests/interop/run-matrix.sh) reads.
 #
 # Kernel command line (run.sh -a KEY=VAL -> $LP_KEY):
-#   LP_TARGET_IP  our target's address (192.168.77.1, the bridge)
+#   LP_TARGET_IP  our target's address (192.168.77.1, the bridge; fd77::1 over IPv6)
 #   LP_NQN        subsystem NQN served by our target
 #   LP_NS_BYTES   expected namespace size in bytes (checked against id-ns)
+#   LP_IPV6=1     this VM gets fd77::<last IPv4 octet>/64 (lib.sh: ipv6_setup), and
+#                 the discovery log must list our target as adrfam ipv6
+#   LP_SHORT=1    only discover, connect, fio 4k/128k at iodepth 32, disconnect (the
+#                 IPv6 group: the rest is the IPv4 group's)
 # Waits for /host/out/A/ready (the hook touches it once nvmf-target listens) and
 # touches /host/out/stop when done (the hook then stops the target).
 # Data left for the driver in $LP_OUT/data.txt: "name offset length sha256" lines of
@@ -23,6 +27,11 @@ DEV=/dev/nvme0n1
 : > "$CELLS"
 : > "$DATA"
 T0=$(cut -d' ' -f1 /proc/uptime)
+# full: true unless -a short=1
+full() { [ "${LP_SHORT:-0}" != 1 ]; }
+if [ "${LP_IPV6:-0}" = 1 ]; then
+    ipv6_setup
+fi
 
 cell() {   # cell NAME PASS|FAIL REASON...
     c_n=$1 c_v=$2; shift 2
@@ -55,8 +64,10 @@ elif ! echo "$out" | grep -q "subnqn: *$NQN"; then
     cell discover FAIL "log page has no entry for $NQN"
 elif ! echo "$out" | grep -q "trtype: *rdma"; then
     cell discover FAIL "entry's trtype is not rdma"
+elif [ "${LP_IPV6:-0}" = 1 ] && ! echo "$out" | grep -q "adrfam: *ipv6"; then
+    cell discover FAIL "entry's adrfam is not ipv6: $(echo "$out" | grep -m1 adrfam)"
 else
-    cell discover PASS "$(echo "$out" | grep -c '^=====Discovery Log Entry') entries, $NQN on rdma"
+    cell discover PASS "$(echo "$out" | grep -c '^=====Discovery Log Entry') entries, $NQN on rdma $(echo "$out" | grep -m1 'adrfam:' | tr -s ' ') $(echo "$out" | grep -m1 'traddr:' | tr -s ' ')"
 fi
 
 # ---- connect ----------------------------------------------------------------------
@@ -76,6 +87,7 @@ else
     cell connect PASS "$DEV present"
 fi
 
+if full; then
 out=$(nvme list 2>&1); rc=$?
 echo "$out" | tee "$LP_OUT/list.txt"
 if [ $rc = 0 ] && echo "$out" | grep -q "$DEV"; then
@@ -110,12 +122,14 @@ else
         cell id-ns PASS "nsze $nsze, lbads $lbads ($bytes bytes)"
     fi
 fi
+fi   # full
 
 # ---- fio with verification: 4 KiB / 128 KiB, QD 1 / 32, separate regions ------------
-# name bs iodepth offset size
-for spec in "fio-4k-qd1 4k 1 0 4M" "fio-4k-qd32 4k 32 4M 4M" \
-            "fio-128k-qd1 128k 1 8M 8M" "fio-128k-qd32 128k 32 16M 8M"; do
-    set -- $spec
+# name:bs:iodepth:offset:size
+specs="fio-4k-qd1:4k:1:0:4M fio-4k-qd32:4k:32:4M:4M fio-128k-qd1:128k:1:8M:8M fio-128k-qd32:128k:32:16M:8M"
+full || specs="fio-4k-qd32:4k:32:4M:4M fio-128k-qd32:128k:32:16M:8M"
+for spec in $specs; do
+    ifs=$IFS; IFS=:; set -- $spec; IFS=$ifs
     json="$LP_OUT/$1.json"
     timeout 300 fio --name="$1" --filename=$DEV --direct=1 --ioengine=libaio \
         --rw=randrw --bs="$2" --iodepth="$3" --offset="$4" --size="$5" \
@@ -133,6 +147,9 @@ for spec in "fio-4k-qd1 4k 1 0 4M" "fio-4k-qd32 4k 32 4M 4M" \
     fi
 done
 
+if ! full; then
+    echo "fio-regions 0 $((24 * MiB)) $(sha_region 0 24)" >> "$DATA"
+else
 # ---- flush ------------------------------------------------------------------------
 out=$(timeout 60 nvme flush $DEV -n 1 2>&1); rc=$?
 echo "$out"
@@ -167,6 +184,7 @@ else
     cell discard PASS "blkdiscard of 1 MiB at 40 MiB, reads back as zeroes"
 fi
 echo "discarded-1m $((40 * MiB)) $MiB $zero" >> "$DATA"
+fi   # full
 
 # ---- disconnect -------------------------------------------------------------------
 out=$(timeout 60 nvme disconnect -n "$NQN" 2>&1); rc=$?

@@ -3,18 +3,25 @@
 # on the bridge address inside the run's network namespace, for the Linux host in the
 # VM (guest scenario interop-host.sh).
 #
-# Env from run.sh: LP_SHARE (results dir = the 9p share), LP_HOST_IP (192.168.77.1).
+# Env from run.sh: LP_SHARE (results dir = the 9p share), LP_HOST_IP (192.168.77.1),
+# LP_BRIDGE.
 # Env from run-matrix.sh:
 #   NVMF_TARGET_BIN  the nvmf-target executable
 #   INTEROP_IMG      backing file of namespace 1 (created sparse at INTEROP_NS_SIZE)
 #   INTEROP_NS_SIZE  namespace size (e.g. 64M)
 #   INTEROP_NQN      subsystem NQN
+#   INTEROP_IPV6     1: serve on fd77::1 (the bridge gets IPv6 first, see ipv6.sh)
 # Touches $LP_SHARE/out/A/ready once the target listens; stops the target (SIGTERM)
 # when $LP_SHARE/out/stop appears, and writes its exit status to
 # $LP_SHARE/target.rc. The target's log is $LP_SHARE/target.log.
 set -u
 ip=${LP_HOST_IP:-192.168.77.1}
 log="$LP_SHARE/target.log"
+if [ "${INTEROP_IPV6:-0}" = 1 ]; then
+    . "$(dirname "$0")/ipv6.sh"
+    bridge_ipv6 || { echo "$(date +%T) cannot give $LP_BRIDGE IPv6 address $INTEROP_HOST_IP6"; exit 1; }
+    ip=$INTEROP_HOST_IP6
+fi
 echo "$(date +%T) starting $NVMF_TARGET_BIN on $ip:4420 ($INTEROP_NQN, $INTEROP_IMG, $INTEROP_NS_SIZE)"
 NO_COLOR=1 RUST_LOG="${INTEROP_TARGET_LOG:-info}" "$NVMF_TARGET_BIN" --addr "$ip" --port 4420 \
     --nqn "$INTEROP_NQN" --file "$INTEROP_IMG" --size "$INTEROP_NS_SIZE" >"$log" 2>&1 &

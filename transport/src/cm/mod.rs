@@ -32,7 +32,8 @@
 //!   duplicate REQs are dropped (the REP has its own timer). A duplicate REP gets the RTU
 //!   again (or the MRA); a DREQ in TimeWait or for an unknown connection gets a DREP.
 //! - A REQ from a QP (peer address + QPN) that still has a live connection gets REJ
-//!   stale connection and the old connection is disconnected (Linux `cm_match_req`).
+//!   stale connection and the old connection is disconnected (Linux `cm_match_req`);
+//!   [`CmEvent::StaleConnection`] tells the old connection's application why.
 //! - TimeWait: after the DREQ/DREP exchange (or a DREQ timeout, or a REJ of an
 //!   established connection) the connection stays for `2^(ack-8)` ms, `ack` =
 //!   `cm_ack_timeout(ca_ack_delay, plt)` (2 s for Linux's 0x13); its local communication

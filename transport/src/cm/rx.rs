@@ -85,6 +85,12 @@ impl Cm {
         if let Some((old, state)) = stale {
             self.stats.stale_rejects += 1;
             self.issue_rej(src_ip, tid, words, CM_MSG_REQ, CM_REJ_STALE_CONN);
+            self.events.push_back(CmEvent::StaleConnection {
+                id: ConnId(old),
+                remote_ip: src_ip,
+                remote_qpn: req.local_qpn(),
+                remote_port: CmaHeader::parse(&req.private_data).map(|h| h.src_port.get()),
+            });
             if state == CmState::Established {
                 let _ = self.disconnect(now, ConnId(old));
             }

@@ -168,7 +168,15 @@ fn req_from_qp_with_live_connection_is_stale() {
     let mut h2 = Cm::new(h.local_ip(), 1234); // the restarted host, same QPN
     let hid2 = h2.connect(T0, params(t.local_ip(), 0x60)).unwrap();
     deliver(T0, &mut h2, &mut t);
-    assert!(events(&mut t).is_empty());
+    assert_eq!(
+        events(&mut t),
+        vec![CmEvent::StaleConnection {
+            id: tid,
+            remote_ip: h.local_ip(),
+            remote_qpn: 0x60,
+            remote_port: Some(50000),
+        }]
+    );
     let out = drain_tx(&mut t);
     assert_eq!(out.len(), 2);
     let CmMessage::Rej(r) = decode(&out[0]) else {

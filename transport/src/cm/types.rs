@@ -165,6 +165,22 @@ pub enum CmEvent {
         /// The connection.
         id: ConnId,
     },
+    /// A REQ came from a QP (peer address and QPN) that still has connection `id` here
+    /// (IBTA Vol 1 §12.9.8.4; Linux `cm_match_req`): the peer restarted, or reused the
+    /// QPN, without disconnecting. The REQ was rejected with REJ stale connection (10);
+    /// `id` is being disconnected (a DREQ when it was established) and
+    /// [`CmEvent::Disconnected`] follows when that ends. The application may tear the
+    /// old connection's resources down now: its peer is gone.
+    StaleConnection {
+        /// The old connection (the one the peer's QP still had).
+        id: ConnId,
+        /// The peer's address.
+        remote_ip: IpAddr,
+        /// The peer's QPN, named by both the old connection and the new REQ.
+        remote_qpn: u32,
+        /// The new REQ's IP CM source port, when its CMA header could be read.
+        remote_port: Option<u16>,
+    },
     /// The connection ended: a DREQ arrived (and was answered with a DREP), our DREQ
     /// was answered or went unanswered through all retries, or the peer rejected an
     /// established connection. The connection is in TimeWait (its local communication
@@ -334,4 +350,68 @@ pub enum CmError {
     /// bits, ACK timeout over 5 bits).
     #[error("invalid parameter: {0}")]
     InvalidParameter(&'static str),
+}
+
+/// The name of a CM REJ reason (IBTA Vol 1 §12.6.7.2, Table 112; Linux
+/// `enum ib_cm_rej_reason`), in words for messages: e.g. 8 "invalid service ID",
+/// 10 "stale connection", 28 "consumer defined". Unassigned values: "unknown reason".
+pub fn rej_reason_name(reason: u16) -> &'static str {
+    match reason {
+        1 => "no QP available",
+        2 => "no EEC available",
+        3 => "no resources available",
+        4 => "timeout",
+        5 => "unsupported request",
+        6 => "invalid communication ID",
+        7 => "invalid communication instance",
+        8 => "invalid service ID",
+        9 => "invalid transport service type",
+        10 => "stale connection",
+        11 => "RDC does not exist",
+        12 => "primary remote GID rejected",
+        13 => "primary remote LID rejected",
+        14 => "invalid primary SL",
+        15 => "invalid primary traffic class",
+        16 => "invalid primary hop limit",
+        17 => "invalid primary packet rate",
+        18 => "alternate remote GID rejected",
+        19 => "alternate remote LID rejected",
+        20 => "invalid alternate SL",
+        21 => "invalid alternate traffic class",
+        22 => "invalid alternate hop limit",
+        23 => "invalid alternate packet rate",
+        24 => "port redirection (CM)",
+        25 => "port redirection",
+        26 => "invalid path MTU",
+        27 => "insufficient responder resources",
+        28 => "consumer defined",
+        29 => "invalid RNR retry count",
+        30 => "duplicate local communication ID",
+        31 => "invalid class version",
+        32 => "invalid primary flow label",
+        33 => "invalid alternate flow label",
+        35 => "vendor option not supported",
+        _ => "unknown reason",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::cm::*;
+
+    #[test]
+    fn rej_reasons_have_names() {
+        assert_eq!(
+            rej_reason_name(CM_REJ_INVALID_SERVICE_ID),
+            "invalid service ID"
+        );
+        assert_eq!(rej_reason_name(CM_REJ_STALE_CONN), "stale connection");
+        assert_eq!(rej_reason_name(CM_REJ_CONSUMER_DEFINED), "consumer defined");
+        assert_eq!(
+            rej_reason_name(CM_REJ_VENDOR_OPTION_NOT_SUPPORTED),
+            "vendor option not supported"
+        );
+        assert_eq!(rej_reason_name(34), "unknown reason");
+    }
 }

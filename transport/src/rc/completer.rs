@@ -188,7 +188,7 @@ impl RcQp {
             return;
         }
         let i = psn_diff(p, e.req_psn);
-        let n = psn_diff(e.last_psn, e.req_psn) + 1;
+        let n = psn_diff(e.req_last_psn, e.req_psn) + 1;
         let k = psn_diff(p, e.first_psn) as u32;
         let total = psn_diff(e.last_psn, e.first_psn) as u32 + 1;
         // The answer to a READ re-issued from the middle (req_psn > first_psn) starts
@@ -208,8 +208,9 @@ impl RcQp {
             return;
         }
         e.rd_next = psn_add(p, 1);
-        if p == e.last_psn {
-            e.done = true;
+        if p == e.req_last_psn || p == e.last_psn {
+            // The outstanding request (the whole READ, or its segment) is answered.
+            e.done = p == e.last_psn;
             e.issued = false;
             let b = e.rd_issued_bytes;
             self.req.rd_count = self.req.rd_count.saturating_sub(1);

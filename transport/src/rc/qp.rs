@@ -234,7 +234,7 @@ impl RcQp {
     /// attributes change in place. `selective_retransmit` may be set in any state (the
     /// connection layer sets it with RTR/RTS once both CM messages carried the
     /// capability; see `docs/reliability.md`); it must be the same on both ends.
-    /// Errors: `InvalidState` (transition not allowed), `InvalidArgument` (missing
+    /// Errors: `InvalidTransition` (transition not allowed), `InvalidArgument` (missing
     /// required attribute, retry counts above 7, timer code above 31).
     pub fn modify(&mut self, attr: &QpAttr) -> Result<(), VerbsError> {
         use QpState::*;
@@ -251,7 +251,10 @@ impl RcQp {
                 | (Rtr, Rtr)
         );
         if !ok {
-            return Err(VerbsError::InvalidState(self.state));
+            return Err(VerbsError::InvalidTransition {
+                from: self.state,
+                to,
+            });
         }
         if attr.retry_cnt.is_some_and(|v| v > 7) || attr.rnr_retry.is_some_and(|v| v > 7) {
             return Err(VerbsError::InvalidArgument("retry count above 7"));

@@ -12,7 +12,7 @@ use crate::wire::{Opcode, Reth};
 use super::mem::MemRef;
 use super::ops::{ack_timeout, pos_of, send_opcode, write_opcode, Pos};
 use super::payload::{gather, TxPacket};
-use super::psn::{psn_add, psn_diff, psn_in, psn_lt};
+use super::psn::{psn_add, psn_diff, psn_in, psn_lt, PSN_MASK};
 use super::qp::{packets_for, RcEnv, RcQp};
 use super::rtt::RttEstimator;
 use crate::verbs::QpState;
@@ -42,9 +42,12 @@ pub(crate) struct SqEntry {
     pub(super) len: u32,
     pub(super) segs: [MemRef; MAX_SGE],
     pub(super) nsegs: u8,
-    /// READ: a request for `req_psn..=last_psn` is outstanding.
+    /// READ: a request for `req_psn..=req_last_psn` is outstanding.
     pub(super) issued: bool,
     pub(super) req_psn: u32,
+    /// READ: last response PSN of the outstanding request: `last_psn`, or earlier when
+    /// a READ larger than the READ budget is asked for in segments, one at a time.
+    pub(super) req_last_psn: u32,
     /// READ: next expected response PSN.
     pub(super) rd_next: u32,
     pub(super) rd_issued_bytes: u64,
@@ -65,6 +68,7 @@ impl SqEntry {
             nsegs: 0,
             issued: false,
             req_psn: 0,
+            req_last_psn: 0,
             rd_next: 0,
             rd_issued_bytes: 0,
         }
@@ -406,6 +410,8 @@ impl RcQp {
         e.first_psn = psn;
         e.last_psn = psn_add(psn, e.npkts - 1);
         e.rd_next = psn;
+        // No READ request issued yet: its end is before the first PSN.
+        e.req_last_psn = psn_add(psn, PSN_MASK);
         self.req.psn_max = psn_add(psn, e.npkts);
         Ok(true)
     }
@@ -431,10 +437,24 @@ impl RcQp {
         let i = i as u32;
         let off = i as u64 * mtu as u64;
         if let SendOp::RdmaRead { remote_addr, rkey } = e.wr.op {
-            let remaining = (e.len as u64).saturating_sub(off);
-            if self.req.rd_count >= ord
-                || (self.req.rd_count > 0
-                    && self.req.rd_bytes + remaining > cfg.max_read_inflight_bytes)
+            // A READ larger than the READ budget is asked for in segments of the budget
+            // (whole packets), the next when the previous one's responses are in, so its
+            // response burst stays within what the receive buffer holds (IBTA lets a
+            // requester ask for any part of a READ again, as after a loss).
+            // A request asked again from inside an earlier one (after a loss) ends where
+            // that one did: the responder answers a PSN it has seen as a duplicate, with
+            // the tail of the original response.
+            let seg_last = if psn_lt(e.req_last_psn, psn) {
+                let remaining = (e.len as u64).saturating_sub(off);
+                let budget = (cfg.max_read_inflight_bytes / mtu as u64).max(1) * mtu as u64;
+                psn_add(psn, packets_for(remaining.min(budget), mtu) - 1)
+            } else {
+                e.req_last_psn
+            };
+            let seg = e.bytes(i, psn_diff(seg_last, e.first_psn) as u32 + 1, mtu);
+            if e.issued
+                || self.req.rd_count >= ord
+                || (self.req.rd_count > 0 && self.req.rd_bytes + seg > cfg.max_read_inflight_bytes)
             {
                 return None;
             }
@@ -442,18 +462,21 @@ impl RcQp {
             hdr.reth = Some(Reth {
                 va: remote_addr.wrapping_add(off),
                 rkey,
-                dma_len: remaining as u32,
+                dma_len: seg as u32,
             });
-            let last = e.last_psn;
+            let whole = seg_last == e.last_psn;
             let e = &mut self.req.sq[idx];
             e.issued = true;
             e.req_psn = psn;
+            e.req_last_psn = seg_last;
             e.rd_next = psn;
-            e.rd_issued_bytes = remaining;
+            e.rd_issued_bytes = seg;
             self.req.rd_count += 1;
-            self.req.rd_bytes += remaining;
-            self.req.psn_next = psn_add(last, 1);
-            self.req.tx_idx += 1;
+            self.req.rd_bytes += seg;
+            self.req.psn_next = psn_add(seg_last, 1);
+            if whole {
+                self.req.tx_idx += 1;
+            }
             self.counters.rdma_sends += 1;
             self.note_sent(psn, self.req.psn_next, fresh, now);
             return Some(TxPacket {

@@ -20,7 +20,7 @@ use std::time::Duration;
 use crossbeam::channel::{self, Receiver, Sender};
 use socket2::{SockAddr, Socket};
 
-use super::device::SoftDevice;
+use super::device::{DeviceCounters, SoftDevice};
 use super::socket::{bind_plain, send_gather, RxBatch, SocketError};
 use crate::cm::{AcceptParams, Cm, CmConfig, CmError, CmEvent, ConnId, ConnectParams};
 use crate::time::Clock;
@@ -104,9 +104,12 @@ pub enum CmAgentError {
 }
 
 impl CmAgent {
-    /// Starts the agent of `dev` (once per device) with the default [`CmConfig`]
-    /// (Linux's timers): it takes the device's QP1 receive socket and binds `ip:55410`
-    /// for sending.
+    /// Starts the agent of `dev` with the default [`CmConfig`] (Linux's timers): it
+    /// takes the device's QP1 receive socket and binds `ip:55410` for sending. One agent
+    /// runs per device ([`CmAgentError::AlreadyStarted`] for a second;
+    /// [`SoftDevice::cm_agent`] hands out the running one). The device keeps it, so it
+    /// answers CM MADs as long as the device lives; it stops when the device and every
+    /// handle are gone.
     pub fn start(dev: &Arc<SoftDevice>) -> Result<CmAgent, CmAgentError> {
         Self::start_with_config(dev, CmConfig::default())
     }
@@ -114,6 +117,16 @@ impl CmAgent {
     /// [`CmAgent::start`] with the connection manager's tunables `config` (e.g. a
     /// shorter CM response timeout so that a lost MAD is resent sooner).
     pub fn start_with_config(
+        dev: &Arc<SoftDevice>,
+        config: CmConfig,
+    ) -> Result<CmAgent, CmAgentError> {
+        let agent = Self::start_unregistered(dev, config)?;
+        dev.register_cm_agent(&agent);
+        Ok(agent)
+    }
+
+    /// Starts the agent without recording it in the device (the caller does).
+    pub(crate) fn start_unregistered(
         dev: &Arc<SoftDevice>,
         config: CmConfig,
     ) -> Result<CmAgent, CmAgentError> {
@@ -144,7 +157,8 @@ impl CmAgent {
         });
         let seed = rand::random::<u64>();
         let worker = Worker {
-            dev: dev.clone(),
+            ip,
+            counters: dev.counters_arc(),
             cm: Cm::with_config(ip, seed, config),
             rx,
             tx,
@@ -239,7 +253,10 @@ impl CmAgent {
 }
 
 struct Worker {
-    dev: Arc<SoftDevice>,
+    /// The device's address (the worker holds no reference to the device, which holds
+    /// the agent).
+    ip: IpAddr,
+    counters: Arc<DeviceCounters>,
     cm: Cm,
     rx: Socket,
     tx: Socket,
@@ -312,8 +329,8 @@ impl Worker {
     }
 
     fn handle_datagram(&mut self, from: SocketAddr, data: &[u8]) {
-        let counters = self.dev.counters();
-        if !icrc_ok(&mut self.icrc, counters, from, self.dev.ip(), data) {
+        let counters = &*self.counters;
+        if !icrc_ok(&mut self.icrc, counters, from, self.ip, data) {
             return;
         }
         let Ok(pkt) = wire::parse(data) else {
@@ -427,7 +444,7 @@ impl Worker {
         };
         let sport = self.sport;
         let info = IcrcIpInfo {
-            src: self.dev.ip(),
+            src: self.ip,
             dst: dest,
             ipv4_id: 0,
             udp_sport: sport,
@@ -438,14 +455,10 @@ impl Worker {
         let to = SockAddr::from(SocketAddr::new(dest, ROCE_V2_UDP_DPORT));
         match send_gather(&self.tx, &to, &[&buf]) {
             Ok(true) => {
-                self.dev
-                    .counters()
-                    .sent_pkts
-                    .fetch_add(1, Ordering::Relaxed);
+                self.counters.sent_pkts.fetch_add(1, Ordering::Relaxed);
             }
             _ => {
-                self.dev
-                    .counters()
+                self.counters
                     .tx_dropped_pkts
                     .fetch_add(1, Ordering::Relaxed);
             }
@@ -460,6 +473,7 @@ fn event_id(ev: &CmEvent) -> u32 {
         | CmEvent::Established { id, .. }
         | CmEvent::Rejected { id, .. }
         | CmEvent::Unreachable { id }
+        | CmEvent::StaleConnection { id, .. }
         | CmEvent::Disconnected { id } => id.0,
     }
 }

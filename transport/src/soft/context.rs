@@ -14,40 +14,15 @@ use std::time::Duration;
 
 use socket2::{SockAddr, Socket};
 
-use super::device::{Pd, SoftDevice};
+use super::device::SoftDevice;
 use super::socket::{bind_tx_socket, send_many, RxBatch};
 use crate::rc::{CompletionQueueKind, QpCounters, RcConfig, RcEnv, RcQp, RecvQueue, TxPacket};
 use crate::time::{Clock, Timestamp};
-use crate::verbs::{QpAttr, QpCap, QpState, RecvWr, SendOp, SendWr, VerbsError, WorkCompletion};
+use crate::verbs::{
+    AsyncEvent, Cq, Pd, Qp, QpAttr, QpCap, QpInitAttr, QpState, RecvWr, SendOp, SendWr, Srq,
+    VerbsError, WorkCompletion, MAX_SGE,
+};
 use crate::wire::{self, IcrcIpInfo, ROCE_V2_UDP_DPORT};
-
-/// A completion queue of a context (`ibv_cq`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Cq(pub u32);
-/// A shared receive queue of a context (`ibv_srq`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Srq(pub u32);
-/// A queue pair of a context, named by its QP number (`ibv_qp`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Qp(pub u32);
-
-impl Qp {
-    /// The QP number.
-    pub fn qpn(self) -> u32 {
-        self.0
-    }
-}
-
-/// Creation attributes of an RC QP (`struct ibv_qp_init_attr`).
-#[derive(Clone, Copy, Debug)]
-pub struct QpInitAttr {
-    pub pd: Pd,
-    pub send_cq: Cq,
-    pub recv_cq: Cq,
-    /// Receive from this SRQ instead of an own receive queue.
-    pub srq: Option<Srq>,
-    pub cap: QpCap,
-}
 
 struct TxPath {
     sock: Socket,
@@ -67,6 +42,17 @@ struct CqState {
     entries: VecDeque<WorkCompletion>,
     capacity: usize,
     overflows: u64,
+    /// Armed for one completion event ([`Context::req_notify_cq`]).
+    armed: bool,
+}
+
+/// An armed SRQ limit ([`Context::arm_srq_limit`]).
+#[derive(Clone, Copy, Debug)]
+struct SrqLimit {
+    /// Fire once fewer WRs than this remain.
+    limit: u32,
+    /// WRs posted when last looked at: the event needs a receive taken since.
+    seen: usize,
 }
 
 /// One poll group: see the module docs.
@@ -79,6 +65,12 @@ pub struct Context {
     qps: HashMap<u32, QpSlot, BuildHasherDefault<QpnHasher>>,
     cqs: Vec<CqState>,
     srqs: Vec<RecvQueue>,
+    /// Per SRQ (same index): its armed limit, if any.
+    srq_limits: Vec<Option<SrqLimit>>,
+    /// How many SRQ limits are armed (0: nothing to check after a receive batch).
+    srq_limits_armed: usize,
+    /// Asynchronous events not yet handed out ([`Context::poll_async_event`]).
+    async_events: VecDeque<AsyncEvent>,
     rc_config: RcConfig,
     tx: TxQueue,
     dirty: Vec<u32>,
@@ -104,6 +96,7 @@ impl Context {
     pub(crate) fn new(dev: Arc<SoftDevice>, rxq: u32, rx_sock: Socket) -> Self {
         // The device's receive fault layer, if it has one (soft::fault).
         let rx = RxBatch::with_faults(dev.rx_faults(rxq));
+        let rc_config = dev.rc_config();
         Context {
             dev,
             rxq,
@@ -113,7 +106,10 @@ impl Context {
             qps: HashMap::default(),
             cqs: Vec::new(),
             srqs: Vec::new(),
-            rc_config: RcConfig::default(),
+            srq_limits: Vec::new(),
+            srq_limits_armed: 0,
+            async_events: VecDeque::new(),
+            rc_config,
             tx: TxQueue::default(),
             dirty: Vec::new(),
             deferred: Vec::new(),
@@ -128,7 +124,15 @@ impl Context {
         &self.dev
     }
 
-    /// The RC tuning (window sizes) applied to QPs created from now on.
+    /// This poll group's index on its device (the `rx_queue` of
+    /// [`SoftDevice::open_context`]; its QPNs are those `q` with `q % rx_queues ==`
+    /// this).
+    pub fn rx_queue(&self) -> u32 {
+        self.rxq
+    }
+
+    /// The RC tuning (window sizes) applied to QPs created from now on (initially the
+    /// device's, [`SoftDevice::rc_config`]).
     pub fn set_rc_config(&mut self, cfg: RcConfig) {
         self.rc_config = cfg;
     }
@@ -179,6 +183,7 @@ impl Context {
             entries: VecDeque::with_capacity(cqe as usize),
             capacity: cqe.max(1) as usize,
             overflows: 0,
+            armed: false,
         });
         Cq(self.cqs.len() as u32 - 1)
     }
@@ -186,7 +191,86 @@ impl Context {
     /// Creates a shared receive queue of `max_wr` entries (`ibv_create_srq`).
     pub fn create_srq(&mut self, pd: Pd, max_wr: u32) -> Srq {
         self.srqs.push(RecvQueue::new(pd.0, max_wr));
+        self.srq_limits.push(None);
         Srq(self.srqs.len() as u32 - 1)
+    }
+
+    /// Arms `srq`'s limit (`ibv_modify_srq` IBV_SRQ_LIMIT, as Linux rxe keeps it):
+    /// once a receive taken from the SRQ leaves fewer than `limit` WRs posted,
+    /// [`Context::poll_async_event`] hands out one [`AsyncEvent::SrqLimitReached`] and
+    /// the limit is disarmed. Arming again replaces the limit.
+    ///
+    /// # Errors
+    /// [`VerbsError::InvalidArgument`] for an unknown SRQ, or a limit of 0 or not below
+    /// the SRQ's `max_wr`.
+    pub fn arm_srq_limit(&mut self, srq: Srq, limit: u32) -> Result<(), VerbsError> {
+        let q = self
+            .srqs
+            .get(srq.0 as usize)
+            .ok_or(VerbsError::InvalidArgument(
+                "no such SRQ in this poll group",
+            ))?;
+        if limit == 0 || limit >= q.max_wr() {
+            return Err(VerbsError::InvalidArgument(
+                "SRQ limit must be between 1 and the SRQ's max_wr - 1",
+            ));
+        }
+        let seen = q.len();
+        let slot = &mut self.srq_limits[srq.0 as usize];
+        if slot.is_none() {
+            self.srq_limits_armed += 1;
+        }
+        *slot = Some(SrqLimit { limit, seen });
+        Ok(())
+    }
+
+    /// Fires the armed SRQ limits that receives crossed since the last look.
+    fn check_srq_limits(&mut self) {
+        for (i, (q, slot)) in self.srqs.iter().zip(&mut self.srq_limits).enumerate() {
+            let Some(l) = slot else { continue };
+            let len = q.len();
+            if len < l.limit as usize && len < l.seen {
+                *slot = None;
+                self.srq_limits_armed -= 1;
+                self.async_events
+                    .push_back(AsyncEvent::SrqLimitReached { srq: Srq(i as u32) });
+            } else {
+                l.seen = len;
+            }
+        }
+    }
+
+    /// The next asynchronous event of this poll group (`ibv_get_async_event`, without
+    /// blocking): [`AsyncEvent::SrqLimitReached`] of an armed SRQ limit.
+    pub fn poll_async_event(&mut self) -> Option<AsyncEvent> {
+        self.async_events.pop_front()
+    }
+
+    /// Arms `cq` for one completion event (`ibv_req_notify_cq`): [`Context::wait`]
+    /// returns at once while an armed CQ holds completions, and disarms it.
+    ///
+    /// # Errors
+    /// [`VerbsError::InvalidArgument`] for an unknown CQ.
+    pub fn req_notify_cq(&mut self, cq: Cq) -> Result<(), VerbsError> {
+        self.cqs
+            .get_mut(cq.0 as usize)
+            .ok_or(VerbsError::InvalidArgument("no such CQ in this poll group"))?
+            .armed = true;
+        Ok(())
+    }
+
+    /// Whether an armed CQ holds completions (its event), disarming those that do.
+    fn take_cq_events(&mut self) -> bool {
+        let mut any = false;
+        for c in self
+            .cqs
+            .iter_mut()
+            .filter(|c| c.armed && !c.entries.is_empty())
+        {
+            c.armed = false;
+            any = true;
+        }
+        any
     }
 
     /// Receive WRs currently posted to `srq`.
@@ -261,6 +345,20 @@ impl Context {
             .get(&qp.0)
             .and_then(|s| s.tx.as_ref())
             .map(|t| t.icrc.udp_sport)
+    }
+
+    /// The capacities `qp` was granted: as asked, SGE counts capped at [`MAX_SGE`], no
+    /// inline bytes (see [`super::SOFT_CAPS`]).
+    pub fn qp_cap(&self, qp: Qp) -> Option<QpCap> {
+        self.qps.get(&qp.0).map(|s| {
+            let c = s.core.cap;
+            QpCap {
+                max_send_sge: c.max_send_sge.min(MAX_SGE as u32),
+                max_recv_sge: c.max_recv_sge.min(MAX_SGE as u32),
+                max_inline_data: 0,
+                ..c
+            }
+        })
     }
 
     /// The QP's counters.
@@ -380,6 +478,9 @@ impl Context {
                 break;
             }
         }
+        if received > 0 && self.srq_limits_armed > 0 {
+            self.check_srq_limits();
+        }
         // `next_timer` is never later than the earliest armed timer (every path that
         // arms one lowers it), so without it there is nothing to check and no clock to
         // read; it is recomputed only after timers fired.
@@ -471,24 +572,35 @@ impl Context {
         res
     }
 
-    /// Transmits what was deferred, then waits up to `timeout` for a packet to arrive
-    /// (for callers that stop busy polling when idle). Timers still need `progress`
-    /// calls.
+    /// Transmits what was deferred, then sleeps until a packet arrives, the next RC
+    /// timer is due, or `timeout` (`ppoll(2)` on the receive socket), for callers that
+    /// stop busy polling when idle. Returns at once while an async event is pending or
+    /// an armed CQ ([`Context::req_notify_cq`]) holds completions. The packets and
+    /// timers themselves are handled by the next `poll_cq` / `progress`.
     pub fn wait(&mut self, timeout: Duration) {
         self.flush_deferred();
+        if !self.async_events.is_empty() || self.take_cq_events() {
+            return;
+        }
+        let mut sleep = timeout;
+        if let Some(due) = self.next_timer {
+            let now = self.clock.now();
+            if due <= now {
+                return;
+            }
+            sleep = sleep.min(due.since(now));
+        }
         let mut pfd = libc::pollfd {
             fd: self.rx_sock.as_raw_fd(),
             events: libc::POLLIN,
             revents: 0,
         };
-        // SAFETY: one valid pollfd.
-        unsafe {
-            libc::poll(
-                &mut pfd,
-                1,
-                timeout.as_millis().min(i32::MAX as u128) as i32,
-            )
+        let ts = libc::timespec {
+            tv_sec: sleep.as_secs().min(i32::MAX as u64) as libc::time_t,
+            tv_nsec: sleep.subsec_nanos() as libc::c_long,
         };
+        // SAFETY: one valid pollfd, a valid timespec, no signal mask.
+        unsafe { libc::ppoll(&mut pfd, 1, &ts, std::ptr::null()) };
     }
 
     /// The earliest timer of any QP.

@@ -7,11 +7,13 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use socket2::Socket;
 
+use super::cm_agent::{CmAgent, CmAgentError};
 use super::context::Context;
 use super::fault::{group_seed, FaultConfig, FaultCounters, RxFaults};
+use super::rx_buffer::{granted_rx_buffer, rc_config_for, report_capped};
 use super::socket::{bind_rx_group, SocketError};
-use crate::rc::{KeyTable, MrKeys, MrMemory};
-use crate::verbs::{AccessFlags, Mtu, VerbsError};
+use crate::rc::{KeyTable, MrKeys, MrMemory, RcConfig};
+use crate::verbs::{AccessFlags, DeviceCaps, MemoryRegion, Mtu, Pd, VerbsError, MAX_SGE};
 
 /// How to open a soft device.
 #[derive(Clone, Debug)]
@@ -26,6 +28,13 @@ pub struct DeviceConfig {
     /// (the default) for none at all. Counted in [`DeviceCountersSnapshot`]'s
     /// `injected_*` fields.
     pub faults: Option<FaultConfig>,
+    /// Where QP numbering starts: `None` (the default) picks a random start per device
+    /// instance, so a restarted process does not reuse the QPNs of its predecessor,
+    /// whose connections a peer may still hold (IBTA Vol 1 §12.9.8.4: a REQ from a QP
+    /// with a live connection is rejected as stale). `Some(qpn)`: poll group `i` starts
+    /// at the first QPN at or after `qpn` in its residue class (tests that reproduce a
+    /// restart with the same QPNs). See [`QpnAllocator`].
+    pub first_qpn: Option<u32>,
 }
 
 impl DeviceConfig {
@@ -36,6 +45,7 @@ impl DeviceConfig {
             rx_queues: 1,
             netdev_mtu: None,
             faults: None,
+            first_qpn: None,
         }
     }
 }
@@ -113,10 +123,6 @@ impl DeviceCounters {
     }
 }
 
-/// A protection domain (`ibv_pd`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Pd(pub u32);
-
 /// A registered memory region (`ibv_mr`) with memory the device allocated (page
 /// aligned, zeroed). Its address range `[addr(), addr() + len())` is the iova that
 /// SGEs and RETHs use; `lkey`/`rkey` name it.
@@ -165,36 +171,15 @@ impl Mr {
     pub fn memory(&self) -> &Arc<MrMemory> {
         &self.mem
     }
-    /// Copies `data` into the region at `offset`. Panics if out of range (a caller bug).
+    /// Copies `data` into the region at `offset` ([`MemoryRegion::write`]). Panics if
+    /// out of range (a caller bug).
     pub fn write(&self, offset: usize, data: &[u8]) {
-        assert!(
-            offset
-                .checked_add(data.len())
-                .is_some_and(|e| e <= self.len()),
-            "Mr::write out of range"
-        );
-        // SAFETY: in range; concurrent remote access to the same bytes is the RDMA
-        // programming model's race (as with a NIC's DMA), not a Rust aliasing one here.
-        unsafe {
-            std::ptr::copy_nonoverlapping(data.as_ptr(), self.mem.as_ptr().add(offset), data.len())
-        }
+        MemoryRegion::write(self, offset, data)
     }
-    /// Copies bytes at `offset` into `out`. Panics if out of range (a caller bug).
+    /// Copies bytes at `offset` into `out` ([`MemoryRegion::read`]). Panics if out of
+    /// range (a caller bug).
     pub fn read(&self, offset: usize, out: &mut [u8]) {
-        assert!(
-            offset
-                .checked_add(out.len())
-                .is_some_and(|e| e <= self.len()),
-            "Mr::read out of range"
-        );
-        // SAFETY: as in `write`.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                self.mem.as_ptr().add(offset),
-                out.as_mut_ptr(),
-                out.len(),
-            )
-        }
+        MemoryRegion::read(self, offset, out)
     }
 }
 
@@ -212,9 +197,16 @@ pub struct SoftDevice {
     netdev_mtu: u32,
     keys: KeyTable,
     rx_sockets: Mutex<Vec<Option<Socket>>>,
-    next_qpn: Vec<AtomicU32>,
-    counters: DeviceCounters,
+    qpns: QpnAllocator,
+    counters: Arc<DeviceCounters>,
     faults: Option<FaultConfig>,
+    /// Receive buffer the kernel granted each poll group's socket (getsockopt SO_RCVBUF).
+    rx_buffer_bytes: usize,
+    /// The RC tuning of new QPs, windows sized from `rx_buffer_bytes`.
+    rc_config: RcConfig,
+    /// The device's CM agent once started ([`SoftDevice::cm_agent`]); it holds no
+    /// reference to the device, so this one keeps no cycle.
+    cm_agent: Mutex<Option<CmAgent>>,
 }
 
 impl std::fmt::Debug for SoftDevice {
@@ -226,8 +218,111 @@ impl std::fmt::Debug for SoftDevice {
     }
 }
 
-/// First QP number handed out (rxe starts at 0x11; 0 and 1 are the SMI and GSI QPs).
+/// Smallest QP number handed out (rxe starts at 0x11; 0 and 1 are the SMI and GSI QPs).
 pub const FIRST_QPN: u32 = 0x11;
+/// Largest QP number (QPNs are 24 bits on the wire, BTH DestQP).
+pub const MAX_QPN: u32 = 0x00FF_FFFF;
+
+/// Most work requests of one queue (send queue, receive queue, SRQ) and entries of one
+/// CQ. The soft provider's queues are bounded by memory only; this keeps a request
+/// meaningful (each send WR takes at least one PSN, and an RC requester keeps its
+/// outstanding PSNs within half the 24-bit PSN space, IBTA Vol 1 §9.7.1) and a CQ's
+/// preallocation sane.
+pub const SOFT_MAX_QUEUE_WR: u32 = 1 << 22;
+
+/// The soft provider's limits, as [`crate::verbs::Device::caps`] reports them:
+/// - `max_sge` / `max_sge_rd` / `max_srq_sge`: [`MAX_SGE`] (the model's inline SGE list);
+/// - `max_qp_wr`, `max_srq_wr`, `max_cqe`: [`SOFT_MAX_QUEUE_WR`];
+/// - `max_qp_rd_atom`, `max_qp_init_rd_atom`: 255, what the 8-bit CM fields and
+///   `QpAttr` carry (the RC core keeps a READ's state per outstanding READ, any depth);
+/// - `max_inline_data`: 0. `SendFlags::INLINE` is accepted but the payload is gathered
+///   from registered memory like any other (lkeys checked, buffer in use until the
+///   completion), so no inline bytes are granted;
+/// - `max_mr`, `max_mw`: the key table's 2^24 - 1 slots, shared by MRs and windows;
+/// - `max_qp`: the QPNs of `FIRST_QPN..=MAX_QPN`; `max_mr_size` and `max_pd`: memory
+///   and a 32-bit counter;
+/// - `local_ca_ack_delay`: the CM's Target ACK Delay ([`crate::cm::CM_TARGET_ACK_DELAY`]).
+pub const SOFT_CAPS: DeviceCaps = DeviceCaps {
+    max_qp_wr: SOFT_MAX_QUEUE_WR,
+    max_sge: MAX_SGE as u32,
+    max_sge_rd: MAX_SGE as u32,
+    max_srq_wr: SOFT_MAX_QUEUE_WR,
+    max_srq_sge: MAX_SGE as u32,
+    max_cqe: SOFT_MAX_QUEUE_WR,
+    max_qp: MAX_QPN - FIRST_QPN + 1,
+    max_qp_rd_atom: u8::MAX as u32,
+    max_qp_init_rd_atom: u8::MAX as u32,
+    max_inline_data: 0,
+    max_mr_size: u64::MAX,
+    max_mr: 0x00FF_FFFF,
+    max_mw: 0x00FF_FFFF,
+    max_pd: u32::MAX,
+    local_ca_ack_delay: crate::cm::CM_TARGET_ACK_DELAY,
+    phys_port_cnt: 1,
+};
+
+/// QP numbers of one device, in the residue classes the receive steering expects:
+/// poll group `i` of `n` gets only QPNs `q` with `q % n == i` (see
+/// [`super::socket::bind_rx_group`]), all in `FIRST_QPN..=MAX_QPN`, counting up from
+/// its start and wrapping within its class (never to 0, 1 or past 24 bits).
+#[derive(Debug)]
+pub struct QpnAllocator {
+    groups: u32,
+    /// Per poll group: the index of the next QPN within the group's class.
+    next: Vec<AtomicU32>,
+}
+
+impl QpnAllocator {
+    /// An allocator for `groups` poll groups (at least 1). `first`: `None` for a random
+    /// start in each class; `Some(qpn)` to start each group at the first QPN of its
+    /// class at or after `qpn` (clamped into `FIRST_QPN..=MAX_QPN`).
+    pub fn new(groups: u32, first: Option<u32>) -> Self {
+        let groups = groups.max(1);
+        let next = (0..groups)
+            .map(|g| {
+                let count = Self::class_len(groups, g);
+                let index = match first {
+                    None => rand::random::<u32>() % count,
+                    Some(q) => {
+                        let q = q.clamp(FIRST_QPN, MAX_QPN);
+                        let base = Self::class_base(groups, g);
+                        q.saturating_sub(base).div_ceil(groups) % count
+                    }
+                };
+                AtomicU32::new(index)
+            })
+            .collect();
+        QpnAllocator { groups, next }
+    }
+
+    /// The smallest QPN >= [`FIRST_QPN`] that steers to group `g`.
+    fn class_base(groups: u32, g: u32) -> u32 {
+        let r = FIRST_QPN % groups;
+        let base = FIRST_QPN - r + g;
+        if base < FIRST_QPN {
+            base + groups
+        } else {
+            base
+        }
+    }
+
+    /// How many QPNs of `FIRST_QPN..=MAX_QPN` steer to group `g`.
+    fn class_len(groups: u32, g: u32) -> u32 {
+        (MAX_QPN - Self::class_base(groups, g)) / groups + 1
+    }
+
+    /// The next QPN of poll group `g` (`g < groups`; a larger `g` is taken modulo).
+    pub fn alloc(&self, g: u32) -> u32 {
+        let g = g % self.groups;
+        let count = Self::class_len(self.groups, g);
+        let i = self.next[g as usize]
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |i| {
+                Some((i + 1) % count)
+            })
+            .unwrap_or(0);
+        Self::class_base(self.groups, g) + i * self.groups
+    }
+}
 
 impl SoftDevice {
     /// Opens the device: binds `ip:4791` (see [`super::socket::bind_rx_group`]).
@@ -240,21 +335,12 @@ impl SoftDevice {
         }
         let rx_queues = cfg.rx_queues.max(1);
         let socks = bind_rx_group(cfg.ip, rx_queues)?;
+        let rx_buffer_bytes = socks.last().map_or(0, granted_rx_buffer);
+        let rc_config = rc_config_for(rx_buffer_bytes, RcConfig::default());
+        report_capped(rx_buffer_bytes, &rc_config);
         let netdev_mtu = cfg
             .netdev_mtu
             .unwrap_or_else(|| interface_mtu(cfg.ip).unwrap_or(1500));
-        let next_qpn = (0..rx_queues)
-            .map(|i| {
-                // smallest qpn >= FIRST_QPN with qpn % rx_queues == i
-                let r = FIRST_QPN % rx_queues;
-                let base = FIRST_QPN - r + i;
-                AtomicU32::new(if base < FIRST_QPN {
-                    base + rx_queues
-                } else {
-                    base
-                })
-            })
-            .collect();
         Ok(Arc::new(SoftDevice {
             ip: cfg.ip,
             rx_queues,
@@ -262,9 +348,12 @@ impl SoftDevice {
             netdev_mtu,
             keys: KeyTable::new(),
             rx_sockets: Mutex::new(socks.into_iter().map(Some).collect()),
-            next_qpn,
-            counters: DeviceCounters::default(),
+            qpns: QpnAllocator::new(rx_queues, cfg.first_qpn),
+            counters: Arc::default(),
             faults: cfg.faults.filter(|f| !f.is_noop()),
+            rx_buffer_bytes,
+            rc_config,
+            cm_agent: Mutex::new(None),
         }))
     }
 
@@ -284,6 +373,20 @@ impl SoftDevice {
     pub fn rx_queues(&self) -> u32 {
         self.rx_queues
     }
+    /// Receive buffer bytes the kernel granted each poll group's socket, as getsockopt
+    /// `SO_RCVBUF` reports it (0 if unknown); see [`super::rx_buffer`].
+    pub fn rx_buffer_bytes(&self) -> usize {
+        self.rx_buffer_bytes
+    }
+    /// The RC tuning a new context starts with: the defaults, with the windows sized
+    /// from [`SoftDevice::rx_buffer_bytes`] ([`super::rx_buffer::rc_config_for`]).
+    pub fn rc_config(&self) -> RcConfig {
+        self.rc_config
+    }
+    /// The soft provider's limits ([`SOFT_CAPS`]).
+    pub fn caps(&self) -> DeviceCaps {
+        SOFT_CAPS
+    }
     /// The memory key tables (MRs and MWs) of the device.
     pub fn keys(&self) -> &KeyTable {
         &self.keys
@@ -291,6 +394,10 @@ impl SoftDevice {
     /// Device counters.
     pub fn counters(&self) -> &DeviceCounters {
         &self.counters
+    }
+    /// The device counters, shared (with the CM agent, which holds no device).
+    pub(crate) fn counters_arc(&self) -> Arc<DeviceCounters> {
+        self.counters.clone()
     }
 
     /// The fault injection configured at open (`None` also when every probability
@@ -359,14 +466,48 @@ impl SoftDevice {
         self.take_socket(0)
     }
 
+    /// The device's CM agent: the one started with [`CmAgent::start`] or by an earlier
+    /// call, else a new one with the default configuration. The device keeps it
+    /// running for as long as it lives (every handle is the same agent).
+    ///
+    /// # Errors
+    /// [`CmAgentError::Socket`] / [`CmAgentError::Io`] when its sockets or thread cannot
+    /// be set up.
+    pub fn cm_agent(self: &Arc<Self>) -> Result<CmAgent, CmAgentError> {
+        loop {
+            {
+                let mut slot = self.cm_agent.lock();
+                if let Some(a) = &*slot {
+                    return Ok(a.clone());
+                }
+                match CmAgent::start_unregistered(self, crate::cm::CmConfig::default()) {
+                    Ok(a) => {
+                        *slot = Some(a.clone());
+                        return Ok(a);
+                    }
+                    // `CmAgent::start` on another thread took QP1's socket and records
+                    // its agent next.
+                    Err(CmAgentError::AlreadyStarted) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            std::thread::yield_now();
+        }
+    }
+
+    /// Records `agent` as the device's CM agent (it holds QP1's socket, so it is the
+    /// only one).
+    pub(crate) fn register_cm_agent(&self, agent: &CmAgent) {
+        *self.cm_agent.lock() = Some(agent.clone());
+    }
+
     fn take_socket(&self, idx: usize) -> Option<Socket> {
         self.rx_sockets.lock().get_mut(idx).and_then(|s| s.take())
     }
 
-    /// Next QP number for poll group `rx_queue`.
+    /// Next QP number for poll group `rx_queue` (see [`QpnAllocator`]).
     pub(crate) fn alloc_qpn(&self, rx_queue: u32) -> u32 {
-        let q = self.next_qpn[rx_queue as usize].fetch_add(self.rx_queues, Ordering::Relaxed);
-        q & 0x00FF_FFFF
+        self.qpns.alloc(rx_queue)
     }
 }
 
@@ -388,4 +529,57 @@ pub fn interface_mtu(ip: IpAddr) -> Option<u32> {
         }
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every QPN steers to its poll group (the BPF program's `qpn % n`), stays in
+    /// `FIRST_QPN..=MAX_QPN`, and a group wraps within its class at the top.
+    #[test]
+    fn qpns_stay_in_their_class_and_range() {
+        for n in [1u32, 2, 3, 5, 7] {
+            let a = QpnAllocator::new(n, Some(MAX_QPN - 3 * n));
+            for g in 0..n {
+                let mut seen = Vec::new();
+                for _ in 0..8 {
+                    let q = a.alloc(g);
+                    assert_eq!(q % n, g, "n {n} group {g}: {q:#x}");
+                    assert!((FIRST_QPN..=MAX_QPN).contains(&q), "{q:#x}");
+                    seen.push(q);
+                }
+                // Wrapped: the class's smallest QPN came after its largest.
+                assert!(seen.contains(&QpnAllocator::class_base(n, g)), "{seen:x?}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_given_first_qpn_is_where_each_class_starts() {
+        let a = QpnAllocator::new(2, Some(0x11));
+        assert_eq!((a.alloc(0), a.alloc(1)), (0x12, 0x11));
+        assert_eq!((a.alloc(0), a.alloc(1)), (0x14, 0x13));
+        let b = QpnAllocator::new(3, Some(0x1000));
+        assert_eq!(
+            [b.alloc(0), b.alloc(1), b.alloc(2)],
+            [0x1002, 0x1000, 0x1001]
+        );
+        // Below FIRST_QPN: clamped, never 0 or 1.
+        let c = QpnAllocator::new(1, Some(0));
+        assert_eq!(c.alloc(0), FIRST_QPN);
+    }
+
+    /// Two device instances (two runs of a process) start at different QPNs: the
+    /// chance that two random starts in a class of 2^23 collide is 2^-23.
+    #[test]
+    fn random_starts_differ_between_instances() {
+        let firsts: Vec<u32> = (0..4)
+            .map(|_| QpnAllocator::new(2, None).alloc(0))
+            .collect();
+        for (i, a) in firsts.iter().enumerate() {
+            assert_eq!(a % 2, 0);
+            assert!(firsts[i + 1..].iter().all(|b| b != a), "{firsts:x?}");
+        }
+    }
 }

@@ -5,7 +5,8 @@
 //!   QP1 (CM MADs) to socket 0, any other QPN `q` to socket `1 + q % rx_queues`. Each
 //!   poll group owns one socket and allocates QPNs in its residue class, so packets
 //!   land on the thread that owns their QP with no cross-thread hand-off (RSS by QPN,
-//!   as an RNIC does).
+//!   as an RNIC does). Over IPv6 they accept UDP checksum 0 (`UDP_NO_CHECK6_RX`), as
+//!   Linux rxe sends it.
 //! - Send: one unconnected UDP socket per QP bound to `ip:sport`, with the per-QP
 //!   source port (0xC000..=0xFFFF) that gives ECMP its entropy; IPv4 with DF
 //!   (IP_PMTUDISC_DO), which makes Linux write IP ID 0 (an unconnected socket with DF
@@ -21,12 +22,18 @@ use super::fault::{Delivery, RxFaults};
 use crate::wire::ROCE_V2_UDP_DPORT;
 
 const SO_ATTACH_REUSEPORT_CBPF: libc::c_int = 51;
+/// `SOL_UDP` option (linux/udp.h; the libc crate defines it for Android only): accept
+/// UDP/IPv6 datagrams with checksum 0, which Linux rxe sends on every RoCEv2 packet
+/// over IPv6 (the ICRC protects the payload). Without it the kernel drops them as
+/// checksum errors (`Udp6InCsumErrors`).
+const UDP_NO_CHECK6_RX: libc::c_int = 102;
 const SO_RCVBUFFORCE: libc::c_int = 33;
 const SO_SNDBUFFORCE: libc::c_int = 32;
 
 /// Receive buffer asked for each receive socket (bytes). Sized so QD32 x 1 MiB of
 /// windowed traffic does not overrun it; SO_RCVBUFFORCE is tried first (needs
-/// CAP_NET_ADMIN), SO_RCVBUF (capped by net.core.rmem_max) otherwise.
+/// CAP_NET_ADMIN), SO_RCVBUF (capped by net.core.rmem_max) otherwise. The device reads
+/// back what it got and sizes its RC windows from that ([`super::rx_buffer`]).
 pub const RX_SOCKET_BUFFER_BYTES: usize = 32 << 20;
 /// Send buffer asked for each per-QP socket (bytes).
 pub const TX_SOCKET_BUFFER_BYTES: usize = 8 << 20;
@@ -35,7 +42,10 @@ pub const TX_SOCKET_BUFFER_BYTES: usize = 8 << 20;
 /// address.
 #[derive(Debug, thiserror::Error)]
 pub enum SocketError {
-    #[error("UDP port {port} on {ip} is already in use (another RoCEv2 stack or nvmf process?)")]
+    /// Another socket holds `ip:port` (EADDRINUSE). For the RoCEv2 port 4791 the
+    /// message names the fix: each RoCEv2 endpoint on a machine needs an address of its
+    /// own ([`port_in_use_words`]).
+    #[error("{}", port_in_use_words(*.ip, *.port))]
     PortInUse { ip: IpAddr, port: u16 },
     #[error("cannot bind UDP {ip}:{port}: {source} (is {ip} an address of this machine?)")]
     Bind {
@@ -55,6 +65,36 @@ pub enum SocketError {
         ip: IpAddr,
         source: super::fault::FaultConfigError,
     },
+}
+
+/// The message of [`SocketError::PortInUse`]: for UDP 4791 (every RoCEv2 receiver's
+/// port) who may hold it and how to pick another address; for another port (a QP's
+/// UDP source port, QP1's), that the ports ran out.
+pub fn port_in_use_words(ip: IpAddr, port: u16) -> String {
+    if port != ROCE_V2_UDP_DPORT {
+        return format!("UDP port {port} on {ip} is already in use");
+    }
+    let other = match ip {
+        IpAddr::V4(v4) if v4.is_loopback() => {
+            let o = v4.octets();
+            format!(
+                " (e.g. {}.{}.{}.{})",
+                o[0],
+                o[1],
+                o[2],
+                if o[3] >= 250 { 5 } else { o[3] + 2 }
+            )
+        }
+        _ => String::new(),
+    };
+    format!(
+        "UDP port {port} on {ip} is already in use: another process holds it (a second \
+         nvmf-bench or nvmf-target, or another RoCEv2 stack such as Linux rdma_rxe on that \
+         address). RoCEv2 receives on UDP {port} of each address, so every endpoint on one \
+         machine needs an address of its own: give nvmf-bench another local address with \
+         --host-traddr{other}, nvmf-target another with --addr (or `addr` under [[listen]] \
+         in its configuration)"
+    )
 }
 
 /// EADDRINUSE as [`SocketError::PortInUse`], anything else as [`SocketError::Bind`].
@@ -139,8 +179,8 @@ fn steering_program(rx_queues: u32) -> Vec<libc::sock_filter> {
 }
 
 /// Binds the receive socket group on `ip:4791`: index 0 for QP1, 1..=rx_queues for
-/// the poll groups. Fails with [`SocketError::PortInUse`] when another socket holds
-/// the port.
+/// the poll groups; on IPv6 each accepts UDP checksum 0 (Linux rxe's RoCEv2 over
+/// IPv6). Fails with [`SocketError::PortInUse`] when another socket holds the port.
 pub fn bind_rx_group(ip: IpAddr, rx_queues: u32) -> Result<Vec<Socket>, SocketError> {
     let port = ROCE_V2_UDP_DPORT;
     let addr = SockAddr::from(SocketAddr::new(ip, port));
@@ -156,6 +196,10 @@ pub fn bind_rx_group(ip: IpAddr, rx_queues: u32) -> Result<Vec<Socket>, SocketEr
         let s = udp_socket(ip).map_err(|e| setup("socket", e))?;
         s.set_reuse_port(true)
             .map_err(|e| setup("SO_REUSEPORT", e))?;
+        if ip.is_ipv6() {
+            setsockopt_int(s.as_raw_fd(), libc::SOL_UDP, UDP_NO_CHECK6_RX, 1)
+                .map_err(|e| setup("UDP_NO_CHECK6_RX", e))?;
+        }
         set_buffer(&s, SO_RCVBUFFORCE, libc::SO_RCVBUF, RX_SOCKET_BUFFER_BYTES);
         s.bind(&addr).map_err(|e| bind_error(ip, port, e))?;
         socks.push(s);
@@ -498,6 +542,27 @@ mod tests {
     use super::*;
     use crate::soft::fault::{FaultConfig, FaultCounters};
     use std::sync::Arc;
+
+    #[test]
+    fn port_in_use_names_the_fix() {
+        let m = SocketError::PortInUse {
+            ip: "127.0.0.3".parse().unwrap(),
+            port: ROCE_V2_UDP_DPORT,
+        }
+        .to_string();
+        assert!(
+            m.starts_with("UDP port 4791 on 127.0.0.3 is already in use: another process")
+                && m.contains("--host-traddr (e.g. 127.0.0.5)")
+                && m.contains("nvmf-target another with --addr"),
+            "{m}"
+        );
+        let m = SocketError::PortInUse {
+            ip: "10.0.0.1".parse().unwrap(),
+            port: 55410,
+        }
+        .to_string();
+        assert_eq!(m, "UDP port 55410 on 10.0.0.1 is already in use");
+    }
 
     /// A real UDP socket behind the fault layer: every datagram duplicated, so the
     /// batch delivers each twice with its source address, and the counter says so.

@@ -421,4 +421,29 @@ pub enum VerbsError {
     NoSuchObject,
     #[error("out of resources: {0}")]
     NoResources(&'static str),
+    /// `modify_qp` asked for a state change the QP state machine does not have (IBTA
+    /// Vol 1 §10.3.1, Figure 124): e.g. Reset -> RTS.
+    #[error("invalid QP state transition {from:?} -> {to:?}")]
+    InvalidTransition { from: QpState, to: QpState },
+    /// A request beyond a device capability (`ibv_query_device`): `what` names the
+    /// attribute and the capability, `asked` the value requested, `max` the limit.
+    #[error("{what}: asked for {asked}, the device supports at most {max}")]
+    CapabilityExceeded {
+        what: &'static str,
+        asked: u32,
+        max: u32,
+    },
+    /// No RDMA device (or none that fits); the message says what was looked at and
+    /// what to check.
+    #[error("{0}")]
+    NoDevice(String),
+    /// Registering memory would take the process's pinned memory over
+    /// `RLIMIT_MEMLOCK` (checked against [`crate::memlock::PinBudget::process`] before
+    /// the kernel is asked); the error states the limit, what is pinned, what was
+    /// needed and how to raise the limit.
+    #[error(transparent)]
+    Memlock(#[from] crate::memlock::MemlockError),
+    /// A provider call failed with `errno` (the verbs provider's C calls).
+    #[error("{call} failed: {} (errno {errno})", std::io::Error::from_raw_os_error(*errno))]
+    Os { call: &'static str, errno: i32 },
 }

@@ -312,14 +312,13 @@ mod tests {
     /// ID the capture shows, solved without seeing the IP header; IPv6 ones check exactly.
     #[test]
     fn linux_rxe_packets_pass_with_their_real_ids() {
-        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/captures/");
         let mut c = IcrcChecker::new();
         for (name, v4) in [
             ("linux-nvme-rdma-rxe.pcap", true),
             ("linux-perftest-rxe.pcap", true),
             ("linux-nvme-rdma-rxe-ipv6.pcap", false),
         ] {
-            let bytes = std::fs::read(format!("{dir}{name}")).expect("capture");
+            let bytes = crate::test_captures::read(name);
             let pcap = Pcap::new(&bytes).expect("pcap");
             let mut solved = 0;
             for (frame, udp) in pcap.roce() {

@@ -719,7 +719,7 @@ mod tests {
     }
 }
 
-/// Golden tests: every RoCEv2 packet Linux sent in `shared/captures` parses, writes
+/// Golden tests: every RoCEv2 packet Linux sent in `testdata/captures` parses, writes
 /// back byte-exact, and its ICRC recomputes.
 #[cfg(test)]
 mod golden_tests {
@@ -728,14 +728,7 @@ mod golden_tests {
     use crate::wire::pcap::Pcap;
     use std::collections::BTreeMap;
 
-    const CAPTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/captures/");
-
-    fn capture(name: &str) -> Vec<u8> {
-        let path = format!("{CAPTURES}{name}");
-        std::fs::read(&path).unwrap_or_else(|e| {
-            panic!("cannot read capture {path}: {e}; shared/ must sit beside the repository")
-        })
-    }
+    use crate::test_captures::read as capture;
 
     struct Summary {
         roce: usize,

@@ -302,10 +302,9 @@ mod tests {
         f
     }
 
-    /// Frame and UDP/4791 counts of the reference captures (shared/captures/README.md).
+    /// Frame and UDP/4791 counts of the reference captures (testdata/captures/README.md).
     #[test]
     fn reference_capture_counts() {
-        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/captures/");
         for (name, frames, roce) in [
             ("linux-nvme-rdma-rxe.pcap", 493, 490),
             ("linux-nvme-rdma-rxe-ipv6.pcap", 514, 490),
@@ -314,10 +313,7 @@ mod tests {
             ("linux-rping-rxe.pcap", 44, 41),
             ("e-roce-probe.pcap", 6, 3),
         ] {
-            let path = format!("{dir}{name}");
-            let bytes = std::fs::read(&path).unwrap_or_else(|e| {
-                panic!("cannot read capture {path}: {e}; shared/ must sit beside the repository")
-            });
+            let bytes = crate::test_captures::read(name);
             let pcap = Pcap::new(&bytes).expect("valid pcap");
             assert!(!pcap.nanos);
             assert_eq!(pcap.frames().count(), frames, "{name}");

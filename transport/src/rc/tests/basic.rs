@@ -1,6 +1,7 @@
 //! Happy paths: SEND/RECV across MTU boundaries (own RQ and SRQ), RDMA WRITE and READ,
 //! PSN wrap-around, window and ACK coalescing, state handling.
 use super::*;
+use crate::wire::Opcode;
 
 fn send_recv(srq: bool, sizes: &[usize]) {
     let mut n = Net::new(Opts {
@@ -236,6 +237,83 @@ fn many_reads_respect_ord_and_window() {
     assert!(n.b.qp.counters().ack_deferred > 0 || n.b.qp.counters().sent_pkts > 0);
 }
 
+/// A READ larger than the READ budget is asked for in segments of at most the budget,
+/// one at a time, and completes once with every byte placed; a SEND posted behind it
+/// leaves after the last segment (PSN order), and a READ within the budget is one request.
+#[test]
+fn read_larger_than_the_budget_is_requested_in_segments() {
+    let cfg = RcConfig {
+        max_read_inflight_bytes: 8192,
+        ..Default::default()
+    };
+    let mut n = Net::new(Opts {
+        cfg,
+        ..Default::default()
+    });
+    let (src, ks) = n.mr(n.b.pd, 40_000, ALL, pattern(5));
+    let (dst, kd) = n.mr(n.a.pd, 40_000, ALL, |_| 0);
+    let (_rb, kr) = n.mr(n.b.pd, 64, ALL, |_| 0);
+    let (_sb, kss) = n.mr(n.a.pd, 64, ALL, pattern(6));
+    let requests = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+    let seen = requests.clone();
+    n.filter = Box::new(move |d, tx| {
+        if d == Dir::AtoB {
+            let op = tx.hdr.bth.opcode;
+            if op == Opcode::RcRdmaReadRequest {
+                seen.borrow_mut().push(Some(tx.hdr.reth.unwrap().dma_len));
+            } else {
+                seen.borrow_mut().push(None);
+            }
+        }
+        Deliver::Yes
+    });
+    n.b.post_recv(RecvWr {
+        wr_id: 7,
+        sg_list: SgList::one(sge(&kr, 0, 64)),
+    });
+    let read = |id, len| {
+        send_wr(
+            id,
+            SendOp::RdmaRead {
+                remote_addr: ks.addr,
+                rkey: ks.rkey,
+            },
+            &[sge(&kd, 0, len)],
+        )
+    };
+    n.a.qp.post_send(&read(1, 40_000)).unwrap();
+    n.a.qp
+        .post_send(&send_wr(2, SendOp::Send, &[sge(&kss, 0, 64)]))
+        .unwrap();
+    n.run(0);
+    let s = n.a.send_wcs();
+    assert_eq!(
+        s.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+        vec![(1, WcStatus::Success), (2, WcStatus::Success)]
+    );
+    assert_eq!(bytes(&dst), bytes(&src));
+    let reqs = requests.borrow().clone();
+    // 40000 bytes in segments of 8192: 4 x 8192 + 7232, then the SEND.
+    assert_eq!(
+        reqs,
+        vec![
+            Some(8192),
+            Some(8192),
+            Some(8192),
+            Some(8192),
+            Some(7232),
+            None
+        ]
+    );
+    assert_eq!(n.a.qp.counters().local_ack_timeout_err, 0);
+    assert_eq!(n.b.qp.counters().duplicate_request, 0);
+    requests.borrow_mut().clear();
+    n.a.qp.post_send(&read(3, 8192)).unwrap();
+    n.run(0);
+    assert_eq!(n.a.send_wcs()[0].status, WcStatus::Success);
+    assert_eq!(*requests.borrow(), vec![Some(8192)]);
+}
+
 #[test]
 fn acks_are_coalesced() {
     let mut n = Net::new(Opts::default());
@@ -296,12 +374,16 @@ fn state_machine_and_flush() {
         qp.post_send(&wr),
         Err(VerbsError::InvalidState(QpState::Reset))
     );
-    assert!(qp
-        .modify(&QpAttr {
+    assert_eq!(
+        qp.modify(&QpAttr {
             qp_state: Some(QpState::Rts),
             ..Default::default()
+        }),
+        Err(VerbsError::InvalidTransition {
+            from: QpState::Reset,
+            to: QpState::Rts
         })
-        .is_err());
+    );
     qp.modify(&QpAttr {
         qp_state: Some(QpState::Init),
         ..Default::default()

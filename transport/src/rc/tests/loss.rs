@@ -212,6 +212,57 @@ fn lost_read_response_is_requested_again() {
     assert_eq!(n.a.qp.counters().local_ack_timeout_err, 0);
 }
 
+/// A READ asked for in segments (larger than the READ budget) loses a response inside a
+/// segment: the request asked again from there ends where that segment did (the
+/// responder answers it as a duplicate, with the tail of the segment), and the READ
+/// completes with every byte, without a timeout.
+#[test]
+fn lost_response_inside_a_read_segment_is_requested_again_up_to_its_end() {
+    let mut n = Net::new(Opts {
+        cfg: RcConfig {
+            max_read_inflight_bytes: 8192,
+            ..Default::default()
+        },
+        ..Default::default()
+    });
+    let (src, ks) = n.mr(n.b.pd, 40_000, ALL, pattern(4));
+    let (dst, kd) = n.mr(n.a.pd, 40_000, ALL, |_| 0);
+    let mut k = 0;
+    let requests = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+    let seen = requests.clone();
+    n.filter = Box::new(move |d, tx| {
+        if d == Dir::AtoB && tx.hdr.bth.opcode == Opcode::RcRdmaReadRequest {
+            seen.borrow_mut().push(tx.hdr.reth.unwrap().dma_len);
+        }
+        if d == Dir::BtoA && tx.hdr.bth.opcode == Opcode::RcRdmaReadResponseMiddle {
+            k += 1;
+            // Segments of 8 packets of 1 KiB: First, 6 Middle, Last. The 9th Middle is
+            // packet 3 of the second segment (PSNs 8..15 of the READ).
+            if k == 9 {
+                return Deliver::Drop;
+            }
+        }
+        Deliver::Yes
+    });
+    n.a.qp
+        .post_send(&send_wr(
+            1,
+            SendOp::RdmaRead {
+                remote_addr: ks.addr,
+                rkey: ks.rkey,
+            },
+            &[sge(&kd, 0, 40_000)],
+        ))
+        .unwrap();
+    n.run(5);
+    assert_eq!(n.a.send_wcs()[0].status, WcStatus::Success);
+    assert_eq!(bytes(&dst), bytes(&src));
+    assert_eq!(n.b.qp.counters().duplicate_request, 1);
+    assert_eq!(n.a.qp.counters().local_ack_timeout_err, 0);
+    // Segment 2 lost its packet 3: asked again for its last 5 packets, then on as before.
+    assert_eq!(*requests.borrow(), vec![8192, 8192, 5120, 8192, 8192, 7232]);
+}
+
 #[test]
 fn lost_last_read_response_recovers_by_timeout() {
     let mut n = Net::new(Opts::default());

@@ -52,7 +52,7 @@ fn mean_goodput(cfg: LinkCfg, seeds: u64, opts: fn() -> Opts) -> (f64, Vec<RunSt
 /// Prints goodput at 0, 0.1% and 1% loss as a fraction of loss-free, go-back-N and
 /// selective. `cargo test -p transport --lib rc::tests::recovery::measure -- --ignored --nocapture`
 #[test]
-#[ignore]
+#[ignore = "a measurement, not a check (it asserts nothing): run it by hand with --ignored --nocapture"]
 fn measure_goodput() {
     let seeds = 5;
     for (name, selective, opts) in [

@@ -1,0 +1,297 @@
+//! Execution of a request's command once its data is in place (nvmet's `execute`
+//! after `parse`): Connect (with the queue's own checks), Property Get/Set and admin
+//! commands run here against the registry and the queue's controller; I/O commands
+//! become io_uring operations ([`IoOp`]) when the ring has a slot for each, a Dataset
+//! Management all of its ranges at once. Also the lookups they share: the request's
+//! data buffer, its namespace, write-through.
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use nvme::status::{GenericStatus, Status};
+
+use super::{Data, ReqState, RequestCore};
+use crate::admin::{self, AdminOutcome};
+use crate::capsule::Kind;
+use crate::fabrics::{self, ConnectOutcome};
+use crate::io::{self, IoCommand};
+use crate::oplog;
+use crate::rdma::action::{Action, Buf, IoOp, RegionId};
+use crate::subsystem::NamespaceEntry;
+use crate::uring::{FALLOC_DEALLOCATE, FALLOC_WRITE_ZEROES};
+
+/// How `execute` left a request.
+pub(super) enum Exec {
+    /// Its state moved on (Executed, Executing or AwaitingEvent).
+    Moved,
+    /// Not enough io_uring slots now: it waits in the ready queue.
+    Wait,
+}
+
+impl RequestCore {
+    /// The request's data buffer (host data, or room for controller data).
+    pub(super) fn data_buf(&self, i: usize) -> Option<Buf> {
+        let r = &self.reqs[i];
+        let (region, offset) = match r.data {
+            Data::None => return None,
+            Data::Chunk(c) => (RegionId::Data, c.offset),
+            Data::InCapsule(at) => (RegionId::InCapsule, at),
+        };
+        Some(Buf {
+            region,
+            offset,
+            len: r.data_len,
+        })
+    }
+
+    /// The namespace request `i` names on its queue's controller, and the subsystem NQN.
+    pub(super) fn namespace_of(&self, i: usize) -> Option<(&NamespaceEntry, &str)> {
+        let r = &self.reqs[i];
+        let ctrl = self.queues.get(&r.qpn)?.ctrl.as_deref()?;
+        Some((
+            ctrl.subsys.namespace(r.sqe.nsid())?,
+            ctrl.subsys.nqn.as_str(),
+        ))
+    }
+
+    /// Whether a write of request `i` must be durable before it completes (FUA, or the
+    /// controller's volatile write cache is off); true when in doubt.
+    fn write_through(&self, i: usize, fua: bool) -> bool {
+        let r = &self.reqs[i];
+        self.queues
+            .get(&r.qpn)
+            .and_then(|q| q.ctrl.as_deref())
+            .is_none_or(|c| c.write_through(fua))
+    }
+
+    /// ReadyToExecute: Connect, Property Get/Set and admin commands run here; I/O
+    /// commands become io_uring operations when the ring has room for all of them.
+    pub(super) fn execute(&mut self, i: usize, now: Instant) -> Exec {
+        let r = self.reqs[i];
+        let qpn = r.qpn;
+        if let Kind::Io(cmd) = r.kind {
+            return self.execute_io(i, cmd);
+        }
+        let Some(q) = self.queues.get(&qpn) else {
+            self.set_state(i, ReqState::Completed);
+            return Exec::Moved;
+        };
+        let (qid, peer, ctrl) = (q.qid, q.peer(qpn), q.ctrl.clone());
+        match r.kind {
+            Kind::Connect => {
+                // The admin path may copy; the I/O path never does (the counter's doc).
+                let data = self.data_buf(i).map(|b| self.bytes(b).to_vec());
+                let data = data.unwrap_or_default();
+                self.counters
+                    .data_bytes_copied
+                    .fetch_add(data.len() as u64, Ordering::Relaxed);
+                let outcome = match fabrics::connect_precondition(qid, ctrl.is_some(), &r.sqe) {
+                    Some(refused) => refused,
+                    None => {
+                        let outcome = fabrics::connect(&self.reg, &r.sqe, &data, now);
+                        oplog::fabrics_connect(&peer, &r.sqe, &data, &outcome);
+                        outcome
+                    }
+                };
+                let (status, dw0) = match outcome {
+                    ConnectOutcome::Accepted { ctrl, dw0 } => {
+                        if let Some(q) = self.queues.get_mut(&qpn) {
+                            q.ctrl = Some(ctrl);
+                        }
+                        (Status::SUCCESS, dw0)
+                    }
+                    ConnectOutcome::Refused { status, dw0 } => (status, dw0),
+                };
+                self.reqs[i].dw0 = dw0;
+                self.finish(i, status);
+            }
+            Kind::PropertyGet => match fabrics::property_get(ctrl.as_deref(), &r.sqe) {
+                Ok(v) => {
+                    self.reqs[i].dw0 = v as u32;
+                    self.reqs[i].dw1 = (v >> 32) as u32;
+                    self.finish(i, Status::SUCCESS);
+                }
+                Err(st) => self.finish(i, st),
+            },
+            Kind::PropertySet => {
+                let st = fabrics::property_set_at(ctrl.as_deref(), &r.sqe, now)
+                    .err()
+                    .unwrap_or(Status::SUCCESS);
+                self.finish(i, st);
+            }
+            Kind::Admin => {
+                let Some(ctrl) = ctrl else {
+                    self.finish(i, Status::generic(GenericStatus::CommandSequenceError));
+                    return Exec::Moved;
+                };
+                let buf = self.data_buf(i);
+                let reg = self.reg.clone();
+                let out = match buf {
+                    Some(b) => self.bytes_mut(b),
+                    None => &mut [],
+                };
+                match admin::handle(&reg, &ctrl, &r.sqe, out, now) {
+                    AdminOutcome::Done {
+                        status,
+                        dw0,
+                        data_len,
+                    } => {
+                        let r = &mut self.reqs[i];
+                        r.dw0 = dw0;
+                        if r.c2h_len > 0 {
+                            r.c2h_len = data_len.min(r.c2h_len as usize) as u32;
+                        }
+                        self.finish(i, status);
+                    }
+                    AdminOutcome::Hold => self.set_state(i, ReqState::AwaitingEvent),
+                }
+                self.events_due = Some(qpn);
+            }
+            Kind::Io(_) => {}
+        }
+        Exec::Moved
+    }
+
+    fn execute_io(&mut self, i: usize, cmd: IoCommand) -> Exec {
+        let Some((ns, _)) = self.namespace_of(i) else {
+            self.finish(
+                i,
+                Status::generic(GenericStatus::InvalidNamespaceOrFormat).with_dnr(),
+            );
+            return Exec::Moved;
+        };
+        let file = ns.file_index;
+        let (nlb, block_size) = (ns.ns.nlb(), u64::from(ns.ns.block_size()));
+        let req = i as u32;
+        let op = match cmd {
+            IoCommand::Read { offset, .. } => {
+                let Some(buf) = self.data_buf(i) else {
+                    self.finish(i, Status::SUCCESS);
+                    return Exec::Moved;
+                };
+                IoOp::Read { file, buf, offset }
+            }
+            IoCommand::Write { offset, fua, .. } => {
+                let Some(buf) = self.data_buf(i) else {
+                    self.finish(i, Status::SUCCESS);
+                    return Exec::Moved;
+                };
+                let dsync = self.write_through(i, fua);
+                IoOp::Write {
+                    file,
+                    buf,
+                    offset,
+                    dsync,
+                }
+            }
+            IoCommand::Flush => IoOp::Fsync { file },
+            IoCommand::WriteZeroes { offset, len, .. } => IoOp::Fallocate {
+                file,
+                mode: FALLOC_WRITE_ZEROES,
+                offset,
+                len,
+            },
+            IoCommand::DatasetManagement { ranges, deallocate } => {
+                return self.execute_deallocate(i, file, ranges, deallocate, nlb, block_size)
+            }
+        };
+        if self.io_slots_free == 0 {
+            return Exec::Wait;
+        }
+        match cmd {
+            IoCommand::Read { .. } => {
+                self.counters
+                    .rdma_write_reads
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+            IoCommand::WriteZeroes { fua, .. } => {
+                self.reqs[i].sync_after = self.write_through(i, fua);
+            }
+            _ => {}
+        }
+        self.submit(i, req, std::iter::once(op), 1);
+        Exec::Moved
+    }
+
+    /// Dataset Management: with the Deallocate attribute, one hole punched per range of
+    /// at least one block, all queued at once or none (a request never holds part of
+    /// the ring while it waits for the rest).
+    fn execute_deallocate(
+        &mut self,
+        i: usize,
+        file: u32,
+        ranges: u32,
+        deallocate: bool,
+        nlb: u64,
+        block_size: u64,
+    ) -> Exec {
+        if !deallocate {
+            self.finish(i, Status::SUCCESS);
+            return Exec::Moved;
+        }
+        let Some(buf) = self.data_buf(i) else {
+            self.finish(
+                i,
+                Status::generic(GenericStatus::DataSglLengthInvalid).with_dnr(),
+            );
+            return Exec::Moved;
+        };
+        let list = match io::parse_dsm_ranges(self.bytes(buf), ranges, nlb) {
+            Ok(l) => l,
+            Err(st) => {
+                self.finish(i, st);
+                return Exec::Moved;
+            }
+        };
+        let n = list.iter().filter(|r| r.nlb > 0).count();
+        if n == 0 {
+            self.finish(i, Status::SUCCESS);
+            return Exec::Moved;
+        }
+        if n > self.cfg.io_slots as usize {
+            self.finish(i, Status::generic(GenericStatus::InvalidField).with_dnr());
+            return Exec::Moved;
+        }
+        if (self.io_slots_free as usize) < n {
+            return Exec::Wait;
+        }
+        let ops = list
+            .into_iter()
+            .filter(|r| r.nlb > 0)
+            .map(|r| IoOp::Fallocate {
+                file,
+                mode: FALLOC_DEALLOCATE,
+                offset: r.slba * block_size,
+                len: u64::from(r.nlb) * block_size,
+            });
+        self.submit(i, i as u32, ops, n as u32);
+        Exec::Moved
+    }
+
+    /// Hands `n` io_uring operations of request `i` to the driver.
+    fn submit(&mut self, i: usize, req: u32, ops: impl Iterator<Item = IoOp>, n: u32) {
+        self.io_slots_free -= n;
+        self.reqs[i].io_pending = n;
+        for op in ops {
+            self.actions.push_back(Action::SubmitIo { req, op });
+        }
+        self.set_state(i, ReqState::Executing);
+    }
+
+    /// Completes held Asynchronous Event Requests of queue `qpn` for which its
+    /// controller has an event (NVMe Base 2.x §5.2).
+    pub(super) fn complete_events(&mut self, qpn: u32, now: Instant) {
+        let Some(ctrl) = self.queues.get(&qpn).and_then(|q| q.ctrl.clone()) else {
+            return;
+        };
+        while let Some(aer) = ctrl.take_aer() {
+            let held = self.reqs.iter().position(|r| {
+                r.state == ReqState::AwaitingEvent && r.qpn == qpn && r.sqe.cid() == aer.cid
+            });
+            if let Some(j) = held {
+                self.reqs[j].dw0 = aer.dw0;
+                self.finish(j, Status::SUCCESS);
+                self.advance(j, now);
+            }
+        }
+    }
+}
