@@ -59,7 +59,7 @@ fn run_cell(name: &str, t: u8, faults: Option<FaultConfig>) -> Outcome {
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("ns1.img");
     let cfg = TargetConfig::default_for(ip(t), NQN, &path, NS_BYTES);
-    let target = nvmf_target::server::start_with_faults(&cfg, faults).expect("start target");
+    let target = nvmf_target::start_with_faults(&cfg, faults).expect("start target");
 
     let mut opts = HostOptions::new(target.listen_addr(), NQN);
     opts.local_ip = Some(ip(t + 1));

@@ -141,7 +141,7 @@ impl EmbeddedTarget {
         for pair in 0..16u8 {
             let tip = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2 + 2 * pair));
             let cfg = TargetConfig::default_for(tip, EMBEDDED_NQN, &path, size);
-            match nvmf_target::server::start_with_faults(&cfg, faults) {
+            match nvmf_target::start_with_faults(&cfg, faults) {
                 Ok(target) => {
                     let host_ip = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 3 + 2 * pair));
                     return Ok(EmbeddedTarget {
@@ -150,7 +150,7 @@ impl EmbeddedTarget {
                         file,
                     });
                 }
-                Err(nvmf_target::TargetError::Socket(e)) => last_err = e.to_string(),
+                Err(e @ nvmf_target::TargetError::Device { .. }) => last_err = e.to_string(),
                 Err(e) => return Err(format!("embedded target: {e}")),
             }
         }

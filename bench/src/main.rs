@@ -105,6 +105,12 @@ fn main() -> ExitCode {
     let args = BenchArgs::parse();
     // Warnings, and the host library's connection notes (e.g. a retried Connect).
     nvmf_target::logging::init(args.log_format, "warn,nvmf_initiator=info");
+    // The soft provider opens a UDP socket per QP: allow as many as the hard limit does.
+    if let Err(e) = transport::fdlimit::raise_soft_to_hard() {
+        eprintln!(
+            "nvmf-bench: cannot raise the open-file limit RLIMIT_NOFILE to its hard limit: {e}"
+        );
+    }
     bench(&args)
 }
 

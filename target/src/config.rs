@@ -1,6 +1,7 @@
 //! The `nvmf-target` daemon configuration, in TOML (see `target/examples/target.toml`).
 //!
 //! ```toml
+//! provider = "soft"           # or "verbs": a kernel RDMA device (build feature `verbs`)
 //! poll_groups = 1
 //! [[listen]]
 //! addr = "127.0.0.2"          # trsvcid defaults to 4420
@@ -21,10 +22,11 @@
 //! module does not know is refused by name. Relative namespace paths are relative to
 //! the daemon's working directory.
 //!
-//! Several `[[listen]]` entries: each distinct address gets its own soft RDMA device
-//! (UDP 4791 of that address), CM agent and `poll_groups` poll groups; each entry's
-//! `trsvcid` is an RDMA CM port listened on at its address. Every subsystem is
-//! reachable through every entry, and the discovery log page lists each.
+//! Several `[[listen]]` entries: each distinct address gets its own RDMA device (soft:
+//! UDP 4791 of that address; verbs: the device whose RoCE v2 GID the address is),
+//! connection manager and `poll_groups` poll groups; each entry's `trsvcid` is an RDMA
+//! CM port listened on at its address. Every subsystem is reachable through every
+//! entry, and the discovery log page lists each.
 
 use std::collections::HashSet;
 use std::fmt;
@@ -32,6 +34,8 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Deserializer, Serialize};
+
+use crate::provider::ProviderKind;
 
 /// NVMe-oF's IANA-assigned port, the default `trsvcid` (NVMe over Fabrics 1.x §7.4.9).
 pub const DEFAULT_TRSVCID: u16 = 4420;
@@ -52,6 +56,12 @@ pub const MAX_MDTS_BYTES: u32 = 8 << 20;
 pub const MIN_MDTS_BYTES: u32 = 8 << 10;
 /// Largest `data_slab` accepted, in bytes: one io_uring fixed buffer holds at most 1 GiB.
 pub const MAX_DATA_SLAB_BYTES: u64 = 1 << 30;
+/// Default `srq_depth`: receive buffers (commands in flight) per poll group.
+pub const DEFAULT_SRQ_DEPTH: u32 = 512;
+/// Smallest `srq_depth` accepted (its SRQ limit, 1/8 of it, is then 2 buffers).
+pub const MIN_SRQ_DEPTH: u32 = 16;
+/// Largest `srq_depth` accepted (SPDK's default `max_srq_depth` is 4096).
+pub const MAX_SRQ_DEPTH: u32 = 16384;
 
 fn default_trsvcid() -> u16 {
     DEFAULT_TRSVCID
@@ -68,6 +78,9 @@ fn default_inline_data_size() -> u32 {
 fn default_mdts_bytes() -> u32 {
     1 << 20
 }
+fn default_srq_depth() -> u32 {
+    DEFAULT_SRQ_DEPTH
+}
 fn default_max_queue_size() -> u16 {
     128
 }
@@ -79,6 +92,12 @@ fn default_kato_ms() -> u32 {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TargetConfig {
+    /// The RDMA provider: `"soft"` (the default: userspace RoCEv2 over UDP, no RDMA
+    /// hardware needed) or `"verbs"` (a kernel RDMA device through libibverbs and
+    /// librdmacm; `nvmf-target` built with the `verbs` feature). See
+    /// [`crate::provider`].
+    #[serde(default)]
+    pub provider: ProviderKind,
     /// Addresses to listen on: RoCEv2 on UDP 4791 of `addr`, RDMA CM service
     /// `trsvcid`. At least one; no `addr`/`trsvcid` pair twice. Every subsystem is
     /// served on each (see the module docs).
@@ -123,6 +142,13 @@ pub struct TargetConfig {
     /// commands in flight still works: commands wait for a buffer.
     #[serde(default, deserialize_with = "de_opt_size_u64")]
     pub data_slab: Option<u64>,
+    /// Receive buffers of each poll group's shared receive queue (SRQ), which all its
+    /// queues draw command capsules from: the commands the group has in flight. From
+    /// 16 to 16384; default 512. Each pins `inline_data_size` bytes of in-capsule
+    /// data. When commands in flight hold nearly all (below 1/8), the poll group logs
+    /// it (its SRQ limit event) and hosts' next commands wait (RNR NAK).
+    #[serde(default = "default_srq_depth")]
+    pub srq_depth: u32,
 }
 
 /// One listen address (NVMe over Fabrics 1.x Discovery Log Page Entry: TRADDR, TRSVCID).
@@ -392,6 +418,7 @@ impl TargetConfig {
     /// when missing), 512-byte blocks, every other field at its default.
     pub fn default_for(addr: IpAddr, nqn: &str, path: &Path, size_bytes: u64) -> TargetConfig {
         TargetConfig {
+            provider: ProviderKind::default(),
             listen: vec![ListenAddr {
                 addr,
                 trsvcid: DEFAULT_TRSVCID,
@@ -416,6 +443,7 @@ impl TargetConfig {
             kato_ms: default_kato_ms(),
             discovery: true,
             data_slab: None,
+            srq_depth: DEFAULT_SRQ_DEPTH,
         }
     }
 
@@ -480,6 +508,13 @@ impl TargetConfig {
         }
         if let Some(slab) = self.data_slab {
             check_data_slab(slab, self.mdts_bytes)?;
+        }
+        if !(MIN_SRQ_DEPTH..=MAX_SRQ_DEPTH).contains(&self.srq_depth) {
+            return Err(format!(
+                "srq_depth {} must be from {MIN_SRQ_DEPTH} to {MAX_SRQ_DEPTH} (receive buffers \
+                 per poll group; default {DEFAULT_SRQ_DEPTH})",
+                self.srq_depth
+            ));
         }
         if self.max_queue_size < 2 {
             return Err(format!(

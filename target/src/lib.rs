@@ -6,7 +6,8 @@
 //! [`controller`] (state), [`fabrics`] (Connect, Property Get/Set), [`admin`] (admin
 //! commands), [`io`] (NVM commands), [`discovery`] (the discovery log page),
 //! [`rdma`] (the NVMe/RDMA transport: the request core, a sans-IO state machine, and
-//! the poll groups that drive it), [`server`] (start/stop, CM and Keep Alive), and the
+//! the poll groups that drive it), [`server`] (start/stop, CM and Keep Alive, generic
+//! over the RDMA provider), [`provider`] (which provider: soft or verbs), and the
 //! poll groups' building blocks [`buffers`] (the registered data slab), [`memory`] (how
 //! much the poll groups pin, sized from `RLIMIT_MEMLOCK`), [`uring`] (io_uring),
 //! [`backend`] (namespaces on files and block devices, O_DIRECT or not) and [`config`]
@@ -26,9 +27,11 @@ pub mod io;
 pub mod logging;
 pub mod memory;
 pub mod oplog;
+pub mod provider;
 pub mod rdma;
 pub mod server;
 pub mod subsystem;
 pub mod uring;
 
-pub use server::{start, TargetError, TargetHandle, DEFAULT_ACK_TIMEOUT};
+pub use provider::{start, start_with_faults, ProviderKind};
+pub use server::{start_on, TargetError, TargetHandle};

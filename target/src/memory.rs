@@ -1,7 +1,9 @@
 //! How much memory the target pins: each poll group registers its data slab and its
 //! receive region as io_uring fixed buffers, which the kernel charges against
-//! `RLIMIT_MEMLOCK` (see [`transport::memlock`]). This module decides the data slab's
-//! size before any poll group starts.
+//! `RLIMIT_MEMLOCK` (see [`transport::memlock`]); with a provider whose memory
+//! registration pins too (verbs: `ibv_reg_mr`), every registered region (the slab and
+//! the receive region again, the SQE and response slots) is charged once more. This
+//! module decides the data slab's size before any poll group starts.
 //!
 //! - Configured (`data_slab` in the configuration, `--data-slab`): used as given; when
 //!   every poll group's slab and receive region do not fit the limit, the target does not
@@ -41,6 +43,13 @@ pub struct PlanInput {
     pub mdts_bytes: u64,
     /// The configured data slab, `None` for automatic sizing.
     pub data_slab_bytes: Option<u64>,
+    /// The provider's memory registration pins as well
+    /// (`Provider::PINS_REGISTERED_MEMORY`): the slab and the receive region count
+    /// twice, and [`PlanInput::other_mr_bytes`] once.
+    pub registration_pins: bool,
+    /// Bytes of the poll group's other registered regions (SQE and response slots),
+    /// pinned only when `registration_pins`.
+    pub other_mr_bytes: u64,
 }
 
 /// The registered memory of every poll group.
@@ -56,12 +65,17 @@ pub struct MemoryPlan {
     pub automatic: bool,
     /// The limit it was sized for.
     pub limit: MemlockLimit,
+    /// Bytes each poll group pins besides its data slab(s): the receive region (twice
+    /// when registration pins) and the other registered regions.
+    pub fixed_bytes: u64,
+    /// Times the data slab is pinned: 1 (io_uring), 2 when registration pins too.
+    pub slab_pins: u64,
 }
 
 impl MemoryPlan {
     /// Bytes every poll group together pins.
     pub fn total_bytes(&self) -> u64 {
-        u64::from(self.poll_groups) * (self.data_slab_bytes + self.recv_region_bytes)
+        u64::from(self.poll_groups) * (self.slab_pins * self.data_slab_bytes + self.fixed_bytes)
     }
 
     /// Whether an automatic slab came out smaller than [`DEFAULT_DATA_SLAB_BYTES`].
@@ -82,25 +96,40 @@ pub const PIN_LESS_HINT: &str =
 /// of one MDTS, does not fit in the limit with every poll group's receive region.
 pub fn plan(input: &PlanInput) -> Result<MemoryPlan, MemlockError> {
     let groups = u64::from(input.poll_groups.max(1));
+    let (slab_pins, fixed) = if input.registration_pins {
+        (2, 2 * input.recv_region_bytes + input.other_mr_bytes)
+    } else {
+        (1, input.recv_region_bytes)
+    };
+    let per_group = |slab: u64| slab_pins * slab + fixed;
     let make = |slab: u64, automatic| MemoryPlan {
         data_slab_bytes: slab,
         recv_region_bytes: input.recv_region_bytes,
         poll_groups: groups as u32,
         automatic,
         limit: input.limit,
+        fixed_bytes: fixed,
+        slab_pins,
     };
     let over = |slab: u64| {
-        MemlockError::OverLimit {
-        what: format!(
+        let mut what = format!(
             "{groups} poll group(s), each pinning a {} data slab and a {} receive region as io_uring fixed buffers",
             Bytes(slab),
             Bytes(input.recv_region_bytes)
-        ),
-        limit: input.limit,
-        pinned: input.pinned_bytes,
-        needed: groups * (slab + input.recv_region_bytes),
-        smaller: Some(PIN_LESS_HINT.to_string()),
-    }
+        );
+        if input.registration_pins {
+            what.push_str(&format!(
+                " and registering them, with {} of SQE and response slots, with the RDMA device (ibv_reg_mr pins them again)",
+                Bytes(input.other_mr_bytes)
+            ));
+        }
+        MemlockError::OverLimit {
+            what,
+            limit: input.limit,
+            pinned: input.pinned_bytes,
+            needed: groups * per_group(slab),
+            smaller: Some(PIN_LESS_HINT.to_string()),
+        }
     };
     let available = input
         .limit
@@ -108,7 +137,7 @@ pub fn plan(input: &PlanInput) -> Result<MemoryPlan, MemlockError> {
         .map(|l| l.saturating_sub(input.pinned_bytes));
     if let Some(slab) = input.data_slab_bytes {
         return match available {
-            Some(a) if groups * (slab + input.recv_region_bytes) > a => Err(over(slab)),
+            Some(a) if groups * per_group(slab) > a => Err(over(slab)),
             _ => Ok(make(slab, false)),
         };
     }
@@ -117,13 +146,13 @@ pub fn plan(input: &PlanInput) -> Result<MemoryPlan, MemlockError> {
     };
     let mdts = input.mdts_bytes.max(1);
     let usable = available.saturating_sub(limit / HEADROOM_DIVISOR);
-    let per_group = (usable / groups).saturating_sub(input.recv_region_bytes);
-    let slab = (per_group / mdts * mdts).min(DEFAULT_DATA_SLAB_BYTES);
+    let slab_room = (usable / groups).saturating_sub(fixed) / slab_pins;
+    let slab = (slab_room / mdts * mdts).min(DEFAULT_DATA_SLAB_BYTES);
     if slab >= mdts {
         return Ok(make(slab, true));
     }
     // Not even one MDTS with the headroom: one MDTS without it, if that fits.
-    if groups * (mdts + input.recv_region_bytes) <= available {
+    if groups * per_group(mdts) <= available {
         Ok(make(mdts, true))
     } else {
         Err(over(mdts))
@@ -136,9 +165,12 @@ pub fn plan(input: &PlanInput) -> Result<MemoryPlan, MemlockError> {
 ///
 /// # Errors
 /// As [`plan`].
+/// `registration_pins`: the provider's memory registration pins as well
+/// (`Provider::PINS_REGISTERED_MEMORY`).
 pub fn plan_for(
     cfg: &crate::config::TargetConfig,
     group: &crate::rdma::PollGroupConfig,
+    registration_pins: bool,
 ) -> Result<MemoryPlan, MemlockError> {
     let budget = PinBudget::process();
     let page = transport::memlock::page_size();
@@ -150,11 +182,13 @@ pub fn plan_for(
         recv_region_bytes: (group.recv_region_bytes() as u64).div_ceil(page) * page,
         mdts_bytes: u64::from(cfg.mdts_bytes),
         data_slab_bytes: cfg.data_slab,
+        registration_pins,
+        other_mr_bytes: group.other_mr_bytes() as u64,
     };
     let p = plan(&input)?;
     if p.reduced() {
         let full = (input.pinned_bytes
-            + u64::from(p.poll_groups) * (DEFAULT_DATA_SLAB_BYTES + p.recv_region_bytes))
+            + u64::from(p.poll_groups) * (p.slab_pins * DEFAULT_DATA_SLAB_BYTES + p.fixed_bytes))
             * HEADROOM_DIVISOR
             / (HEADROOM_DIVISOR - 1);
         tracing::info!(
@@ -203,6 +237,8 @@ mod tests {
             recv_region_bytes: RECV,
             mdts_bytes: MIB,
             data_slab_bytes: slab,
+            registration_pins: false,
+            other_mr_bytes: 0,
         }
     }
 

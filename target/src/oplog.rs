@@ -261,6 +261,47 @@ pub fn keep_alive_expired(ctrl: &Controller, queues: usize) {
     );
 }
 
+/// Poll group `poll_group`'s SRQ ran low (its limit event) and stayed low: only
+/// `posted` of its `srq_depth` receive buffers are posted, commands in flight on its
+/// `queues` queues hold the rest, so hosts' next capsules meet RNR NAKs and wait
+/// (`events`: the group's SRQ limit events so far). Logged at most every 10 s.
+pub fn receive_buffers_low(
+    poll_group: u32,
+    posted: u32,
+    srq_depth: u32,
+    queues: usize,
+    events: u64,
+) {
+    tracing::warn!(
+        poll_group,
+        posted,
+        srq_depth,
+        queues,
+        srq_limit_events = events,
+        reason = "commands in flight hold nearly every receive buffer of the poll group's shared receive queue; hosts' next commands are delayed (RNR NAK) until some complete: raise srq_depth, add poll_groups, or lower max_queue_size",
+        "receive buffers low (SRQ limit reached)"
+    );
+}
+
+/// Poll group `poll_group` stopped (target shutdown), on provider `provider`: how often
+/// it slept idle on its CQ's completion events, and its SRQ limit events and refills
+/// (see [`crate::rdma::PollGroupCounters`]).
+pub fn poll_group_stopped(
+    poll_group: u32,
+    provider: &'static str,
+    counters: &crate::rdma::PollGroupCounters,
+) {
+    use std::sync::atomic::Ordering::Relaxed;
+    tracing::info!(
+        poll_group,
+        provider,
+        idle_sleeps = counters.sleeps.load(Relaxed),
+        srq_limit_events = counters.srq_limit_events.load(Relaxed),
+        recv_refills = counters.recv_refills.load(Relaxed),
+        "poll group stopped"
+    );
+}
+
 /// The outcome of a Fabrics Connect on queue `peer` (`sqe` the command, `data` its
 /// 1024 bytes of Connect data): `info` when a controller was created or an I/O queue
 /// attached, `warn` with the reason in words when refused.

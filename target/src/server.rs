@@ -1,13 +1,16 @@
-//! The running target: opens the namespaces ([`crate::backend`]), and for each listen address a soft RDMA
-//! device, its CM agent and its poll groups; then the control thread that answers RDMA
-//! CM connection requests on every address (with the NVMe/RDMA private data, NVMe RDMA
-//! Transport 1.x §3.2) and enforces Keep Alive.
+//! The running target, on any provider (`P:` [`Provider`]): opens the namespaces
+//! ([`crate::backend`]), and for each listen address an RDMA device, its connection
+//! manager and its poll groups; then the control thread that answers RDMA CM connection
+//! requests on every address (with the NVMe/RDMA private data, NVMe RDMA Transport 1.x
+//! §3.2) and enforces Keep Alive. Which provider runs is chosen in
+//! [`crate::provider`].
 //!
-//! Several listen addresses: a soft device binds one address (UDP 4791 of it), so each
-//! distinct address gets its own device, CM agent and `poll_groups` poll groups (an
-//! idle poll group sleeps in the kernel until a packet arrives); several `trsvcid`s on
-//! one address are several CM listens of its agent. The subsystems, controllers and
-//! Keep Alive are shared by all, in one [`Registry`] and one control thread.
+//! Several listen addresses: a device serves one address (soft: UDP 4791 of it; verbs:
+//! the RDMA device whose RoCE v2 GID it is), so each distinct address gets its own
+//! device, connection manager and `poll_groups` poll groups (an idle poll group sleeps
+//! on its CQ's completion events); several `trsvcid`s on one address are several CM
+//! listens. The subsystems, controllers and Keep Alive are shared by all, in one
+//! [`Registry`] and one control thread.
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -17,22 +20,21 @@ use std::time::{Duration, Instant};
 use crossbeam::channel::{self, Receiver, Sender};
 use nvme::rdma::{negotiate_ord, RdmaCmLimits};
 use nvme::{RdmaCmAccept, RdmaCmReject, RdmaCmRejectStatus, RdmaCmRequest};
-use transport::cm::{AcceptParams, CmEvent};
-use transport::soft::{CmAgent, DeviceConfig, SoftDevice};
+use transport::cm::{CmEvent, ConnId};
+use transport::verbs::connection::{ConnError, ConnRequest};
+use transport::verbs::{CmOf, ConnectionManager, Device, DeviceOf, Provider};
 
 use crate::backend::Backend;
 use crate::config::TargetConfig;
 use crate::oplog::{self, QueueEnd, QueuePeer};
+use crate::provider::DefaultProvider;
 use crate::rdma::{
     GroupCmd, NewQueue, PollGroup, PollGroupConfig, PollGroupCounters, QpErrorReport,
 };
 use crate::subsystem::{Limits, NamespaceEntry, PortInfo, Registry, Subsystem};
 
-/// IB CM reject reason "consumer defined" (IBTA Vol 1 Table 112), used with the
-/// NVMe/RDMA reject private data.
-pub const CM_REJ_CONSUMER_DEFINED: u16 = transport::wire::cm::CM_REJ_CONSUMER_DEFINED;
-/// The most RDMA READs the target keeps in flight per queue (its ORD): the REP's
-/// Initiator Depth is `min(host IRD, this)`.
+/// The most RDMA READs the target asks to keep in flight per queue (its ORD): the
+/// REP's Initiator Depth is `min(host IRD, this, device max_qp_init_rd_atom)`.
 pub const MAX_ORD: u8 = 16;
 
 /// Errors starting the target; each names what failed.
@@ -44,10 +46,19 @@ pub enum TargetError {
         nsid: u32,
         source: crate::backend::NamespaceError,
     },
-    #[error("{0}")]
-    Socket(#[from] transport::soft::socket::SocketError),
-    #[error("connection manager: {0}")]
-    Cm(#[from] transport::soft::CmAgentError),
+    /// The RDMA device of a listen address could not be opened (soft: its UDP port
+    /// 4791 cannot be bound; verbs: no RDMA device, no RoCE v2 GID for the address, the
+    /// port is down); the message names the cause and the fix.
+    #[error("listen address {addr} ({provider} provider): {source}")]
+    Device {
+        addr: IpAddr,
+        provider: &'static str,
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// The connection manager of a listen address could not be started or could not
+    /// listen on a port.
+    #[error("listen address {addr}: RDMA CM: {source}")]
+    Cm { addr: IpAddr, source: ConnError },
     #[error("poll group {index}: {source}")]
     PollGroup {
         index: u32,
@@ -60,10 +71,11 @@ pub enum TargetError {
     Memlock(#[from] transport::memlock::MemlockError),
 }
 
-/// A running target. Dropping it stops every thread.
-pub struct TargetHandle {
-    /// One soft device (and its CM agent) per distinct listen address, in order.
-    devices: Vec<(Arc<SoftDevice>, CmAgent)>,
+/// A running target on provider `P` (the soft provider unless named). Dropping it
+/// stops every thread.
+pub struct TargetHandle<P: Provider = DefaultProvider> {
+    /// One device (and its connection manager) per distinct listen address, in order.
+    devices: Vec<(Arc<DeviceOf<P>>, CmOf<P>)>,
     reg: Arc<Registry>,
     groups: Vec<(Sender<GroupCmd>, Option<JoinHandle<()>>)>,
     counters: Vec<Arc<PollGroupCounters>>,
@@ -72,22 +84,16 @@ pub struct TargetHandle {
     listen: Vec<SocketAddr>,
 }
 
-impl std::fmt::Debug for TargetHandle {
+impl<P: Provider> std::fmt::Debug for TargetHandle<P> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TargetHandle")
+            .field("provider", &P::NAME)
             .field("listen", &self.listen)
             .finish()
     }
 }
 
-/// The IBTA local ACK timeout our QPs use (4.096 us x 2^17 = 537 ms, IBTA Vol 1
-/// §9.7.6.1.3); with retry count 7 a silent peer fails the QP after about 4.3 s. Loss is
-/// repaired faster by the adaptive retransmission timer, which this only caps. Shorter
-/// values (16.8 ms was used) killed connections to Linux hosts in emulated VMs, which
-/// stall for more than 8 x 16.8 ms (tests/interop).
-pub const DEFAULT_ACK_TIMEOUT: u8 = 17;
-
-impl TargetHandle {
+impl<P: Provider> TargetHandle<P> {
     /// Address and RDMA CM port of the first listen entry.
     pub fn listen_addr(&self) -> SocketAddr {
         self.listen[0]
@@ -97,11 +103,11 @@ impl TargetHandle {
         &self.listen
     }
     /// The RDMA device of the first listen address (for its counters).
-    pub fn device(&self) -> &Arc<SoftDevice> {
+    pub fn device(&self) -> &Arc<DeviceOf<P>> {
         &self.devices[0].0
     }
     /// The RDMA device of every distinct listen address, in configuration order.
-    pub fn devices(&self) -> Vec<&Arc<SoftDevice>> {
+    pub fn devices(&self) -> Vec<&Arc<DeviceOf<P>>> {
         self.devices.iter().map(|(d, _)| d).collect()
     }
     /// Subsystems and controllers.
@@ -130,20 +136,10 @@ impl TargetHandle {
     }
 }
 
-impl Drop for TargetHandle {
+impl<P: Provider> Drop for TargetHandle<P> {
     fn drop(&mut self) {
         self.stop_all();
     }
-}
-
-/// Starts a target as `cfg` describes: every listen address, every subsystem.
-///
-/// # Errors
-/// [`TargetError`] naming what failed: a namespace file, an address whose UDP port
-/// 4791 cannot be bound, the CM agent, a poll group (memory, io_uring), or a
-/// configuration the poll groups cannot carry (`mdts_bytes` above the data slab).
-pub fn start(cfg: &TargetConfig) -> Result<TargetHandle, TargetError> {
-    start_with_faults(cfg, None)
 }
 
 /// The distinct addresses of `cfg`'s listen entries, in order, each with its ports.
@@ -158,13 +154,30 @@ fn listen_addresses(cfg: &TargetConfig) -> Vec<(IpAddr, Vec<u16>)> {
     out
 }
 
-/// [`start`], with the soft devices' receive fault injection (for tests and
-/// `nvmf-bench --inject-*`; see `transport::soft::fault`). Errors as [`start`], and
-/// [`TargetError::Socket`] for a fault configuration out of range.
-pub fn start_with_faults(
+/// Starts a target on provider `P` as `cfg` describes (every listen address, every
+/// subsystem), each device opened with `P`'s defaults ([`Provider::device_config`]).
+/// `cfg.provider` is not looked at: the caller chose `P` ([`crate::provider`] matches
+/// the two).
+///
+/// # Errors
+/// As [`start_with`].
+pub fn start_on<P: Provider>(cfg: &TargetConfig) -> Result<TargetHandle<P>, TargetError> {
+    start_with::<P>(cfg, P::device_config)
+}
+
+/// [`start_on`], with each listen address's device opened with
+/// `device_config(address, poll groups)` (the soft provider's fault injection, for
+/// one, is set there).
+///
+/// # Errors
+/// [`TargetError`] naming what failed: a namespace file, the device of an address
+/// ([`TargetError::Device`]), its connection manager, a poll group (memory, io_uring,
+/// the device's limits), or a configuration the poll groups cannot carry
+/// (`mdts_bytes` above the data slab, a data slab over `RLIMIT_MEMLOCK`).
+pub fn start_with<P: Provider>(
     cfg: &TargetConfig,
-    faults: Option<transport::soft::FaultConfig>,
-) -> Result<TargetHandle, TargetError> {
+    device_config: impl Fn(IpAddr, u32) -> P::DeviceConfig,
+) -> Result<TargetHandle<P>, TargetError> {
     if cfg.listen.is_empty() {
         return Err(TargetError::Config("no listen address".into()));
     }
@@ -198,11 +211,13 @@ pub fn start_with_faults(
     }
     let poll_groups = cfg.poll_groups.max(1) as u32;
     let mut gcfg = PollGroupConfig {
+        srq_depth: cfg.srq_depth,
         in_capsule_bytes: cfg.inline_data_size,
         max_io_bytes: cfg.mdts_bytes,
         ..PollGroupConfig::default()
     };
-    gcfg.data_slab_bytes = crate::memory::plan_for(cfg, &gcfg)?.data_slab_bytes as usize;
+    gcfg.data_slab_bytes =
+        crate::memory::plan_for(cfg, &gcfg, P::PINS_REGISTERED_MEMORY)?.data_slab_bytes as usize;
     let limits = Limits {
         max_queue_size: cfg.max_queue_size,
         max_io_queues: 64,
@@ -232,15 +247,16 @@ pub fn start_with_faults(
     let mut groups = Vec::new();
     let mut counters = Vec::new();
     for (ip, listen_ports) in listen_addresses(cfg) {
-        let dev = SoftDevice::open(DeviceConfig {
-            rx_queues: poll_groups,
-            faults,
-            ..DeviceConfig::new(ip)
+        let dev = P::open(&device_config(ip, poll_groups)).map_err(|e| TargetError::Device {
+            addr: ip,
+            provider: P::NAME,
+            source: Box::new(e),
         })?;
-        let cm = CmAgent::start(&dev)?;
+        let cm_error = |source| TargetError::Cm { addr: ip, source };
+        let cm = dev.cm().map_err(|e| cm_error(ConnError::Verbs(e)))?;
         let mut events = Vec::new();
         for port in listen_ports {
-            events.push(cm.listen(port)?);
+            events.push(cm.listen(port).map_err(cm_error)?);
         }
         let (qp_err_tx, qp_errors) = channel::unbounded();
         let first_group = groups.len();
@@ -248,12 +264,19 @@ pub fn start_with_faults(
             let (tx, rx) = channel::unbounded();
             let c = Arc::new(PollGroupCounters::default());
             let (ready_tx, ready_rx) = channel::bounded(1);
-            let (dev2, reg2, files2, c2) = (dev.clone(), reg.clone(), files.clone(), c.clone());
+            let (dev2, cm2, reg2, files2, c2) = (
+                dev.clone(),
+                cm.clone(),
+                reg.clone(),
+                files.clone(),
+                c.clone(),
+            );
             let errs = qp_err_tx.clone();
             let h = std::thread::Builder::new()
                 .name(format!("nvmf-pg{}", first_group + index as usize))
                 .spawn(move || {
-                    match PollGroup::new(&dev2, index, gcfg, reg2, &files2, rx, errs, c2) {
+                    match PollGroup::<P>::new(&dev2, cm2, index, gcfg, reg2, &files2, rx, errs, c2)
+                    {
                         Ok(g) => {
                             let _ = ready_tx.send(Ok(()));
                             g.run();
@@ -272,7 +295,7 @@ pub fn start_with_faults(
             groups.push((tx, Some(h)));
             counters.push(c);
         }
-        endpoints.push(Endpoint {
+        endpoints.push(Endpoint::<P> {
             cm: cm.clone(),
             events,
             qp_errors,
@@ -284,7 +307,7 @@ pub fn start_with_faults(
         devices.push((dev, cm));
     }
     let (stop_tx, stop_rx) = channel::bounded(1);
-    let ctl = Control {
+    let ctl = Control::<P> {
         endpoints,
         stop: stop_rx,
         groups: groups.iter().map(|(tx, _)| tx.clone()).collect(),
@@ -309,8 +332,8 @@ pub fn start_with_faults(
 
 /// The control thread's view of one listen address: its CM agent, the event channel
 /// of each listened port, and its poll groups (global indices `first_group..`).
-struct Endpoint {
-    cm: CmAgent,
+struct Endpoint<P: Provider> {
+    cm: CmOf<P>,
     events: Vec<Receiver<CmEvent>>,
     /// Its poll groups' reports of QPs gone to the error state (group indices local).
     qp_errors: Receiver<QpErrorReport>,
@@ -339,8 +362,8 @@ enum Input {
     QpError(usize, QpErrorReport),
 }
 
-struct Control {
-    endpoints: Vec<Endpoint>,
+struct Control<P: Provider> {
+    endpoints: Vec<Endpoint<P>>,
     stop: Receiver<()>,
     /// Every poll group, all endpoints' (global index).
     groups: Vec<Sender<GroupCmd>>,
@@ -350,7 +373,7 @@ struct Control {
     max_queue_size: u16,
 }
 
-impl Control {
+impl<P: Provider> Control<P> {
     fn run(mut self) {
         let tick = channel::tick(Duration::from_millis(100));
         loop {
@@ -363,7 +386,8 @@ impl Control {
         }
     }
 
-    /// Waits for the next input from any endpoint; `None` when a CM agent is gone.
+    /// Waits for the next input from any endpoint; `None` when a connection manager is
+    /// gone.
     fn next_input(&self, tick: &Receiver<Instant>) -> Option<Input> {
         let mut sel = channel::Select::new();
         let stop = sel.recv(&self.stop);
@@ -422,7 +446,7 @@ impl Control {
                     .collect();
                 oplog::keep_alive_expired(&ctrl, ids.len());
                 for (ep, id) in ids {
-                    let _ = self.endpoints[ep].cm.disconnect(transport::cm::ConnId(id));
+                    let _ = self.endpoints[ep].cm.disconnect(ConnId(id));
                     self.drop_conn((ep, id), QueueEnd::KeepAliveExpired);
                 }
                 self.reg.remove_controller(ctrl.cntlid);
@@ -442,7 +466,7 @@ impl Control {
             .map(|(&(_, id), _)| id)
             .collect();
         for id in ids {
-            let _ = self.endpoints[ep].cm.disconnect(transport::cm::ConnId(id));
+            let _ = self.endpoints[ep].cm.disconnect(ConnId(id));
             self.drop_conn((ep, id), QueueEnd::QpError);
         }
     }
@@ -462,7 +486,7 @@ impl Control {
     fn reject(
         &self,
         ep: usize,
-        id: transport::cm::ConnId,
+        id: ConnId,
         status: RdmaCmRejectStatus,
         (remote_ip, remote_qpn, private_data): (IpAddr, u32, &[u8]),
     ) {
@@ -475,11 +499,10 @@ impl Control {
             self.max_queue_size,
         );
         let pd = RdmaCmReject::new(status);
-        let _ = self.endpoints[ep].cm.reject(
-            id,
-            CM_REJ_CONSUMER_DEFINED,
-            zerocopy::IntoBytes::as_bytes(&pd),
-        );
+        // REJ reason 28, consumer defined (IBTA Table 112), as nvmet-rdma's rdma_reject.
+        let _ = self.endpoints[ep]
+            .cm
+            .reject(id, zerocopy::IntoBytes::as_bytes(&pd));
     }
 
     /// Checks an NVMe/RDMA connection request against this target's limits (see
@@ -500,96 +523,13 @@ impl Control {
     }
 
     fn handle_event(&mut self, ep: usize, ev: CmEvent) {
+        if let Some(req) = ConnRequest::from_event(&ev) {
+            return self.handle_request(ep, req);
+        }
         match ev {
-            CmEvent::ConnectRequest {
-                id,
-                remote_ip,
-                remote_qpn,
-                remote_psn,
-                responder_resources,
-                path_mtu,
-                flow_label,
-                peer_selective_retransmit,
-                private_data,
-                ..
-            } => {
-                let from = (remote_ip, remote_qpn, private_data.as_slice());
-                let (req, sq_size, ord) =
-                    match self.check_request(&private_data, responder_resources) {
-                        Ok(v) => v,
-                        Err(status) => return self.reject(ep, id, status, from),
-                    };
-                let qid = req.qid();
-                let e = &mut self.endpoints[ep];
-                let g = e.first_group
-                    + if qid == 0 {
-                        0
-                    } else {
-                        e.next_group % e.group_count
-                    };
-                e.next_group += 1;
-                let (rtx, rrx) = channel::bounded(1);
-                let nq = NewQueue {
-                    cm_id: id.0,
-                    qid,
-                    sq_size: sq_size as u16,
-                    remote: remote_ip,
-                    remote_qpn,
-                    remote_psn,
-                    flow_label,
-                    path_mtu,
-                    ord,
-                    selective_retransmit: peer_selective_retransmit,
-                };
-                if self.groups[g].send(GroupCmd::NewQueue(nq, rtx)).is_err() {
-                    return self.reject(ep, id, RdmaCmRejectStatus::NoResources, from);
-                }
-                match rrx.recv_timeout(Duration::from_secs(2)) {
-                    Ok(Ok((qpn, psn))) => {
-                        // RDMA_CM_ACCEPT: RECFMT 0, CRQSIZE = the SQ entries (our
-                        // receive queue holds one command capsule per SQ entry).
-                        let accept = RdmaCmAccept::new(sq_size as u16);
-                        let params = AcceptParams {
-                            local_qpn: qpn,
-                            starting_psn: psn,
-                            responder_resources: 0,
-                            initiator_depth: ord,
-                            rnr_retry_count: 7,
-                            private_data: zerocopy::IntoBytes::as_bytes(&accept).to_vec(),
-                        };
-                        let peer = QueuePeer {
-                            host_addr: remote_ip,
-                            host_qpn: remote_qpn,
-                            qpn,
-                            qid,
-                        };
-                        self.conns.insert((ep, id.0), ConnRecord { group: g, peer });
-                        match self.endpoints[ep].cm.accept(id, params) {
-                            Ok(()) => oplog::cm_accepted(
-                                &peer,
-                                sq_size,
-                                ord,
-                                peer_selective_retransmit,
-                                req.cntlid(),
-                            ),
-                            Err(e) => {
-                                tracing::warn!(
-                                    host_addr = %remote_ip,
-                                    qid,
-                                    "RDMA CM accept failed: {e}"
-                                );
-                                self.drop_conn((ep, id.0), QueueEnd::AcceptFailed);
-                            }
-                        }
-                    }
-                    Ok(Err(e)) => {
-                        tracing::warn!(host_addr = %remote_ip, qid, "creating the queue's QP: {e}");
-                        self.reject(ep, id, RdmaCmRejectStatus::NoResources, from)
-                    }
-                    Err(_) => self.reject(ep, id, RdmaCmRejectStatus::NoResources, from),
-                }
-            }
-            CmEvent::Established { .. } | CmEvent::ConnectReply { .. } => {}
+            CmEvent::ConnectRequest { .. }
+            | CmEvent::Established { .. }
+            | CmEvent::ConnectReply { .. } => {}
             CmEvent::StaleConnection {
                 id,
                 remote_ip,
@@ -606,6 +546,75 @@ impl Control {
             CmEvent::Disconnected { id } => self.drop_conn((ep, id.0), QueueEnd::HostDisconnected),
             CmEvent::Unreachable { id } => self.drop_conn((ep, id.0), QueueEnd::HostUnreachable),
             CmEvent::Rejected { id, .. } => self.drop_conn((ep, id.0), QueueEnd::HostRejected),
+        }
+    }
+
+    /// A connection request: checked (NVMe/RDMA private data, the host's IRD), its
+    /// queue created in a poll group through the connection manager, then accepted
+    /// with the RDMA_CM_ACCEPT record, or rejected with the RDMA_CM_REJECT status.
+    fn handle_request(&mut self, ep: usize, req: ConnRequest) {
+        let id = req.id;
+        let (remote_ip, remote_qpn) = (req.remote_ip, req.remote_qpn);
+        let from = (remote_ip, remote_qpn, req.private_data.as_slice());
+        let (nvme_req, sq_size, ord) =
+            match self.check_request(&req.private_data, req.responder_resources) {
+                Ok(v) => v,
+                Err(status) => return self.reject(ep, id, status, from),
+            };
+        let qid = nvme_req.qid();
+        let e = &mut self.endpoints[ep];
+        let g = e.first_group
+            + if qid == 0 {
+                0
+            } else {
+                e.next_group % e.group_count
+            };
+        e.next_group += 1;
+        let (rtx, rrx) = channel::bounded(1);
+        let nq = NewQueue {
+            req: req.clone(),
+            qid,
+            sq_size: sq_size as u16,
+            ord,
+        };
+        if self.groups[g].send(GroupCmd::NewQueue(nq, rtx)).is_err() {
+            return self.reject(ep, id, RdmaCmRejectStatus::NoResources, from);
+        }
+        match rrx.recv_timeout(Duration::from_secs(2)) {
+            Ok(Ok(token)) => {
+                // RDMA_CM_ACCEPT: RECFMT 0, CRQSIZE = the SQ entries (our receive
+                // queue holds one command capsule per SQ entry).
+                let accept = RdmaCmAccept::new(sq_size as u16);
+                let peer = QueuePeer {
+                    host_addr: remote_ip,
+                    host_qpn: remote_qpn,
+                    qpn: token.qpn,
+                    qid,
+                };
+                self.conns.insert((ep, id.0), ConnRecord { group: g, peer });
+                match self.endpoints[ep].cm.accept(
+                    id,
+                    token,
+                    zerocopy::IntoBytes::as_bytes(&accept),
+                ) {
+                    Ok(()) => oplog::cm_accepted(
+                        &peer,
+                        sq_size,
+                        token.initiator_depth,
+                        req.peer_selective_retransmit,
+                        nvme_req.cntlid(),
+                    ),
+                    Err(e) => {
+                        tracing::warn!(host_addr = %remote_ip, qid, "RDMA CM accept failed: {e}");
+                        self.drop_conn((ep, id.0), QueueEnd::AcceptFailed);
+                    }
+                }
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(host_addr = %remote_ip, qid, "{e}");
+                self.reject(ep, id, RdmaCmRejectStatus::NoResources, from)
+            }
+            Err(_) => self.reject(ep, id, RdmaCmRejectStatus::NoResources, from),
         }
     }
 }

@@ -196,3 +196,89 @@ fn special_files_and_bad_block_sizes_are_named() {
     assert!(err.contains("block_size 1000"), "{err}");
     assert!(!img.exists(), "nothing created for a refused configuration");
 }
+
+/// The message `--provider verbs` / `provider = "verbs"` gets: in a build without the
+/// verbs provider, how to build it; with it, on a loopback address, that no RDMA device
+/// has the address as its RoCE v2 GID (the device or the address named).
+fn assert_verbs_refused(code: i32, err: &str) {
+    assert_ne!(code, 0, "{err}");
+    if cfg!(feature = "verbs") {
+        assert!(err.contains("verbs provider"), "{err}");
+    } else {
+        assert!(
+            err.contains("built without the verbs provider")
+                && err.contains("--features verbs")
+                && err.contains("libibverbs-dev"),
+            "the refusal says how to build it: {err}"
+        );
+    }
+}
+
+#[test]
+fn verbs_provider_is_refused_with_the_cause_and_the_fix() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("ns.img");
+    let f = file.to_str().unwrap();
+    let (code, err) = run(&[
+        "--provider",
+        "verbs",
+        "--addr",
+        "127.0.0.180",
+        "--file",
+        f,
+        "--size",
+        "16M",
+    ]);
+    assert_verbs_refused(code, &err);
+
+    let toml = dir.path().join("target.toml");
+    std::fs::write(
+        &toml,
+        format!(
+            "provider = \"verbs\"\n[[listen]]\naddr = \"127.0.0.180\"\n[[subsystems]]\n\
+             nqn = \"nqn.2026-11.io.example:a\"\nallow_any_host = true\n\
+             [[subsystems.namespaces]]\nnsid = 1\npath = \"{f}\"\nsize = \"16M\"\n"
+        ),
+    )
+    .unwrap();
+    let (code, err) = run(&["--config", toml.to_str().unwrap()]);
+    assert_verbs_refused(code, &err);
+}
+
+#[test]
+fn unknown_provider_is_refused_with_the_known_ones() {
+    let (code, err) = run(&["--provider", "rxe", "--file", "/dev/null"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("soft") && err.contains("verbs"), "{err}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let toml = dir.path().join("target.toml");
+    std::fs::write(
+        &toml,
+        "provider = \"rxe\"\n[[listen]]\naddr = \"127.0.0.180\"\n[[subsystems]]\nnqn = \"nqn.2026-11.io.example:a\"\n",
+    )
+    .unwrap();
+    let (code, err) = run(&["--config", toml.to_str().unwrap()]);
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("rxe") && err.contains("soft") && err.contains("verbs"),
+        "{err}"
+    );
+}
+
+#[test]
+fn srq_depth_out_of_range_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let toml = dir.path().join("target.toml");
+    std::fs::write(
+        &toml,
+        "srq_depth = 8\n[[listen]]\naddr = \"127.0.0.180\"\n[[subsystems]]\nnqn = \"nqn.2026-11.io.example:a\"\n",
+    )
+    .unwrap();
+    let (code, err) = run(&["--config", toml.to_str().unwrap()]);
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("srq_depth 8") && err.contains("16 to 16384"),
+        "{err}"
+    );
+}

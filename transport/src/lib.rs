@@ -14,6 +14,7 @@
 //! - [`time`]: the timestamp type the sans-IO cores take as `now`.
 //! - [`memlock`]: the process's pinned-memory budget (`RLIMIT_MEMLOCK`, every pin counted).
 pub mod cm;
+pub mod fdlimit;
 pub mod memlock;
 pub mod rc;
 #[cfg(feature = "verbs")]

@@ -1,7 +1,7 @@
 //! `nvmf-target`: exports files and block devices as NVMe namespaces over NVMe/RDMA
-//! (RoCEv2, the soft provider). With `--config` it reads a TOML file (see
-//! target/examples/target.toml); without, it serves one subsystem on one file or
-//! block device.
+//! (RoCEv2: the userspace soft provider, or with `--provider verbs` a kernel RDMA
+//! device). With `--config` it reads a TOML file (see target/examples/target.toml);
+//! without, it serves one subsystem on one file or block device.
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -10,18 +10,30 @@ use clap::Parser;
 use nix::sys::signal::{SigSet, Signal};
 use nvmf_target::config::TargetConfig;
 use nvmf_target::logging::{self, LogFormat};
+use nvmf_target::provider::SoftProvider;
+#[cfg(feature = "verbs")]
+use nvmf_target::provider::VerbsProvider;
+use nvmf_target::ProviderKind;
+use transport::verbs::{Device as _, Provider};
 
 #[derive(Parser, Debug)]
 #[command(
     name = "nvmf-target",
     version,
-    about = "NVMe over Fabrics target on RDMA (RoCEv2, userspace soft provider)"
+    about = "NVMe over Fabrics target on RDMA (RoCEv2: the userspace soft provider, or a kernel RDMA device with --provider verbs)"
 )]
 struct Args {
+    /// RDMA provider: soft (userspace RoCEv2 over UDP, no RDMA hardware needed) or
+    /// verbs (a kernel RDMA device, RNIC or Soft-RoCE, whose RoCE v2 GID is the listen
+    /// address; needs a build with `--features verbs`). Overrides a --config file's
+    /// `provider` [default: soft]
+    #[arg(long, value_enum)]
+    provider: Option<ProviderKind>,
     /// TOML configuration file (subsystems, namespaces, listen addresses).
     #[arg(long, short)]
     config: Option<PathBuf>,
-    /// Address to listen on (RoCEv2 on UDP 4791 of this address; RDMA CM port below).
+    /// Address to listen on (soft: RoCEv2 on UDP 4791 of this address; verbs: the RDMA
+    /// device whose RoCE v2 GID it is; RDMA CM port below).
     #[arg(long, default_value = "127.0.0.2")]
     addr: IpAddr,
     /// RDMA CM port (NVMe-oF trsvcid).
@@ -67,6 +79,10 @@ struct Args {
 fn main() -> ExitCode {
     let args = Args::parse();
     logging::init(args.log_format, "info");
+    // The soft provider opens a UDP socket per QP: allow as many as the hard limit does.
+    if let Err(e) = transport::fdlimit::raise_soft_to_hard() {
+        tracing::warn!("cannot raise the open-file limit RLIMIT_NOFILE to its hard limit: {e}");
+    }
     let mdts = match args.mdts.as_deref().map(nvmf_target::config::parse_size) {
         None => None,
         Some(Ok(n)) => Some(u32::try_from(n).unwrap_or(u32::MAX)),
@@ -126,9 +142,16 @@ fn main() -> ExitCode {
             }
         }
     }
+    if let Some(p) = args.provider {
+        cfg.provider = p;
+    }
     // The command line's values pass the configuration file's checks, with the same
     // messages.
     if let Err(e) = cfg.validate_as("command line") {
+        eprintln!("nvmf-target: {e}");
+        return ExitCode::FAILURE;
+    }
+    if let Err(e) = cfg.provider.check_built() {
         eprintln!("nvmf-target: {e}");
         return ExitCode::FAILURE;
     }
@@ -140,7 +163,21 @@ fn main() -> ExitCode {
         eprintln!("nvmf-target: blocking signals: {e}");
         return ExitCode::FAILURE;
     }
-    let target = match nvmf_target::start(&cfg) {
+    // Provider selection: the one place the binary names a provider.
+    match cfg.provider {
+        ProviderKind::Soft => serve::<SoftProvider>(&cfg, &sigs),
+        #[cfg(feature = "verbs")]
+        ProviderKind::Verbs => serve::<VerbsProvider>(&cfg, &sigs),
+        // Refused above (check_built).
+        #[cfg(not(feature = "verbs"))]
+        ProviderKind::Verbs => ExitCode::FAILURE,
+    }
+}
+
+/// Runs the target of `cfg` on provider `P` until SIGINT or SIGTERM (blocked in
+/// `sigs`), then stops it.
+fn serve<P: Provider>(cfg: &TargetConfig, sigs: &SigSet) -> ExitCode {
+    let target = match nvmf_target::start_on::<P>(cfg) {
         Ok(t) => t,
         Err(e) => {
             eprintln!("nvmf-target: {e}");
@@ -161,11 +198,13 @@ fn main() -> ExitCode {
                 traddr = %l.ip(),
                 trsvcid = l.port(),
                 namespaces = s.namespaces.len(),
-                "serving {} ({} namespace(s)) on rdma traddr={} trsvcid={} (RoCEv2 UDP {}:4791, path MTU {})",
+                provider = P::NAME,
+                "serving {} ({} namespace(s)) on rdma traddr={} trsvcid={} ({} provider, RoCEv2 UDP {}:4791, path MTU {})",
                 s.nqn,
                 s.namespaces.len(),
                 l.ip(),
                 l.port(),
+                P::NAME,
                 l.ip(),
                 mtu
             );

@@ -404,6 +404,12 @@ impl RequestCore {
         self.io_slots_free
     }
 
+    /// Whether io_uring holds any of the core's operations (their completions come
+    /// from the ring, not from a CQ event, so the driver keeps polling for them).
+    pub fn io_in_flight(&self) -> bool {
+        self.io_slots_free < self.cfg.io_slots
+    }
+
     /// The configuration.
     pub fn config(&self) -> &CoreConfig {
         &self.cfg

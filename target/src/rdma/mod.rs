@@ -18,9 +18,11 @@
 //!   capsule fuzz target).
 use std::sync::atomic::AtomicU64;
 
+use std::time::Duration;
+
 use crossbeam::channel::Sender;
 use transport::memlock::MemlockError;
-use transport::verbs::Mtu;
+use transport::verbs::connection::{AcceptToken, ConnRequest};
 
 use crate::oplog::QueueEnd;
 
@@ -43,6 +45,10 @@ pub const RESP_SLOT: usize = 64;
 /// Bytes of a response capsule: one CQE.
 pub const CQE_LEN: u32 = 16;
 
+/// The default [`PollGroupConfig::idle_spin`]: 200 us, ten times the round trip of a
+/// QD1 4 KiB read over the soft provider on loopback.
+pub const DEFAULT_IDLE_SPIN: Duration = Duration::from_micros(200);
+
 /// Poll group sizing.
 #[derive(Clone, Copy, Debug)]
 pub struct PollGroupConfig {
@@ -56,6 +62,10 @@ pub struct PollGroupConfig {
     pub max_io_bytes: u32,
     /// io_uring submission queue entries.
     pub ring_entries: u32,
+    /// How long a poll group busy-polls with nothing to do before it arms its CQ and
+    /// sleeps in `Context::wait` (only with no io_uring I/O in flight): longer than the
+    /// gap between a QD1 host's commands, so a busy queue never waits for a wake-up.
+    pub idle_spin: Duration,
 }
 
 impl Default for PollGroupConfig {
@@ -66,6 +76,7 @@ impl Default for PollGroupConfig {
             data_slab_bytes: crate::memory::DEFAULT_DATA_SLAB_BYTES as usize,
             max_io_bytes: 1 << 20,
             ring_entries: 512,
+            idle_spin: DEFAULT_IDLE_SPIN,
         }
     }
 }
@@ -79,6 +90,15 @@ impl PollGroupConfig {
     /// 4096, which O_DIRECT writes can use in place).
     pub fn recv_region_bytes(&self) -> usize {
         self.srq_depth as usize * self.in_capsule_bytes as usize
+    }
+
+    /// Bytes of the other registered regions, in whole pages: the SQE slots
+    /// (`srq_depth x 64`) and the response slots (`srq_depth x RESP_SLOT`). Only a
+    /// provider whose registration pins (verbs) pins them.
+    pub fn other_mr_bytes(&self) -> usize {
+        let page = transport::memlock::page_size() as usize;
+        let n = self.srq_depth as usize;
+        (n * SQE_LEN).div_ceil(page) * page + (n * RESP_SLOT).div_ceil(page) * page
     }
 }
 
@@ -113,12 +133,24 @@ pub struct PollGroupCounters {
     pub send_credit_waits: AtomicU64,
     /// RDMA READs that waited for a READ credit (the queue's ORD was in use).
     pub read_credit_waits: AtomicU64,
+    /// SRQ limit events (`IBV_EVENT_SRQ_LIMIT_REACHED`): fewer than 1/8 of the SRQ's
+    /// receive buffers were posted, the rest held by commands in flight; hosts may get
+    /// RNR NAKs until they come back.
+    pub srq_limit_events: AtomicU64,
+    /// Receive buffers posted again after their first re-post failed (a refill on an
+    /// SRQ limit event or a later poll round).
+    pub recv_refills: AtomicU64,
+    /// Times the poll group armed its CQ and slept in `Context::wait` (idle longer
+    /// than [`PollGroupConfig::idle_spin`] with nothing in flight).
+    pub sleeps: AtomicU64,
 }
 
 /// What the control thread asks of a poll group.
 pub enum GroupCmd {
-    /// Create an RC QP for a connection request and bring it to RTS.
-    NewQueue(NewQueue, Sender<Result<(u32, u32), String>>),
+    /// Create the QP of a connection request through the connection manager
+    /// (`ConnectionManager::create_accept_qp`) and add its queue; the reply is what the
+    /// accept needs (QPN, PSN, the RDMA READ depths), or why there is no queue.
+    NewQueue(NewQueue, Sender<Result<AcceptToken, String>>),
     /// The connection is gone: destroy its QP and release its requests; `why` is
     /// logged ([`crate::oplog::queue_closed`]).
     DestroyQueue { qpn: u32, why: QueueEnd },
@@ -132,26 +164,20 @@ pub enum GroupCmd {
     Shutdown,
 }
 
-/// Parameters of a new queue (from the CM REQ and its NVMe/RDMA private data).
-#[derive(Clone, Copy, Debug)]
+/// A new queue: the connection request and what the target decided from its
+/// NVMe/RDMA private data.
+#[derive(Clone, Debug)]
 pub struct NewQueue {
-    pub cm_id: u32,
+    /// The RDMA CM connection request (path, QPN, PSN, RDMA READ depths).
+    pub req: ConnRequest,
+    /// Queue ID (0: admin queue).
     pub qid: u16,
     /// Submission queue size (HSQSIZE + 1).
     pub sq_size: u16,
-    pub remote: std::net::IpAddr,
-    pub remote_qpn: u32,
-    /// The REQ's Starting PSN: Linux (ib_cm) makes it the PSN the passive side
-    /// *sends* from (and the active side expects), so it becomes our SQ PSN; the PSN
-    /// our REP carries is the one we expect on receive (see both reference captures).
-    pub remote_psn: u32,
-    pub flow_label: u32,
-    pub path_mtu: Mtu,
-    /// Selective retransmission negotiated in the CM exchange (the REQ and our REP carry
-    /// the markers; never with a Linux host).
-    pub selective_retransmit: bool,
-    /// RDMA READs the target may have outstanding toward the host (its ORD: the
-    /// initiator depth of the REP, `min(host responder resources, MAX_ORD)`).
+    /// RDMA READs the target asks to have outstanding toward the host (its ORD:
+    /// `min(host responder resources, MAX_ORD)`); the connection manager caps it by the
+    /// device's `max_qp_init_rd_atom` ([`AcceptToken::initiator_depth`] is the result,
+    /// the queue's READ credits).
     pub ord: u8,
 }
 

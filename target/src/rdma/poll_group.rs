@@ -13,14 +13,15 @@
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crossbeam::channel::{Receiver, Sender};
 use transport::memlock::{pinned_span_bytes, Bytes, PinBudget, PinCharge};
-use transport::soft::{Context, Cq, Mr, Pd, Qp, QpInitAttr, SoftDevice, Srq};
+use transport::verbs::connection::AcceptToken;
 use transport::verbs::{
-    AccessFlags, AhAttr, QpAttr, QpCap, QpState, RecvWr, SendFlags, SendOp, SendWr, SgList, Sge,
-    VerbsError, WcOpcode, WcStatus, WorkCompletion,
+    AccessFlags, AsyncEvent, CmOf, ConnectionManager, Context, ContextOf, Cq, Device, DeviceOf,
+    MemoryRegion, MrOf, Pd, Provider, Qp, QpAttr, QpCap, QpInitAttr, QpState, RecvWr, SendFlags,
+    SendOp, SendWr, SgList, Sge, Srq, VerbsError, WcOpcode, WcStatus, WorkCompletion,
 };
 
 use super::action::{Action, Buf, IoOp, RegionId, Response};
@@ -35,36 +36,65 @@ use crate::oplog::QueueEnd;
 use crate::subsystem::Registry;
 use crate::uring::Ring;
 
-/// Idle poll rounds (about 0.3-1 us each) before an idle poll group starts yielding
-/// its core every 64 rounds.
-const IDLE_ROUNDS_BEFORE_YIELD: u32 = 4096;
+/// The longest sleep of an idle poll group: the control thread's commands (a new
+/// queue, a teardown, shutdown) wait at most this long.
+const IDLE_SLEEP_MAX: Duration = Duration::from_millis(10);
+/// Poll rounds between two looks at the asynchronous events while the group is busy
+/// (the verbs provider reads the device's async descriptor for each look).
+const ASYNC_EVENT_ROUNDS: u32 = 256;
+/// The SRQ limit is `srq_depth / SRQ_LIMIT_DIVISOR` receive buffers: below it, commands
+/// in flight hold nearly every buffer and the next capsules may meet RNR NAKs.
+const SRQ_LIMIT_DIVISOR: u32 = 8;
+/// Starvation (an SRQ limit event that a refill did not cure) is logged at most this
+/// often; every event is counted ([`PollGroupCounters::srq_limit_events`]).
+const STARVATION_LOG_INTERVAL: Duration = Duration::from_secs(10);
 
 /// io_uring fixed buffer index of the data slab.
 const DATA_SLAB_BUFFER: u16 = 0;
 /// io_uring fixed buffer index of the in-capsule region.
 const IN_CAPSULE_BUFFER: u16 = 1;
 
-/// One poll group of the target.
-pub struct PollGroup {
+/// The SRQ's fill level and its limit event (`ibv_modify_srq` IBV_SRQ_LIMIT,
+/// `IBV_EVENT_SRQ_LIMIT_REACHED`): the limit is armed while the SRQ is healthy, fires
+/// once when it runs low, and is armed again once the buffers came back (at twice the
+/// limit, so a level that hovers at the limit does not fire an event per capsule).
+#[derive(Debug)]
+struct SrqLevel {
+    /// Receive buffers posted now.
+    posted: u32,
+    /// The limit (0: none, for an SRQ too small to have one).
+    limit: u32,
+    /// Whether the limit is armed.
+    armed: bool,
+    /// Receive buffers whose re-post failed, to post again.
+    unposted: Vec<u32>,
+    /// When starvation was last logged.
+    last_report: Option<Instant>,
+}
+
+/// One poll group of the target, on provider `P`.
+pub struct PollGroup<P: Provider> {
     /// Declared first so it is dropped first: it points into the regions below.
     core: RequestCore,
-    ctx: Context,
+    ctx: ContextOf<P>,
+    cm: CmOf<P>,
     cq: Cq,
     srq: Srq,
     pd: Pd,
-    sqe_mr: Mr,
-    in_capsule_mr: Option<Mr>,
-    resp_mr: Mr,
-    data_mr: Mr,
+    sqe_mr: MrOf<P>,
+    in_capsule_mr: Option<MrOf<P>>,
+    resp_mr: MrOf<P>,
+    data_mr: MrOf<P>,
     ring: Ring,
     cfg: PollGroupConfig,
     /// The provider's QP of each queue, by QPN.
     qps: HashMap<u32, Qp>,
+    srq_level: SrqLevel,
     cmds: Receiver<GroupCmd>,
     /// QPNs whose QP went to the error state, for the control thread to disconnect
     /// (DREQ) and destroy.
     qp_errors: Sender<QpErrorReport>,
-    /// This poll group's index (its receive queue on the device).
+    /// This poll group's index (its context on the device).
     index: u32,
     counters: Arc<PollGroupCounters>,
     wcs: Vec<WorkCompletion>,
@@ -74,25 +104,27 @@ pub struct PollGroup {
     _pinned: PinCharge<'static>,
 }
 
-fn region(mr: &Mr) -> Region {
+fn region<M: MemoryRegion>(mr: &M) -> Region {
     // SAFETY: the MR's memory lives as long as the poll group, which drops the core
     // first; only the core's actions hand it to the provider and the kernel.
     unsafe { Region::new(mr.as_ptr(), mr.len()) }
 }
 
-impl PollGroup {
+impl<P: Provider> PollGroup<P> {
     /// Builds poll group `index` of `dev`: its context, SRQ, regions, ring and request
     /// core, with the namespace files `files` registered as io_uring fixed files in that
-    /// order, and every receive buffer posted. Commands come in on `cmds`; QPs that fail
-    /// are reported on `qp_errors`.
+    /// order, and every receive buffer posted. Queues are brought up through `cm` (the
+    /// device's connection manager); commands come in on `cmds`; QPs that fail are
+    /// reported on `qp_errors`.
     ///
     /// # Errors
-    /// [`PollGroupError`]: the provider (context, memory registration, posting
-    /// receives), io_uring (ring, file registration), or `RLIMIT_MEMLOCK` for the fixed
-    /// buffers.
+    /// [`PollGroupError`]: the provider (context, memory registration, CQ or SRQ beyond
+    /// the device's capabilities, posting receives), io_uring (ring, file
+    /// registration), or `RLIMIT_MEMLOCK` for the registered memory.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
-        dev: &Arc<SoftDevice>,
+        dev: &Arc<DeviceOf<P>>,
+        cm: CmOf<P>,
         index: u32,
         cfg: PollGroupConfig,
         reg: Arc<Registry>,
@@ -100,12 +132,12 @@ impl PollGroup {
         cmds: Receiver<GroupCmd>,
         qp_errors: Sender<QpErrorReport>,
         counters: Arc<PollGroupCounters>,
-    ) -> Result<PollGroup, PollGroupError> {
+    ) -> Result<PollGroup<P>, PollGroupError> {
         let mut ctx = dev.open_context(index)?;
         // The poll loop polls again at once (and `Context::wait` flushes first), so
         // the ACK of a capsule can leave with its response: one `sendmmsg` per read.
         ctx.set_deferred_transmit(true);
-        let pd = dev.alloc_pd();
+        let pd = dev.alloc_pd()?;
         let n = cfg.srq_depth as usize;
         let sqe_mr = dev.reg_mr(pd, n * SQE_LEN, AccessFlags::LOCAL_WRITE)?;
         let in_capsule_mr = match cfg.recv_region_bytes() {
@@ -139,8 +171,10 @@ impl PollGroup {
         if !files.is_empty() {
             ring.register_files(files)?;
         }
-        let cq = ctx.create_cq(4 * cfg.srq_depth + 64);
-        let srq = ctx.create_srq(pd, cfg.srq_depth);
+        // Every receive and every signaled send of every request fits, also when a
+        // QP in error flushes its unsignaled WRITEs too.
+        let cq = ctx.create_cq(4 * cfg.srq_depth + 64)?;
+        let srq = ctx.create_srq(pd, cfg.srq_depth)?;
         let mem = CoreMemory {
             sqes: region(&sqe_mr),
             in_capsule: in_capsule_mr.as_ref().map_or(Region::EMPTY, region),
@@ -155,9 +189,11 @@ impl PollGroup {
         };
         let core = RequestCore::new(core_cfg, mem, reg, counters.clone())
             .map_err(|e| std::io::Error::other(e.to_string()))?;
+        let limit = cfg.srq_depth / SRQ_LIMIT_DIVISOR;
         let mut g = PollGroup {
             core,
             ctx,
+            cm,
             cq,
             srq,
             pd,
@@ -168,6 +204,13 @@ impl PollGroup {
             ring,
             cfg,
             qps: HashMap::new(),
+            srq_level: SrqLevel {
+                posted: 0,
+                limit,
+                armed: false,
+                unposted: Vec::new(),
+                last_report: None,
+            },
             cmds,
             qp_errors,
             index,
@@ -179,6 +222,7 @@ impl PollGroup {
         for slot in 0..cfg.srq_depth {
             g.post_recv(slot)?;
         }
+        g.arm_srq_limit_if_healthy();
         Ok(g)
     }
 
@@ -207,42 +251,191 @@ impl PollGroup {
                 wr_id: WrId::Recv { slot }.encode(),
                 sg_list,
             },
-        )
+        )?;
+        self.srq_level.posted += 1;
+        Ok(())
+    }
+
+    /// Re-posts receive buffer `slot` (its request is done); one that cannot be posted
+    /// now is kept for a refill.
+    fn repost_recv(&mut self, slot: u32) {
+        if let Err(e) = self.post_recv(slot) {
+            tracing::error!(
+                poll_group = self.index,
+                "re-posting receive buffer {slot}: {e}; it is posted again on the next SRQ limit event or idle round"
+            );
+            self.srq_level.unposted.push(slot);
+        }
+        self.arm_srq_limit_if_healthy();
+    }
+
+    /// Posts the receive buffers whose re-post failed; returns how many went back.
+    fn refill(&mut self) -> usize {
+        let mut back = 0;
+        for slot in std::mem::take(&mut self.srq_level.unposted) {
+            match self.post_recv(slot) {
+                Ok(()) => back += 1,
+                Err(_) => self.srq_level.unposted.push(slot),
+            }
+        }
+        if back > 0 {
+            self.counters
+                .recv_refills
+                .fetch_add(back as u64, Ordering::Relaxed);
+        }
+        back
+    }
+
+    /// Arms the SRQ limit when it is not armed and at least twice the limit is posted.
+    fn arm_srq_limit_if_healthy(&mut self) {
+        let l = &self.srq_level;
+        if l.armed || l.limit == 0 || l.posted < 2 * l.limit {
+            return;
+        }
+        match self.ctx.arm_srq_limit(self.srq, l.limit) {
+            Ok(()) => self.srq_level.armed = true,
+            Err(e) => {
+                tracing::warn!(poll_group = self.index, "arming the SRQ limit: {e}");
+                // Not again: the provider refuses it (e.g. a device without SRQ limits).
+                self.srq_level.limit = 0;
+            }
+        }
+    }
+
+    /// The SRQ ran low (its limit event): posts what can be posted again, and when the
+    /// SRQ is still low, reports the starvation (rate limited). The limit is armed again
+    /// once buffers came back ([`Self::arm_srq_limit_if_healthy`]).
+    fn srq_limit_reached(&mut self, now: Instant) {
+        self.srq_level.armed = false;
+        self.counters
+            .srq_limit_events
+            .fetch_add(1, Ordering::Relaxed);
+        self.refill();
+        let l = &self.srq_level;
+        if l.posted < l.limit
+            && l.last_report
+                .is_none_or(|t| now.duration_since(t) >= STARVATION_LOG_INTERVAL)
+        {
+            crate::oplog::receive_buffers_low(
+                self.index,
+                l.posted,
+                self.cfg.srq_depth,
+                self.qps.len(),
+                self.counters.srq_limit_events.load(Ordering::Relaxed),
+            );
+            self.srq_level.last_report = Some(now);
+        }
+        self.arm_srq_limit_if_healthy();
+    }
+
+    /// Handles the asynchronous events waiting now; returns how many there were.
+    fn handle_async_events(&mut self) -> usize {
+        let mut n = 0;
+        while let Some(ev) = self.ctx.poll_async_event() {
+            n += 1;
+            match ev {
+                AsyncEvent::SrqLimitReached { srq } if srq == self.srq => {
+                    self.srq_limit_reached(Instant::now())
+                }
+                AsyncEvent::QpFatal { qp }
+                | AsyncEvent::QpRequestError { qp }
+                | AsyncEvent::QpAccessError { qp }
+                    if self.qps.contains_key(&qp.qpn()) =>
+                {
+                    tracing::warn!(
+                        poll_group = self.index,
+                        qpn = %crate::oplog::Hex(qp.qpn()),
+                        "asynchronous event {ev:?}: the queue's QP is in error"
+                    );
+                    let _ = self.qp_errors.send(QpErrorReport {
+                        group: self.index,
+                        qpn: qp.qpn(),
+                    });
+                }
+                AsyncEvent::SrqError { .. }
+                | AsyncEvent::CqError { .. }
+                | AsyncEvent::DeviceFatal => {
+                    tracing::error!(poll_group = self.index, "asynchronous event {ev:?}")
+                }
+                AsyncEvent::PortError { .. } => {
+                    tracing::warn!(poll_group = self.index, "asynchronous event {ev:?}")
+                }
+                _ => tracing::debug!(poll_group = self.index, "asynchronous event {ev:?}"),
+            }
+        }
+        n
     }
 
     /// Runs the poll loop until [`GroupCmd::Shutdown`] (or the command channel closes).
+    ///
+    /// Busy-polls while there is work. Idle for [`PollGroupConfig::idle_spin`] with no
+    /// io_uring I/O in flight, it arms its CQ, polls once more (a completion may have
+    /// come in between) and sleeps in [`Context::wait`] until a completion event, an
+    /// asynchronous event or 10 ms (`IDLE_SLEEP_MAX`, for the control thread's commands).
     pub fn run(mut self) {
-        let mut idle = 0u32;
+        let mut idle_since: Option<Instant> = None;
+        let mut rounds = 0u32;
         loop {
-            let mut work = 0usize;
-            loop {
-                match self.cmds.try_recv() {
-                    Ok(GroupCmd::Shutdown)
-                    | Err(crossbeam::channel::TryRecvError::Disconnected) => return,
-                    Ok(cmd) => {
-                        self.handle_cmd(cmd);
-                        work += 1;
-                    }
-                    Err(crossbeam::channel::TryRecvError::Empty) => break,
+            let Some(mut work) = self.take_cmds() else {
+                crate::oplog::poll_group_stopped(self.index, P::NAME, &self.counters);
+                return;
+            };
+            work += self.poll_once();
+            rounds = rounds.wrapping_add(1);
+            if rounds.is_multiple_of(ASYNC_EVENT_ROUNDS) {
+                work += self.handle_async_events();
+                if !self.srq_level.unposted.is_empty() {
+                    work += self.refill();
+                    self.arm_srq_limit_if_healthy();
                 }
             }
-            work += self.poll_once();
-            // Busy-poll while there is work; when idle for a while (longer than the
-            // gap between a QD1 host's commands), let other runnable threads have the
-            // core (sched_yield returns at once when nobody else wants it, but gives a
-            // busy core away for a whole tick), and with no connection at all, sleep
-            // until a packet arrives.
-            if work == 0 {
-                idle += 1;
-                if self.core.is_idle() && idle > 1000 {
-                    self.ctx.wait(std::time::Duration::from_millis(10));
-                } else if idle >= IDLE_ROUNDS_BEFORE_YIELD && idle.is_multiple_of(64) {
-                    std::thread::yield_now();
-                }
-            } else {
-                idle = 0;
+            if work > 0 {
+                idle_since = None;
+                continue;
+            }
+            let now = Instant::now();
+            let since = *idle_since.get_or_insert(now);
+            if now.duration_since(since) >= self.cfg.idle_spin
+                && !self.core.io_in_flight()
+                && self.sleep() > 0
+            {
+                idle_since = None;
             }
         }
+    }
+
+    /// Handles the control thread's commands waiting now; returns how many, or `None`
+    /// for [`GroupCmd::Shutdown`] (or a closed channel).
+    fn take_cmds(&mut self) -> Option<usize> {
+        let mut n = 0;
+        loop {
+            match self.cmds.try_recv() {
+                Ok(GroupCmd::Shutdown) | Err(crossbeam::channel::TryRecvError::Disconnected) => {
+                    return None
+                }
+                Ok(cmd) => {
+                    self.handle_cmd(cmd);
+                    n += 1;
+                }
+                Err(crossbeam::channel::TryRecvError::Empty) => return Some(n),
+            }
+        }
+    }
+
+    /// Arms the CQ, polls once more and, with nothing found, sleeps (see
+    /// [`PollGroup::run`]); returns the work found before or after the sleep.
+    fn sleep(&mut self) -> usize {
+        if let Err(e) = self.ctx.req_notify_cq(self.cq) {
+            tracing::warn!(poll_group = self.index, "arming the CQ: {e}");
+            return 0;
+        }
+        let n = self.poll_once() + self.handle_async_events();
+        if n > 0 {
+            return n;
+        }
+        self.counters.sleeps.fetch_add(1, Ordering::Relaxed);
+        self.ctx.wait(IDLE_SLEEP_MAX);
+        self.handle_async_events()
     }
 
     /// One round: transport completions, io_uring completions, submit.
@@ -288,10 +481,15 @@ impl PollGroup {
 
     fn handle_wc(&mut self, wc: &WorkCompletion, now: Instant) {
         match WrId::decode(wc.wr_id) {
-            Some(WrId::Recv { slot }) if wc.status == WcStatus::Success => self
-                .core
-                .capsule_received(slot, wc.qp_num, wc.byte_len, now),
-            Some(WrId::Recv { slot }) => self.core.recv_failed(slot),
+            Some(WrId::Recv { slot }) => {
+                self.srq_level.posted = self.srq_level.posted.saturating_sub(1);
+                if wc.status == WcStatus::Success {
+                    self.core
+                        .capsule_received(slot, wc.qp_num, wc.byte_len, now)
+                } else {
+                    self.core.recv_failed(slot)
+                }
+            }
             Some(wr) => {
                 if wc.status != WcStatus::Success {
                     tracing::debug!(
@@ -311,8 +509,8 @@ impl PollGroup {
         match cmd {
             GroupCmd::NewQueue(q, reply) => {
                 let res = self.new_queue(&q);
-                let qpn = res.as_ref().ok().map(|&(qpn, _)| qpn);
-                if reply.send(res.map_err(|e| e.to_string())).is_err() {
+                let qpn = res.as_ref().ok().map(|t| t.qpn);
+                if reply.send(res).is_err() {
                     // The control thread gave up waiting (and rejected the connection).
                     if let Some(qpn) = qpn {
                         self.destroy_queue(qpn, QueueEnd::SetupAbandoned);
@@ -327,96 +525,57 @@ impl PollGroup {
         }
     }
 
-    fn new_queue(&mut self, q: &NewQueue) -> Result<(u32, u32), VerbsError> {
-        let sq = u32::from(q.sq_size);
+    /// Creates the QP of a connection request through the connection manager (which
+    /// brings it up, or leaves that to its accept) and adds its queue to the core, with
+    /// the ORD the connection manager settled on as the queue's READ credits.
+    ///
+    /// # Errors
+    /// Why there is no queue, in words (the control thread logs it and rejects the
+    /// request with "no resources").
+    fn new_queue(&mut self, q: &NewQueue) -> Result<AcceptToken, String> {
+        let caps = self.ctx.device().caps();
+        let sq = u32::from(q.sq_size.max(1));
         // Up to 2 x SQ-size commands of 2 WRs each (WRITE + SEND, or READ + SEND).
-        let send_depth = 4 * sq + 16;
-        let cap = QpCap {
-            max_send_wr: send_depth,
-            max_recv_wr: 0,
-            max_send_sge: 2,
-            max_recv_sge: 2,
-            max_inline_data: 0,
-        };
-        let qp = self.ctx.create_qp(&QpInitAttr {
+        let send_depth = (4 * sq + 16).min(caps.max_qp_wr);
+        let init = QpInitAttr {
             pd: self.pd,
             send_cq: self.cq,
             recv_cq: self.cq,
             srq: Some(self.srq),
-            cap,
-        })?;
-        // The ORD the REP announced; a verbs device's max_qp_init_rd_atom caps it too
-        // once the poll group runs on the provider traits.
-        let ord = q.ord.clamp(1, 16);
-        match self.bring_up(qp, q, ord) {
-            Ok(psn) => {
-                self.qps.insert(qp.qpn(), qp);
-                self.core.add_queue(
-                    qp.qpn(),
-                    &QueueParams {
-                        qid: q.qid,
-                        sq_size: q.sq_size.max(1),
-                        remote: q.remote,
-                        remote_qpn: q.remote_qpn,
-                        send_depth,
-                        ord,
-                    },
-                );
-                self.counters.srq_qps.fetch_add(1, Ordering::Relaxed);
-                Ok((qp.qpn(), psn))
-            }
-            Err(e) => {
-                let _ = self.ctx.destroy_qp(qp);
-                Err(e)
-            }
+            cap: QpCap {
+                max_send_wr: send_depth,
+                max_recv_wr: 0,
+                max_send_sge: 2,
+                max_recv_sge: 2,
+                max_inline_data: 0,
+            },
+        };
+        let (qp, token) = self
+            .cm
+            .create_accept_qp(&mut self.ctx, &q.req, &init, q.ord)
+            .map_err(|e| format!("creating the queue's QP: {e}"))?;
+        if token.initiator_depth == 0 {
+            let _ = self.ctx.destroy_qp(qp);
+            return Err(format!(
+                "no RDMA READ credit for the queue (ORD 0: device max_qp_init_rd_atom {}, \
+                 host responder resources {}): host writes could not be served",
+                caps.max_qp_init_rd_atom, q.req.responder_resources
+            ));
         }
-    }
-
-    /// Reset -> Init -> RTR -> RTS for a new queue's QP; returns the PSN for the REP's
-    /// Starting PSN, which is the QP's expected receive PSN (the host sends from it).
-    fn bring_up(&mut self, qp: Qp, q: &NewQueue, ord: u8) -> Result<u32, VerbsError> {
-        let psn = rand::random::<u32>() & 0x00FF_FFFF;
-        let mtu = q.path_mtu.min(self.ctx.device().path_mtu());
-        self.ctx.modify_qp(
-            qp,
-            &QpAttr {
-                qp_state: Some(QpState::Init),
-                qp_access_flags: Some(AccessFlags::LOCAL_WRITE),
-                ..Default::default()
+        self.qps.insert(qp.qpn(), qp);
+        self.core.add_queue(
+            qp.qpn(),
+            &QueueParams {
+                qid: q.qid,
+                sq_size: q.sq_size.max(1),
+                remote: q.req.remote_ip,
+                remote_qpn: q.req.remote_qpn,
+                send_depth,
+                ord: token.initiator_depth,
             },
-        )?;
-        self.ctx.modify_qp(
-            qp,
-            &QpAttr {
-                qp_state: Some(QpState::Rtr),
-                path_mtu: Some(mtu),
-                dest_qp_num: Some(q.remote_qpn),
-                rq_psn: Some(psn),
-                max_dest_rd_atomic: Some(0),
-                min_rnr_timer: Some(1),
-                ah_attr: Some(AhAttr {
-                    dest: q.remote,
-                    flow_label: q.flow_label,
-                    hop_limit: 64,
-                    traffic_class: 0,
-                }),
-                selective_retransmit: Some(q.selective_retransmit),
-                ..Default::default()
-            },
-        )?;
-        self.ctx.modify_qp(
-            qp,
-            &QpAttr {
-                qp_state: Some(QpState::Rts),
-                sq_psn: Some(q.remote_psn),
-                timeout: Some(crate::DEFAULT_ACK_TIMEOUT),
-                retry_cnt: Some(7),
-                rnr_retry: Some(7),
-                max_rd_atomic: Some(ord),
-                ..Default::default()
-            },
-        )?;
-        Ok(psn)
+        );
+        self.counters.srq_qps.fetch_add(1, Ordering::Relaxed);
+        Ok(token)
     }
 
     /// Destroys queue `qpn`'s QP, then has the core release its requests.
@@ -424,6 +583,21 @@ impl PollGroup {
         let Some(qp) = self.qps.remove(&qpn) else {
             return;
         };
+        if let Some(c) = self.ctx.qp_counters(qp) {
+            // What the QP's requester resent over its life (a slow or lossy peer shows
+            // here before it ends a queue).
+            tracing::info!(
+                qpn = %format_args!("{qpn:#x}"),
+                qid = self.core.queue(qpn).map(|q| q.qid),
+                failed = c.retry_exceeded_err + c.send_err > 0,
+                rdma_sends = c.rdma_sends,
+                go_back_n = c.completer_retry_err,
+                rto_timeouts = c.rto_timeouts,
+                local_ack_timeouts = c.local_ack_timeout_err,
+                retry_exceeded = c.retry_exceeded_err,
+                "QP counters at queue end"
+            );
+        }
         // To Error first: the provider flushes the QP's work, including a receive
         // buffer a half-received SEND holds, whose flush completion re-posts it to the
         // SRQ (otherwise it would be lost with the QP). After the destroy no completion
@@ -443,11 +617,7 @@ impl PollGroup {
     fn execute_actions(&mut self, now: Instant) {
         while let Some(a) = self.core.poll_action() {
             match a {
-                Action::RepostRecv { slot } => {
-                    if let Err(e) = self.post_recv(slot) {
-                        tracing::error!("re-posting receive buffer {slot}: {e}");
-                    }
-                }
+                Action::RepostRecv { slot } => self.repost_recv(slot),
                 Action::PostRdmaRead {
                     qpn,
                     wr_id,
@@ -529,7 +699,7 @@ impl PollGroup {
         }
     }
 
-    fn mr(&self, region: RegionId) -> &Mr {
+    fn mr(&self, region: RegionId) -> &MrOf<P> {
         match region {
             RegionId::Data => &self.data_mr,
             RegionId::Responses => &self.resp_mr,
@@ -585,7 +755,7 @@ impl PollGroup {
     }
 
     /// The group's verbs context (tests read its device counters).
-    pub fn context(&self) -> &Context {
+    pub fn context(&self) -> &ContextOf<P> {
         &self.ctx
     }
 }

@@ -147,6 +147,27 @@ for spec in $specs; do
     fi
 done
 
+# ---- 1 MiB sequential writes at QD8 with verification (issue 10 item 5) -------------------
+# Each write is an RDMA READ of 1 MiB by our target from this slow emulated host: a
+# requester that resends READs while their responses are still arriving wastes the
+# link and, once its retries run out, tears the queue down (the driver counts the
+# queues our target tore down: cell slow-peer).
+if full; then
+    timeout 300 fio --name=fio-1m-write-qd8 --filename=$DEV --direct=1 --ioengine=libaio \
+        --rw=write --bs=1m --iodepth=8 --offset=48M --size=16M \
+        --verify=crc32c --do_verify=1 --verify_fatal=1 \
+        --output-format=json --output="$LP_OUT/fio-1m-write-qd8.json" > "$LP_OUT/fio-1m-write-qd8.stderr" 2>&1
+    rc=$?
+    errs=$(grep -oE -m1 '"error" *: *[0-9]+' "$LP_OUT/fio-1m-write-qd8.json" 2>/dev/null | head -1 | tr -dc '0-9')
+    bw=$(grep -oE '"bw" *: *[0-9]+' "$LP_OUT/fio-1m-write-qd8.json" 2>/dev/null | sed -n 2p | tr -dc '0-9')
+    if [ $rc = 0 ] && [ "$errs" = 0 ]; then
+        cell fio-1m-write-qd8 PASS "write bs=1m iodepth=8 16M at 48M, verify=crc32c: 0 errors, ${bw:-?} KiB/s"
+    else
+        cell fio-1m-write-qd8 FAIL "fio exit status $rc, error '$errs': $(grep -m3 -iE 'verify|error|bad' "$LP_OUT/fio-1m-write-qd8.stderr" | tr '\n' ' ')"
+    fi
+    echo "fio-1m-write $((48 * MiB)) $((16 * MiB)) $(sha_region 48 16)" >> "$DATA"
+fi
+
 if ! full; then
     echo "fio-regions 0 $((24 * MiB)) $(sha_region 0 24)" >> "$DATA"
 else

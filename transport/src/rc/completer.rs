@@ -8,15 +8,33 @@ use super::ops::{ack_timeout, classify, decode_syndrome, pos_of, rnr_timer, Kind
 use super::payload::scatter;
 use super::psn::{psn_add, psn_diff, psn_lt};
 use super::qp::RcQp;
+use super::requester::LostReads;
 
 impl RcQp {
     /// ACK, NAK and READ response processing.
     pub(crate) fn completer_handle(&mut self, now: Timestamp, pkt: &Packet<'_>) {
         let p = pkt.hdr.bth.psn & super::psn::PSN_MASK;
-        if psn_lt(p, self.req.una) || !psn_lt(p, self.req.psn_max) {
-            return; // stale duplicate, or a PSN never sent
-        }
         let (kind, pos, ..) = classify(pkt.hdr.bth.opcode);
+        if !psn_lt(p, self.req.psn_max) {
+            return; // a PSN never sent
+        }
+        if psn_lt(p, self.req.una) {
+            // A stale duplicate. A READ response of data already placed is the peer
+            // answering a READ we asked for again: it is busy with our requests, and
+            // what it answers next comes after this replay, so neither timer may
+            // expire while such responses arrive.
+            if kind == Kind::ReadResponse {
+                self.restart_timers(now, true);
+            }
+            return;
+        }
+        if kind == Kind::ReadResponse {
+            // Evidence of a live peer even when it does not advance (a response after a
+            // lost one): no adaptive resend into a peer that is answering. The IBTA
+            // timer is left to progress, so a peer that never delivers the missing
+            // response is still given up on.
+            self.restart_timers(now, false);
+        }
         match kind {
             Kind::ReadResponse => self.on_read_response(now, p, pos, pkt.payload),
             Kind::Ack => match pkt.hdr.aeth.map(|a| decode_syndrome(a.syndrome)) {
@@ -52,8 +70,10 @@ impl RcQp {
         r.rnr_retries_left = self.a.rnr_retry;
         r.rewound_at = None;
         if psn_lt(r.psn_next, r.una) {
+            // The cursor lags (a restart was overtaken by acknowledgements of what was
+            // sent before it): skip ahead; the READs still outstanding are answered.
             let una = r.una;
-            r.seek(una);
+            r.seek(una, LostReads::None);
         }
         // Karn / RFC 6298 §5.7: a new valid sample ends the back-off. Without one,
         // forward progress still undoes one doubling when resends are paced: under
@@ -91,10 +111,26 @@ impl RcQp {
         self.req.recount_inflight(mtu);
     }
 
-    /// Go-back-N to `psn`; the IBTA local ACK timer restarts.
+    /// Restarts the adaptive retransmission timer and, with `ibta`, the IBTA local ACK
+    /// timer, if requests are outstanding; retry counts and the back-off are kept
+    /// (nothing was acknowledged).
+    fn restart_timers(&mut self, now: Timestamp, ibta: bool) {
+        if !psn_lt(self.req.una, self.req.psn_high) {
+            return;
+        }
+        if let Some(rto) = self.rto_now() {
+            self.req.rto_deadline = Some(now + rto);
+        }
+        if ibta {
+            self.req.ack_deadline = ack_timeout(self.a.timeout).map(|d| now + d);
+        }
+    }
+
+    /// Go-back-N to `psn` (every READ from there asked again); the IBTA local ACK
+    /// timer restarts.
     fn rewind(&mut self, now: Timestamp, psn: u32) {
         self.req.ack_deadline = ack_timeout(self.a.timeout).map(|d| now + d);
-        self.rewind_keep_timer(now, psn);
+        self.rewind_keep_timer(now, psn, LostReads::All);
     }
 
     /// Go-back-N to `psn`, leaving the IBTA local ACK timer running (adaptive timer
@@ -102,8 +138,8 @@ impl RcQp {
     /// with the current (backed-off) timeout. Starts resend pacing: at most
     /// `recovery_window_pkts` PSNs beyond the restart point, and ends the round-trip
     /// measurement (Karn).
-    fn rewind_keep_timer(&mut self, now: Timestamp, psn: u32) {
-        self.req.seek(psn);
+    fn rewind_keep_timer(&mut self, now: Timestamp, psn: u32, lost: LostReads) {
+        self.req.seek(psn, lost);
         self.req.rto_deadline = self.rto_now().map(|d| now + d);
         self.req.timed = None;
         self.req.rewound_at = Some(psn);
@@ -243,7 +279,7 @@ impl RcQp {
         if self.a.rnr_retry != 7 {
             self.req.rnr_retries_left -= 1;
         }
-        self.req.seek(p);
+        self.req.seek(p, LostReads::All);
         self.req.ack_deadline = None;
         self.req.rto_deadline = None;
         self.req.timed = None;
@@ -322,7 +358,19 @@ impl RcQp {
         if !ibta_due {
             self.counters.rto_timeouts += 1;
             let una = self.req.una;
-            self.rewind_keep_timer(now, una);
+            // A READ asked again from `una`, with nothing received since: that request
+            // is queued at the peer as surely as another one would be, and each one it
+            // gets costs a whole replay of the data. Wait (backed off); a lost request
+            // is asked again by the IBTA timer.
+            let read_at_una = self
+                .req
+                .idx_containing(una)
+                .is_some_and(|i| self.req.sq[i].is_read());
+            if read_at_una && self.req.rewound_at == Some(una) {
+                self.req.rto_deadline = self.rto_now().map(|d| now + d);
+                return;
+            }
+            self.rewind_keep_timer(now, una, LostReads::Containing);
             return;
         }
         self.req.ack_deadline = None;
@@ -335,6 +383,7 @@ impl RcQp {
         }
         self.req.retries_left -= 1;
         let una = self.req.una;
-        self.rewind(now, una);
+        self.req.ack_deadline = ack_timeout(self.a.timeout).map(|d| now + d);
+        self.rewind_keep_timer(now, una, LostReads::Containing);
     }
 }

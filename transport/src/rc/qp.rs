@@ -37,7 +37,10 @@ pub struct RcConfig {
     /// QP's IBTA local ACK timeout). Default 200 us.
     pub min_rto: Duration,
     /// Adaptive retransmission timeout before the first round-trip sample (still
-    /// clamped to the IBTA local ACK timeout). Default 1 ms.
+    /// clamped to the IBTA local ACK timeout). Default 1 s, as RFC 6298 (2.1) sets it:
+    /// until a round trip has been measured, a peer that is merely slow (an emulated
+    /// host answers its first request after milliseconds) must not get resends, so
+    /// the IBTA timer rules (537 ms at the `timeout` 17 our target and host ask for).
     pub initial_rto: Duration,
     /// Resend pacing: after a go-back-N restart at most this many request packets are
     /// outstanding; each acknowledged packet allows one more (slow start) until the
@@ -57,7 +60,7 @@ impl Default for RcConfig {
             max_read_inflight_bytes: 4 << 20,
             ack_req_every_packets: 16,
             min_rto: Duration::from_micros(200),
-            initial_rto: Duration::from_millis(1),
+            initial_rto: Duration::from_secs(1),
             recovery_window_pkts: 16,
             sr_buffer_bytes: 2 << 20,
         }

@@ -28,6 +28,25 @@ pub(crate) fn wc_opcode(op: &SendOp) -> WcOpcode {
     }
 }
 
+/// Which outstanding RDMA READ requests a go-back-N restart asks again
+/// ([`ReqState::seek`]). A responder answers READs in order and answers a repeated READ
+/// request by sending the data again (IBTA Vol 1 §9.7.5.1.4; Linux rxe replays it once
+/// the response in progress is done), so asking again for a READ that is merely queued
+/// behind others at a slow responder costs a whole duplicate response.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum LostReads {
+    /// Every READ from the restart point on (a PSN sequence NAK: the responder dropped
+    /// them; a lost READ response: the ones behind it are being answered, but their
+    /// data cannot be placed before the gap is filled).
+    All,
+    /// Only the READ containing the restart point, from there (a timer expiry: the
+    /// oldest outstanding request is the one to repair; later READs are asked again
+    /// only if they, in turn, are not answered).
+    Containing,
+    /// None (the cursor skips ahead over what the peer has acknowledged).
+    None,
+}
+
 /// One posted send WR and its progress.
 pub(crate) struct SqEntry {
     pub(super) wr: SendWr,
@@ -185,8 +204,11 @@ impl ReqState {
         self.sq.iter().position(|e| !e.done)
     }
 
-    /// Points the transmit cursor at `psn`; everything from there on counts as unsent.
-    pub(super) fn seek(&mut self, psn: u32) {
+    /// Points the transmit cursor at `psn`: SEND and WRITE packets from there on count
+    /// as unsent (go-back-N); `lost` says which outstanding RDMA READ requests are to
+    /// be asked again (see [`LostReads`]). A READ whose request stays outstanding
+    /// holds the cursor until its responses are in.
+    pub(super) fn seek(&mut self, psn: u32, lost: LostReads) {
         self.psn_next = psn;
         let idx = self
             .sq
@@ -196,7 +218,12 @@ impl ReqState {
             .unwrap_or(self.sq.len());
         self.tx_idx = idx;
         for e in self.sq.iter_mut().skip(idx) {
-            if e.issued {
+            let ask_again = match lost {
+                LostReads::All => true,
+                LostReads::Containing => psn_in(psn, e.first_psn, e.last_psn),
+                LostReads::None => false,
+            };
+            if e.issued && ask_again {
                 e.issued = false;
                 self.rd_count = self.rd_count.saturating_sub(1);
                 self.rd_bytes = self.rd_bytes.saturating_sub(e.rd_issued_bytes);

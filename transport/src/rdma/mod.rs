@@ -60,6 +60,8 @@ impl crate::verbs::Provider for VerbsProvider {
     type DeviceConfig = DeviceConfig;
     type OpenError = DeviceError;
     const NAME: &'static str = "verbs";
+    /// `ibv_reg_mr` pins the pages (see [`VerbsMr`]).
+    const PINS_REGISTERED_MEMORY: bool = true;
 
     /// [`DeviceConfig::new`] with `poll_groups` poll groups (at least 1).
     fn device_config(ip: std::net::IpAddr, poll_groups: u32) -> DeviceConfig {

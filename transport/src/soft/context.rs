@@ -15,7 +15,7 @@ use std::time::Duration;
 use socket2::{SockAddr, Socket};
 
 use super::device::SoftDevice;
-use super::socket::{bind_tx_socket, send_many, RxBatch};
+use super::socket::{bind_tx_socket, send_many, RxBatch, SocketError};
 use crate::rc::{CompletionQueueKind, QpCounters, RcConfig, RcEnv, RcQp, RecvQueue, TxPacket};
 use crate::time::{Clock, Timestamp};
 use crate::verbs::{
@@ -318,8 +318,10 @@ impl Context {
                 let fl = (qp.0 as u64 * dest_qpn as u64) as u32;
                 wire::udp_sport_from_flow_label(fl ^ (fl >> 20))
             };
-            let (sock, sport) =
-                bind_tx_socket(ip, want).map_err(|_| VerbsError::NoResources("UDP source port"))?;
+            let (sock, sport) = bind_tx_socket(ip, want).map_err(|e| match e {
+                SocketError::OpenFiles(n) => VerbsError::OpenFiles(n),
+                _ => VerbsError::NoResources("UDP source port"),
+            })?;
             let dest = SockAddr::from(SocketAddr::new(ah.dest, ROCE_V2_UDP_DPORT));
             let icrc = IcrcIpInfo {
                 src: ip,

@@ -40,6 +40,8 @@ impl Provider for SoftProvider {
     type DeviceConfig = DeviceConfig;
     type OpenError = SocketError;
     const NAME: &'static str = "soft";
+    /// Soft regions are plain memory: nothing is pinned.
+    const PINS_REGISTERED_MEMORY: bool = false;
 
     /// [`DeviceConfig::new`] with `poll_groups` receive queues (at least 1).
     fn device_config(ip: IpAddr, poll_groups: u32) -> DeviceConfig {
@@ -71,6 +73,7 @@ fn agent_start_error(e: CmAgentError) -> VerbsError {
         | CmAgentError::Socket(SocketError::Setup { source, .. }) => {
             os("setting up the CM agent's UDP socket", &source)
         }
+        CmAgentError::Socket(SocketError::OpenFiles(n)) => VerbsError::OpenFiles(n),
         CmAgentError::Socket(SocketError::Faults { .. }) => {
             VerbsError::InvalidArgument("fault injection configuration")
         }

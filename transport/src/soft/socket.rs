@@ -19,6 +19,7 @@ use std::os::fd::{AsRawFd, RawFd};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
 use super::fault::{Delivery, RxFaults};
+use crate::fdlimit::NofileError;
 use crate::wire::ROCE_V2_UDP_DPORT;
 
 const SO_ATTACH_REUSEPORT_CBPF: libc::c_int = 51;
@@ -59,6 +60,10 @@ pub enum SocketError {
         what: &'static str,
         source: io::Error,
     },
+    /// No file descriptor left for a socket (EMFILE, ENFILE); the message states
+    /// `RLIMIT_NOFILE` and how to raise it.
+    #[error(transparent)]
+    OpenFiles(#[from] crate::fdlimit::NofileError),
     /// The device's fault injection configuration is out of range.
     #[error("fault injection on {ip}: {source}")]
     Faults {
@@ -234,7 +239,10 @@ pub fn bind_tx_socket(ip: IpAddr, sport: u16) -> Result<(Socket, u16), SocketErr
     let setup = |what, source| SocketError::Setup { ip, what, source };
     let mut port = sport.max(0xC000);
     for _ in 0..0x4000 {
-        let s = udp_socket(ip).map_err(|e| setup("socket", e))?;
+        let s = udp_socket(ip).map_err(|e| match NofileError::from_io(&e) {
+            Some(n) => SocketError::OpenFiles(n),
+            None => setup("socket", e),
+        })?;
         if ip.is_ipv4() {
             setsockopt_int(
                 s.as_raw_fd(),

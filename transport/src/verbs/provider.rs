@@ -74,6 +74,13 @@ pub trait Provider: Sized + Send + Sync + 'static {
     type OpenError: std::error::Error + Send + Sync + 'static;
     /// `"soft"` or `"verbs"` (the value of a `--provider` option).
     const NAME: &'static str;
+    /// Whether [`Device::reg_mr`] pins the region's pages and charges them to the
+    /// process's `RLIMIT_MEMLOCK` budget ([`crate::memlock::PinBudget::process`]): true
+    /// for the verbs provider (`ibv_reg_mr` pins), false for the soft provider (its
+    /// regions are plain memory). Memory that is also registered elsewhere (io_uring
+    /// fixed buffers) is then pinned, and charged, twice; callers that size memory
+    /// from the limit count it.
+    const PINS_REGISTERED_MEMORY: bool;
 
     /// The configuration of the device that owns `ip`, with `poll_groups` poll groups
     /// (contexts) and the provider's defaults for everything else.

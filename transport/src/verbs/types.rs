@@ -443,6 +443,10 @@ pub enum VerbsError {
     /// needed and how to raise the limit.
     #[error(transparent)]
     Memlock(#[from] crate::memlock::MemlockError),
+    /// Opening a QP's socket (the soft provider's one UDP send socket per QP) found no
+    /// file descriptor left; the error states `RLIMIT_NOFILE` and how to raise it.
+    #[error(transparent)]
+    OpenFiles(#[from] crate::fdlimit::NofileError),
     /// A provider call failed with `errno` (the verbs provider's C calls).
     #[error("{call} failed: {} (errno {errno})", std::io::Error::from_raw_os_error(*errno))]
     Os { call: &'static str, errno: i32 },

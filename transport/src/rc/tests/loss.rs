@@ -4,11 +4,25 @@ use rand::{Rng, SeedableRng};
 use super::*;
 use crate::wire::Opcode;
 
-/// A 5-packet WRITE (MTU 1024) with packet number `drop` (0-based) of A->B dropped.
-fn write5_dropping(drop: usize) -> Net {
+/// A 5-packet WRITE (MTU 1024) with packet number `drop` (0-based) of A->B dropped;
+/// with `warm`, after a 1-byte WRITE that gives A a round-trip sample.
+fn write5_dropping(drop: usize, warm: bool) -> Net {
     let mut n = Net::new(Opts::default());
     let (src, ks) = n.mr(n.a.pd, 5000, ALL, pattern(5));
     let (dst, kd) = n.mr(n.b.pd, 5000, ALL, |_| 0);
+    if warm {
+        let (_, kw) = n.mr(n.b.pd, 1, ALL, |_| 0);
+        let wr = SendOp::RdmaWrite {
+            remote_addr: kw.addr,
+            rkey: kw.rkey,
+        };
+        n.a.qp
+            .post_send(&send_wr(0, wr, &[sge(&ks, 0, 1)]))
+            .unwrap();
+        n.pump();
+        assert_eq!(n.a.qp.rtt().samples(), 1);
+        n.a.wcs.clear();
+    }
     let mut seen = 0;
     n.filter = Box::new(move |d, tx| {
         if d == Dir::AtoB && tx.hdr.bth.opcode != Opcode::RcAcknowledge {
@@ -38,7 +52,7 @@ fn write5_dropping(drop: usize) -> Net {
 
 #[test]
 fn dropped_middle_packet_recovers_by_sequence_nak() {
-    let n = write5_dropping(1);
+    let n = write5_dropping(1, false);
     let (ca, cb) = (n.a.qp.counters(), n.b.qp.counters());
     assert_eq!(cb.out_of_seq_request, 3);
     assert_eq!(cb.sent_naks, 1);
@@ -50,10 +64,10 @@ fn dropped_middle_packet_recovers_by_sequence_nak() {
 
 #[test]
 fn dropped_last_packet_recovers_by_timeout() {
-    let n = write5_dropping(4);
+    let n = write5_dropping(4, true);
     let (ca, cb) = (n.a.qp.counters(), n.b.qp.counters());
-    // The adaptive timer (initial 1 ms) fires long before the IBTA local ACK timeout
-    // (timeout 14: 67 ms), so no retry is used up.
+    // The adaptive timer (from the warm-up's round trip: its 200 us floor) fires long
+    // before the IBTA local ACK timeout (timeout 14: 67 ms), so no retry is used up.
     assert_eq!(ca.rto_timeouts, 1);
     assert_eq!(ca.local_ack_timeout_err, 0);
     assert_eq!(ca.rcvd_seq_err, 0);
@@ -61,6 +75,21 @@ fn dropped_last_packet_recovers_by_timeout() {
     // Go-back-N from the oldest unacknowledged PSN: packets 0..3 (no AckReq, so never
     // acknowledged) arrive again as duplicates and are re-ACKed, not re-executed.
     assert_eq!(cb.duplicate_request, 4);
+}
+
+/// Before any round trip was measured the adaptive timer does not resend (RFC 6298
+/// (2.1): its initial 1 s is clamped to the IBTA timeout), so the loss of a new
+/// connection's first packets is repaired by the IBTA timer, using up one retry.
+#[test]
+fn dropped_last_packet_before_any_round_trip_waits_for_the_ibta_timer() {
+    let n = write5_dropping(4, false);
+    let ca = n.a.qp.counters();
+    assert_eq!(
+        (ca.rto_timeouts, ca.local_ack_timeout_err),
+        (0, 1),
+        "{ca:?}"
+    );
+    assert_eq!(n.a.qp.rtt().samples(), 0, "a resent packet gives no sample");
 }
 
 #[test]
@@ -143,9 +172,20 @@ fn rnr_retry_exhausted() {
     assert_eq!(n.a.qp.state(), QpState::Error);
 }
 
+/// A peer that answered once (A has a round-trip sample) and then died.
 #[test]
 fn dead_peer_retry_exceeded_after_eight_timeouts() {
     let mut n = Net::new(Opts::default());
+    let (_, k) = n.mr(n.b.pd, 1, ALL, |_| 0);
+    let wr = SendOp::RdmaWrite {
+        remote_addr: k.addr,
+        rkey: k.rkey,
+    };
+    n.a.qp.post_send(&send_wr(9, wr, &[])).unwrap();
+    n.pump();
+    assert_eq!(n.a.qp.rtt().samples(), 1);
+    n.a.wcs.clear();
+    let warm = *n.a.qp.counters();
     n.filter = Box::new(|d, _| {
         if d == Dir::AtoB {
             Deliver::Drop
@@ -174,10 +214,40 @@ fn dead_peer_retry_exceeded_after_eight_timeouts() {
     // using up retries: 3 packets at first, then one go-back-N round of 3 per expiry
     // except the last IBTA one.
     assert!(c.rto_timeouts > 0);
-    assert_eq!(c.sent_pkts, 3 * (1 + c.rto_timeouts + 7));
+    assert_eq!(c.sent_pkts - warm.sent_pkts, 3 * (1 + c.rto_timeouts + 7));
     assert_eq!(c.completer_retry_err, c.rto_timeouts + 7);
     assert_eq!(n.a.qp.state(), QpState::Error);
     assert_eq!(n.a.qp.poll_timeout(), None);
+}
+
+/// A peer dead from the first packet: no round trip was ever measured, so only the
+/// IBTA timer resends, and the eighth expiry fails the QP as before.
+#[test]
+fn peer_dead_from_the_start_gets_only_ibta_resends() {
+    let mut n = Net::new(Opts::default());
+    n.filter = Box::new(|d, _| {
+        if d == Dir::AtoB {
+            Deliver::Drop
+        } else {
+            Deliver::Yes
+        }
+    });
+    for i in 0..3 {
+        n.a.qp.post_send(&send_wr(i, SendOp::Send, &[])).unwrap();
+    }
+    n.run(100);
+    let statuses: Vec<_> = n.a.send_wcs().iter().map(|w| w.status).collect();
+    assert_eq!(
+        statuses,
+        [
+            WcStatus::RetryExcErr,
+            WcStatus::WrFlushErr,
+            WcStatus::WrFlushErr
+        ]
+    );
+    let c = n.a.qp.counters();
+    assert_eq!((c.local_ack_timeout_err, c.rto_timeouts), (8, 0), "{c:?}");
+    assert_eq!(c.sent_pkts, 3 * (1 + 7));
 }
 
 #[test]

@@ -19,6 +19,7 @@ mod recovery;
 mod recovery_net;
 mod rxe_replay;
 mod sim;
+mod slow_peer;
 
 pub(super) const ALL: AccessFlags = AccessFlags::LOCAL_WRITE
     .union(AccessFlags::REMOTE_WRITE)

@@ -32,6 +32,9 @@ pub(super) struct LinkCfg {
     pub selective: bool,
     /// Drop A's request packet with this 0-based number (retransmissions counted).
     pub drop_nth: Option<u64>,
+    /// Random loss only once A has a round-trip sample (a connection whose first
+    /// exchange went through; before it, only the IBTA timer resends).
+    pub loss_after_sample: bool,
 }
 
 impl Default for LinkCfg {
@@ -46,6 +49,7 @@ impl Default for LinkCfg {
             total_wrs: 128,
             selective: false,
             drop_nth: None,
+            loss_after_sample: false,
         }
     }
 }
@@ -175,8 +179,10 @@ impl LinkNet {
                 let ser = (bytes.len() as u64 + WIRE_OVERHEAD) * self.cfg.ps_per_byte / 1000;
                 let start = self.free_at[dir].max(now.0);
                 self.free_at[dir] = start + ser;
+                let random = self.cfg.loss > 0.0
+                    && (!self.cfg.loss_after_sample || self.net.a.qp.rtt().samples() > 0);
                 let lost = (dir == 0 && (self.blackhole || nth_drop))
-                    || (self.cfg.loss > 0.0 && self.rng.gen_bool(self.cfg.loss));
+                    || (random && self.rng.gen_bool(self.cfg.loss));
                 if lost {
                     self.stats.dropped += 1;
                     continue;

@@ -266,6 +266,7 @@ pub(crate) fn random_case(seed: u64, rng: &mut StdRng, impair: Impairments, name
         delay_ns: rng.gen_range(500..=20_000),
         ps_per_byte: rng.gen_range(80..=800),
         impair,
+        pause: None,
     };
     let wrs = rng.gen_range(4..=24);
     let w = random_workload(rng, mtu, wrs);

@@ -82,6 +82,9 @@ pub(crate) struct LinkCfg {
     /// Serialization time, picoseconds per byte (320 = 25 Gbit/s).
     pub ps_per_byte: u64,
     pub impair: Impairments,
+    /// The sender stalls: no packet starts serializing in `[from, from + for)` (virtual
+    /// ns), as an emulated host that is descheduled for a while.
+    pub pause: Option<(u64, u64)>,
 }
 
 impl Default for LinkCfg {
@@ -90,6 +93,7 @@ impl Default for LinkCfg {
             delay_ns: 2_000,
             ps_per_byte: 320,
             impair: Impairments::NONE,
+            pause: None,
         }
     }
 }
@@ -153,7 +157,12 @@ impl Link {
     pub fn transmit(&mut self, now: u64, len: usize, rng: &mut StdRng) -> Vec<Arrival> {
         let im = self.cfg.impair;
         self.stats.sent += 1;
-        let start = self.free_at.max(now);
+        let mut start = self.free_at.max(now);
+        if let Some((from, dur)) = self.cfg.pause {
+            if (from..from + dur).contains(&start) {
+                start = from + dur;
+            }
+        }
         self.free_at = start + (len as u64 + WIRE_OVERHEAD) * self.cfg.ps_per_byte / 1000;
         let mut lost = im.loss > 0.0 && rng.gen_bool(im.loss);
         if let Some(ge) = im.burst {
