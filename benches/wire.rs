@@ -1,6 +1,9 @@
 //! Wire-path micro benchmarks: the RoCEv2 ICRC (RoCEv2 Annex A17.3.3) over a 64 B
-//! and a 4 KiB packet, contiguous and as header + payload slices, and `parse` of an
-//! RDMA WRITE First packet (BTH + RETH + 1024 B payload).
+//! and a 4 KiB packet, contiguous and as header + payload slices, `parse` of an
+//! RDMA WRITE First packet (BTH + RETH + 1024 B payload), and the per-packet transmit
+//! build of the soft provider (`tx_build`: headers written into a stack buffer and the
+//! ICRC over header, payload and pad slices, as `soft::context`'s `send_batch` does
+//! before `sendmmsg`) for an ACK and a 4 KiB RDMA WRITE Only.
 //!
 //! Run: `cargo bench --bench wire`.
 use std::hint::black_box;
@@ -8,7 +11,7 @@ use std::net::Ipv4Addr;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use transport::wire::{
-    build, icrc, icrc_segments, parse, verify, Bth, IcrcIpInfo, Opcode, PacketHeaders, Reth,
+    build, icrc, icrc_segments, parse, verify, Aeth, Bth, IcrcIpInfo, Opcode, PacketHeaders, Reth,
     ICRC_LEN, ROCE_V2_UDP_DPORT,
 };
 
@@ -77,5 +80,36 @@ fn bench_parse(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench_icrc, bench_parse);
+fn bench_tx_build(c: &mut Criterion) {
+    let ip = ip();
+    let mut ack = PacketHeaders::new(Bth::new(Opcode::RcAcknowledge, 0x11, 0x29_fa4c, false));
+    ack.aeth = Some(Aeth::ack(7));
+    let mut write = PacketHeaders::new(Bth::new(Opcode::RcRdmaWriteOnly, 0x11, 0x43_cd86, true));
+    write.reth = Some(Reth {
+        va: 0x7f5d_e0d2_1000,
+        rkey: 0x286,
+        dma_len: 4096,
+    });
+    let payload = vec![0xA5u8; 4096];
+    let mut g = c.benchmark_group("tx_build");
+    g.throughput(Throughput::Elements(1));
+    for (name, hdr, payload) in [
+        ("ack", &ack, &payload[..0]),
+        ("write_only_4096", &write, &payload[..]),
+    ] {
+        g.bench_function(name, |b| {
+            let mut buf = [0u8; 64];
+            let pad = [0u8; 3];
+            b.iter(|| {
+                let hdr = black_box(hdr);
+                let n = hdr.write(&mut buf);
+                let parts: [&[u8]; 3] = [&buf[..n], payload, &pad[..hdr.bth.pad_count as usize]];
+                icrc_segments(&ip, &parts).to_le_bytes()
+            })
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, bench_icrc, bench_parse, bench_tx_build);
 criterion_main!(benches);

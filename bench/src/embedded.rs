@@ -30,7 +30,7 @@ pub struct EmbeddedTarget {
     /// The host's local address, paired with the target's.
     pub host_ip: IpAddr,
     /// The namespace file, unlinked; kept open for the process's life.
-    _file: File,
+    file: File,
 }
 
 impl std::fmt::Debug for EmbeddedTarget {
@@ -105,6 +105,11 @@ pub fn lay_out(file: &mut File, size: u64, stop: Option<&AtomicBool>) -> std::io
 }
 
 impl EmbeddedTarget {
+    /// The namespace file (unlinked), open for the process's life.
+    pub fn file(&self) -> &File {
+        &self.file
+    }
+
     /// Lays out a `size`-byte namespace file in `dir` (unlinked) and starts the target
     /// on it, with `faults` injected on its device. `name` prefixes the layout message
     /// (the job name, as fio's "Laying out IO file").
@@ -142,7 +147,7 @@ impl EmbeddedTarget {
                     return Ok(EmbeddedTarget {
                         target,
                         host_ip,
-                        _file: file,
+                        file,
                     });
                 }
                 Err(e @ nvmf_target::TargetError::Device { .. }) => last_err = e.to_string(),

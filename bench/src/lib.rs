@@ -37,6 +37,7 @@
 //! assert!(text.contains("Run status group 0 (all jobs):"));
 //! ```
 
+pub mod baseline;
 pub mod embedded;
 pub mod engine;
 pub mod mem_engine;

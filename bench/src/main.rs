@@ -53,6 +53,14 @@ fn plan(args: &BenchArgs) -> Result<Plan, String> {
     args.check_provider().map_err(|e| e.to_string())?;
     // --inject-*: on the embedded target's device and the host's (refused with --traddr).
     let faults = args.fault_config().map_err(|e| e.to_string())?;
+    if args.baseline && args.traddr.is_some() {
+        return Err(
+            "--baseline measures the floor between this run's two local addresses \
+                    and reads the embedded target's file, so it needs the embedded target: \
+                    drop --traddr (or --baseline)"
+                .into(),
+        );
+    }
     let remote = match &args.traddr {
         None => {
             nvmf_bench::embedded::check_size(args.embedded_size)?;
@@ -235,6 +243,19 @@ fn run_host<P: Provider>(
         embedded,
         faults,
     } = run;
+    // --baseline: on the run's addresses, before the host connects.
+    let baseline = match embedded.as_ref().filter(|_| args.baseline) {
+        Some(e) => match nvmf_bench::baseline::measure(
+            e.host_ip,
+            e.target.listen_addr().ip(),
+            e.file(),
+            args.embedded_size,
+        ) {
+            Ok(b) => Some(b),
+            Err(m) => return fail(m),
+        },
+        None => None,
+    };
     if let Some(h) = &args.hostnqn {
         opts.hostnqn = h.clone();
     }
@@ -316,6 +337,7 @@ fn run_host<P: Provider>(
         ..RunControl::default()
     };
     let mut result = run_with(&mut jobs, &args.run_options(), ctl);
+    result.baseline = baseline;
     drop(jobs);
     print_stdout(&eta.clear());
     if result.interrupted {

@@ -296,6 +296,14 @@ pub struct BenchArgs {
     #[arg(long = "embedded-dir", alias = "embedded_dir")]
     pub embedded_dir: Option<PathBuf>,
 
+    /// Before the jobs, measure the floor on this run's addresses: the busy-polled UDP
+    /// round trip (64 B and 4 KiB) and a local io_uring 4 KiB read of the embedded
+    /// target's file; the report then gives the fabric's overhead (read clat p50 minus
+    /// the 4 KiB round trip) and their ratio (text, and `baseline` in the JSON).
+    /// Embedded target only; about a second, both cores busy.
+    #[arg(long)]
+    pub baseline: bool,
+
     /// Data verification (fio `verify`): none or crc32c. Every block written carries a
     /// CRC-32C header; reads of blocks written earlier in the run are checked, and after
     /// the write phase every block written is read back and checked, outside the

@@ -268,6 +268,9 @@ pub struct BenchResult {
     /// Fault injection, when injecting (filled in by the caller that owns the
     /// devices; [`super::runner::run`] leaves it `None`).
     pub faults: Option<FaultSummary>,
+    /// The floor measured before the jobs (`--baseline`; filled in by the caller, as
+    /// `faults`).
+    pub baseline: Option<crate::baseline::Baseline>,
     /// The run-wide options used.
     pub options: RunOptions,
     /// Wall-clock time when the run started.

@@ -209,6 +209,7 @@ pub fn run_with(jobs: &mut [Job<'_>], opts: &RunOptions, mut ctl: RunControl<'_>
             written: t.written,
         }),
         faults: None,
+        baseline: None,
         options: opts.clone(),
         started,
         elapsed: end - start,

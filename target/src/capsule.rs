@@ -1,5 +1,6 @@
-//! What a command capsule asks for: the decision the poll group (`rdma.rs`) and the
-//! fuzzing entry point (`fuzzing.rs`) share, so the fuzzer exercises the real checks.
+//! What a command capsule asks for: the request core's first decision on a received
+//! command. Public but hidden from the documentation for the capsule benchmark
+//! (`benches/capsule.rs`), which times it on its own.
 use nvme::status::{GenericStatus, Status};
 use nvme::Sqe;
 
@@ -9,7 +10,7 @@ use crate::io::{self, IoCommand};
 
 /// The kind of a received command.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Kind {
+pub enum Kind {
     /// Fabrics Connect (its 1024-byte data comes from the host).
     Connect,
     /// Fabrics Property Get (admin queue only).
@@ -29,7 +30,7 @@ pub(crate) enum Kind {
 /// Sequence Error (DNR); I/O while the controller is not ready, on an unknown
 /// namespace, or failing `io::decode` (LBA range, MDTS = `max_io_bytes`): that status
 /// (NVMe Base 2.x §3.3, NVMe over Fabrics 1.x §3; nvmet's checks).
-pub(crate) fn classify(
+pub fn classify(
     sqe: &Sqe,
     qid: u16,
     ctrl: Option<&Controller>,

@@ -17,7 +17,8 @@
 pub mod admin;
 pub mod backend;
 pub mod buffers;
-mod capsule;
+#[doc(hidden)]
+pub mod capsule;
 pub mod config;
 pub mod controller;
 pub mod discovery;

@@ -356,6 +356,9 @@ pub struct FioJson {
     /// Fault injection (not in fio's layout).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub faults: Option<FaultsJson>,
+    /// The floor and the fabric's overhead, `--baseline` (not in fio's layout).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub baseline: Option<crate::baseline::BaselineJson>,
     /// Disk utilisation (none: the device is remote).
     pub disk_util: Vec<serde_json::Value>,
 }
@@ -516,6 +519,10 @@ pub fn fio_json(
             passed: v.passed(),
         }),
         faults: result.faults.as_ref().map(faults_json),
+        baseline: result
+            .baseline
+            .as_ref()
+            .map(|b| crate::baseline::to_json(b, result)),
         disk_util: Vec::new(),
     }
 }

@@ -163,6 +163,7 @@ pub(crate) mod testdata {
                 written: 7,
             }),
             faults: None,
+            baseline: None,
             options: RunOptions {
                 runtime: Duration::from_secs(1),
                 time_based: true,

@@ -79,6 +79,9 @@ pub fn render_text(result: &BenchResult, pid: u32) -> String {
     if let Some(f) = &result.faults {
         render_faults(&mut out, f);
     }
+    if let Some(b) = &result.baseline {
+        out += &crate::baseline::render_text(b, result);
+    }
     if let Some(v) = result.verify {
         let _ = writeln!(
             out,

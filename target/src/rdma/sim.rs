@@ -185,14 +185,17 @@ impl Sim {
     /// The actions the core has for the driver, in order; receive buffers re-posted
     /// among them go back to the simulated SRQ.
     pub fn actions(&mut self) -> Vec<Action> {
-        let mut out = Vec::new();
-        while let Some(a) = self.core.poll_action() {
-            if let Action::RepostRecv { slot } = a {
-                self.posted.push_back(slot);
-            }
-            out.push(a);
+        std::iter::from_fn(|| self.poll_action()).collect()
+    }
+
+    /// The core's next action, if any; a receive buffer re-posted goes back to the
+    /// simulated SRQ. One at a time, without allocating (the request core bench).
+    pub fn poll_action(&mut self) -> Option<Action> {
+        let a = self.core.poll_action()?;
+        if let Action::RepostRecv { slot } = a {
+            self.posted.push_back(slot);
         }
-        out
+        Some(a)
     }
 
     /// Writes `data` into the core's buffer `b` (what an RDMA READ does), zero-filled

@@ -9,12 +9,14 @@
 //! - [`conn`]: connection bring-up (QP Init -> RTR -> RTS around the CM exchange), as
 //!   librdmacm does it for the verbs provider;
 //! - [`fault`]: seeded drop, duplication, reordering and corruption on receive, for tests;
-//! - [`rx_buffer`]: the receive buffer the kernel granted and the RC windows sized from it.
+//! - [`rx_buffer`]: the receive buffer the kernel granted and the RC windows sized from it;
+//! - [`floor`]: the busy-polled UDP round trip under every round trip of this provider.
 mod cm_agent;
 pub mod conn;
 mod context;
 mod device;
 pub mod fault;
+pub mod floor;
 mod provider;
 pub mod rx_buffer;
 mod rx_check;
