@@ -5,7 +5,8 @@
 #
 # Cells (each prints `cell <name> PASS|FAIL <reason>`):
 #   linux-host/*    Linux's NVMe/RDMA host (nvme-cli, fio) in a VM -> our nvmf-target on
-#                   the bridge (192.168.77.1): discover, connect, list, id-ctrl, id-ns,
+#                   the bridge (192.168.77.1), namespace 1 a loop device opened with
+#                   O_DIRECT (IPv6: a sparse file, page cache): discover, connect, list, id-ctrl, id-ns,
 #                   fio randrw verify=crc32c at 4k/128k x QD1/QD32, flush, read-back,
 #                   blkdiscard reads as zeroes, disconnect; data-intact compares what the
 #                   guest wrote with our backing file afterwards; fio 1 MiB writes at QD8
@@ -129,14 +130,19 @@ add_cells() {   # add_cells GROUP FILE EXPECTED...: cells of FILE, missing ones 
 
 # ---- group 1: Linux host -> our target (GROUP linux-host or linux-host-ipv6) -------------
 run_linux_host() {
-    local g=$1 d="$OUT/$1" ipv6=0 tip=192.168.77.1 extra=()
+    local g=$1 d="$OUT/$1" ipv6=0 tip=192.168.77.1 extra=() ns
+    # IPv4: namespace 1 is a loop device opened with O_DIRECT (the block-device back
+    # end); IPv6: a sparse file through the page cache (the file back end).
+    export INTEROP_LOOP=1
     if [ "$g" = linux-host-ipv6 ]; then
-        ipv6=1 tip=fd77::1 extra=(-a ipv6=1 -a short=1)
+        ipv6=1 tip=fd77::1 extra=(-a ipv6=1 -a short=1) INTEROP_LOOP=0
     fi
     mkdir -p "$d"
     export INTEROP_IMG="$OUT/$g-ns1.img"
     rm -f "$INTEROP_IMG"
-    say "$g: VM B (nvme-cli, fio) -> our nvmf-target on $tip ($(stat -f -c %T "$OUT") backing file)"
+    ns="$(stat -f -c %T "$OUT") backing file"
+    [ "$INTEROP_LOOP" = 1 ] && ns="loop device with O_DIRECT over a $ns"
+    say "$g: VM B (nvme-cli, fio) -> our nvmf-target on $tip ($ns)"
     local t0
     t0=$(date +%s)
     INTEROP_IPV6=$ipv6 "$LP/run.sh" -t 480 -o "$d" -c "$OUT/$g.pcap" -a target_ip="$tip" \

@@ -11,6 +11,9 @@
 #   INTEROP_NS_SIZE  namespace size (e.g. 64M)
 #   INTEROP_NQN      subsystem NQN
 #   INTEROP_IPV6     1: serve on fd77::1 (the bridge gets IPv6 first, see ipv6.sh)
+#   INTEROP_LOOP     1: serve INTEROP_IMG through a loop device with O_DIRECT (the
+#                    block-device back end: BLKGETSIZE64, BLKSSZGET, O_EXCL, --direct);
+#                    the loop device is detached after the target exits
 # Touches $LP_SHARE/out/A/ready once the target listens; stops the target (SIGTERM)
 # when $LP_SHARE/out/stop appears, and writes its exit status to
 # $LP_SHARE/target.rc. The target's log is $LP_SHARE/target.log.
@@ -22,9 +25,15 @@ if [ "${INTEROP_IPV6:-0}" = 1 ]; then
     bridge_ipv6 || { echo "$(date +%T) cannot give $LP_BRIDGE IPv6 address $INTEROP_HOST_IP6"; exit 1; }
     ip=$INTEROP_HOST_IP6
 fi
-echo "$(date +%T) starting $NVMF_TARGET_BIN on $ip:4420 ($INTEROP_NQN, $INTEROP_IMG, $INTEROP_NS_SIZE)"
+ns=("$INTEROP_IMG") loopdev=""
+if [ "${INTEROP_LOOP:-0}" = 1 ]; then
+    truncate -s "$INTEROP_NS_SIZE" "$INTEROP_IMG"
+    loopdev=$(losetup --find --show "$INTEROP_IMG") || { echo "$(date +%T) losetup failed"; exit 1; }
+    ns=("$loopdev" --direct)
+fi
+echo "$(date +%T) starting $NVMF_TARGET_BIN on $ip:4420 ($INTEROP_NQN, ${ns[*]} over $INTEROP_IMG, $INTEROP_NS_SIZE)"
 NO_COLOR=1 RUST_LOG="${INTEROP_TARGET_LOG:-info}" "$NVMF_TARGET_BIN" --addr "$ip" --port 4420 \
-    --nqn "$INTEROP_NQN" --file "$INTEROP_IMG" --size "$INTEROP_NS_SIZE" >"$log" 2>&1 &
+    --nqn "$INTEROP_NQN" --size "$INTEROP_NS_SIZE" --file "${ns[@]}" >"$log" 2>&1 &
 pid=$!
 stop_target() {
     if kill -0 "$pid" 2>/dev/null; then
@@ -34,6 +43,7 @@ stop_target() {
     fi
     wait "$pid" 2>/dev/null
     echo $? >"$LP_SHARE/target.rc"
+    [ -n "$loopdev" ] && losetup -d "$loopdev"
     echo "$(date +%T) target exited with status $(cat "$LP_SHARE/target.rc")"
 }
 trap 'stop_target; exit 0' TERM INT
