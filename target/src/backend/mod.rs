@@ -2,7 +2,7 @@
 //! namespace is a range of logical blocks, LBA 0 to NSZE - 1). As Linux nvmet's
 //! `io-cmd-file.c` and `io-cmd-bdev.c`, a namespace is backed by either
 //!
-//! - a regular file ([`file`]): created sparse at a given size when missing; logical
+//! - a regular file ([`file`](mod@file)): created sparse at a given size when missing; logical
 //!   blocks of the configured size (512 by default);
 //! - a block device ([`block`]), an SSD or a partition, a loop or a device-mapper
 //!   device: opened with `O_EXCL`, as nvmet opens it (`bdev_open_by_path` with an
@@ -243,7 +243,7 @@ impl Backend {
     }
 
     /// Opens (or creates) a namespace back end with explicit options: a block device
-    /// as [`block::open`] does, anything else as a file ([`file::open`]).
+    /// as `block::open` does, anything else as a file (`file::open`).
     ///
     /// # Errors
     /// A [`NamespaceError`] naming the path: missing file without a size, missing

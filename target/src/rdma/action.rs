@@ -10,7 +10,7 @@ pub enum RegionId {
     /// The in-capsule data of the receive buffers (`in_capsule_bytes` per buffer;
     /// io_uring fixed buffer 1).
     InCapsule,
-    /// The response slots ([`RESP_SLOT`] bytes per receive buffer).
+    /// The response slots ([`RESP_SLOT`](super::RESP_SLOT) bytes per receive buffer).
     Responses,
     /// The data slab (io_uring fixed buffer 0).
     Data,
@@ -90,7 +90,7 @@ pub enum Action {
     /// The response SEND alone on QP `qpn`.
     PostSend { qpn: u32, response: Response },
     /// Queue `op` on the io_uring ring, user data `req`; its completion is
-    /// [`RequestCore::io_completed`].
+    /// [`RequestCore::io_completed`](super::core::RequestCore::io_completed).
     SubmitIo { req: u32, op: IoOp },
     /// QP `qpn` failed (its first error completion): tell the control thread, which
     /// disconnects it (CM DREQ) and destroys the queue.

@@ -11,7 +11,7 @@
 //! `process`, and what the transport and io_uring must do comes out as [`Action`]s
 //! ([`RequestCore::poll_action`], [`super::action`]) for the driver
 //! ([`super::poll_group`]) to carry out in order. How a command executes once its
-//! data is in place is [`execute`]. It works on the driver's registered memory (receive, response and data
+//! data is in place is `execute` (a child module). It works on the driver's registered memory (receive, response and data
 //! regions, [`CoreMemory`]): it reads the SQEs and in-capsule data, and writes CQEs and
 //! admin data there; the transport and the kernel move everything else.
 //!

@@ -8,9 +8,9 @@
 //!   buffer) with an explicit [`core::ReqState`]; one `process` advances it, events
 //!   (capsule received, work completion, io_uring completion) only set a state and kick
 //!   it, and back-pressure (no data buffer, no send credit, no RDMA READ credit, no
-//!   io_uring slot) is a state with a queue. It returns [`core::Action`]s.
+//!   io_uring slot) is a state with a queue. It returns [`Action`](action::Action)s.
 //! - [`queue`]: per-queue state: SQ head, SQ flow control, send and READ credits.
-//! - [`sgl`]: the SGL checks (keyed data block, in-capsule data) of a command.
+//! - `sgl`: the SGL checks (keyed data block, in-capsule data) of a command.
 //! - [`wr_id`]: the typed id every work request carries.
 //! - [`poll_group`]: the driver: the provider's context, CQ and SRQ, the registered
 //!   regions, the io_uring ring and the poll loop, executing the core's actions.

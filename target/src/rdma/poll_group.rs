@@ -2,7 +2,7 @@
 //! CQ, one SRQ), the registered regions, the io_uring ring and the poll loop; it turns
 //! completions into the core's events and carries out the core's [`Action`]s. Every
 //! call into the provider is in this file: bring-up of a queue's QP, receive
-//! (re)posting, the work requests of [`PollGroup::execute`], completion polling.
+//! (re)posting, the work requests of `PollGroup::execute_actions`, completion polling.
 //!
 //! Memory: a receive scatters over two SGEs, the 64-byte SQE into the SQE region and the
 //! in-capsule data into the in-capsule region (io_uring fixed buffer 1, so an

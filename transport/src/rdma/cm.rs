@@ -14,7 +14,7 @@
 //! Connections are named by [`ConnId`]s this module hands out; the cm_id's `context`
 //! holds it. A cm_id is destroyed when its connection ends (rejected, unreachable,
 //! disconnected) or is abandoned; a QP created on it stays with its poll group, which
-//! destroys it (see [`CmLink`]).
+//! destroys it (see `CmLink`).
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};

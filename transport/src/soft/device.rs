@@ -511,7 +511,7 @@ impl SoftDevice {
     }
 }
 
-/// The MTU of the interface that holds `ip` (from /sys/class/net/<if>/mtu).
+/// The MTU of the interface that holds `ip` (from `/sys/class/net/<if>/mtu`).
 pub fn interface_mtu(ip: IpAddr) -> Option<u32> {
     let addrs = nix::ifaddrs::getifaddrs().ok()?;
     for ifa in addrs {

@@ -5,7 +5,7 @@
 //! IETH 4), the payload, 0..=3 pad bytes, and the 4-byte ICRC, stored little endian.
 //!
 //! [`parse`] turns bytes into a [`Packet`] (headers as plain values plus a payload
-//! slice); [`PacketHeaders::write`] writes headers back. [`icrc`] computes the ICRC.
+//! slice); [`PacketHeaders::write`] writes headers back. [`icrc()`] computes the ICRC.
 //! `mad` and `cm` hold the management datagram and CM message layouts.
 pub mod cm;
 pub mod headers;
