@@ -192,7 +192,7 @@ fn main() -> ExitCode {
             "| target open fds | {} | {} | {:.2} |",
             first.fds,
             last.fds,
-            (last.fds - first.fds.min(last.fds)) as f64 / added as f64
+            last.fds.saturating_sub(first.fds) as f64 / added as f64
         );
         for h in hosts {
             let _ = h.disconnect();

@@ -144,7 +144,10 @@ fn set_buffer(sock: &Socket, force: libc::c_int, plain: libc::c_int, bytes: usiz
     }
 }
 
-fn udp_socket(ip: IpAddr) -> io::Result<Socket> {
+/// A non-blocking UDP socket for `ip`'s family (IPv6 only for IPv6). Every socket of
+/// the provider is opened here, so running out of descriptors is always
+/// [`SocketError::OpenFiles`].
+fn udp_socket(ip: IpAddr) -> Result<Socket, SocketError> {
     let domain = if ip.is_ipv4() {
         Domain::IPV4
     } else {
@@ -154,9 +157,21 @@ fn udp_socket(ip: IpAddr) -> io::Result<Socket> {
         domain,
         Type::DGRAM.nonblocking().cloexec(),
         Some(Protocol::UDP),
-    )?;
+    )
+    .map_err(|e| match NofileError::from_io(&e) {
+        Some(n) => SocketError::OpenFiles(n),
+        None => SocketError::Setup {
+            ip,
+            what: "socket",
+            source: e,
+        },
+    })?;
     if ip.is_ipv6() {
-        s.set_only_v6(true)?;
+        s.set_only_v6(true).map_err(|e| SocketError::Setup {
+            ip,
+            what: "IPV6_V6ONLY",
+            source: e,
+        })?;
     }
     Ok(s)
 }
@@ -193,12 +208,12 @@ pub fn bind_rx_group(ip: IpAddr, rx_queues: u32) -> Result<Vec<Socket>, SocketEr
     // A probe without SO_REUSEPORT: another process using reuseport would otherwise
     // silently join our group and steal packets.
     {
-        let probe = udp_socket(ip).map_err(|e| setup("socket", e))?;
+        let probe = udp_socket(ip)?;
         probe.bind(&addr).map_err(|e| bind_error(ip, port, e))?;
     }
     let mut socks = Vec::with_capacity(rx_queues as usize + 1);
     for _ in 0..=rx_queues {
-        let s = udp_socket(ip).map_err(|e| setup("socket", e))?;
+        let s = udp_socket(ip)?;
         s.set_reuse_port(true)
             .map_err(|e| setup("SO_REUSEPORT", e))?;
         if ip.is_ipv6() {
@@ -239,10 +254,7 @@ pub fn bind_tx_socket(ip: IpAddr, sport: u16) -> Result<(Socket, u16), SocketErr
     let setup = |what, source| SocketError::Setup { ip, what, source };
     let mut port = sport.max(0xC000);
     for _ in 0..0x4000 {
-        let s = udp_socket(ip).map_err(|e| match NofileError::from_io(&e) {
-            Some(n) => SocketError::OpenFiles(n),
-            None => setup("socket", e),
-        })?;
+        let s = udp_socket(ip)?;
         if ip.is_ipv4() {
             setsockopt_int(
                 s.as_raw_fd(),
@@ -277,11 +289,7 @@ pub fn bind_tx_socket(ip: IpAddr, sport: u16) -> Result<(Socket, u16), SocketErr
 
 /// Binds a plain (blocking) UDP socket to `ip:port` with DF, for QP1's sends.
 pub fn bind_plain(ip: IpAddr, port: u16) -> Result<Socket, SocketError> {
-    let s = udp_socket(ip).map_err(|e| SocketError::Setup {
-        ip,
-        what: "socket",
-        source: e,
-    })?;
+    let s = udp_socket(ip)?;
     if ip.is_ipv4() {
         let _ = setsockopt_int(
             s.as_raw_fd(),
