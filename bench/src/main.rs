@@ -359,13 +359,13 @@ fn run_host<P: Provider>(
         eprintln!("nvmf-bench: disconnect: {e}");
     }
     if let Some(e) = embedded {
-        if args.output_format == OutputFormat::Normal {
-            let c = e.target.device().counters().snapshot();
-            eprintln!(
-                "embedded target: {} packets sent, {} received, {} ICRC errors, {} payload bytes sent zero-copy",
-                c.sent_pkts, c.rcvd_pkts, c.icrc_errors, c.tx_payload_bytes_zero_copy
-            );
-        }
+        // On standard error in every output format: datagrams per I/O are the
+        // load-independent measure of the data path (scripts/bench-ab.sh reads them).
+        let c = e.target.device().counters().snapshot();
+        eprintln!(
+            "embedded target: {} packets sent, {} received, {} ICRC errors, {} payload bytes sent zero-copy",
+            c.sent_pkts, c.rcvd_pkts, c.icrc_errors, c.tx_payload_bytes_zero_copy
+        );
         e.target.shutdown();
     }
     if let Err(e) = report_written {

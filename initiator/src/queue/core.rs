@@ -21,8 +21,13 @@
 //!   Invalidate of the granted key (SGL subtype Fh). The driver takes them with
 //!   [`QueueCore::poll_action`] right after the event and reports a post it could not
 //!   make with [`QueueCore::post_failed`];
-//! - a command completes when its SEND's completion and its response capsule have both
-//!   arrived, in either order, and no key it granted is still valid;
+//! - a command completes, and its slot is free again, when its response capsule has
+//!   arrived and no key it granted is still valid. Neither waits for the completion of
+//!   the capsule's SEND (the RC ACK, which the target sends after the response): the
+//!   response proves that the target has the capsule, so a retransmission of that
+//!   SEND, which reads the slot's SQE buffer (by then perhaps the next command's), can
+//!   only reach the target as a duplicate, which an RC responder acknowledges and never
+//!   executes again (IBTA Vol 1 §9.9.3);
 //! - a failed work completion, a post that failed on the data path, a malformed or
 //!   unexpected response, or the target's disconnect
 //!   ([`QueueCore::on_peer_disconnected`], then [`QueueCore::fail_if_peer_gone`]) kills
@@ -44,8 +49,6 @@ pub use work::*;
 
 #[derive(Clone, Copy, Debug)]
 struct InFlight {
-    /// The capsule SEND completed.
-    send_done: bool,
     /// The response capsule arrived.
     cqe: Option<Cqe>,
     /// A key granted to the target and not yet invalidated.
@@ -67,8 +70,8 @@ enum SlotState {
     /// Taken by a [`Submission`] not yet passed to [`QueueCore::submitted`].
     Reserved,
     InFlight(InFlight),
-    /// A runt SEND ([`QueueCore::send_runt`]): busy until its SEND completes; no
-    /// response is expected.
+    /// A runt SEND ([`QueueCore::send_runt`]): busy until its SENDs complete (see
+    /// [`Slot::unacked_sends`]); no response is expected.
     RawSend,
 }
 
@@ -78,6 +81,9 @@ struct Slot {
     mw_key: u32,
     state: SlotState,
     in_free_list: bool,
+    /// Capsule SENDs posted from this slot and not completed yet: a command's slot is
+    /// reused without waiting for them (see the module docs), a runt's is not.
+    unacked_sends: u32,
 }
 
 /// The sans-IO queue: see the module docs.
@@ -138,6 +144,7 @@ impl QueueCore {
                     mw_key,
                     state: SlotState::Free,
                     in_free_list: true,
+                    unacked_sends: 0,
                 })
                 .collect(),
             free: (0..cfg.depth).collect(),
@@ -495,6 +502,7 @@ impl QueueCore {
                 if let Some(SendOp::BindMw { rkey, .. }) = s.bind.map(|b| b.op) {
                     self.slots[idx].mw_key = rkey;
                 }
+                self.slots[idx].unacked_sends += 1;
                 self.slots[idx].state = match s.commit {
                     Commit::RawSend => SlotState::RawSend,
                     Commit::Command {
@@ -507,7 +515,6 @@ impl QueueCore {
                         self.sq_tail = (self.sq_tail + 1) % self.sq_size;
                         self.outstanding += 1;
                         SlotState::InFlight(InFlight {
-                            send_done: false,
                             cqe: None,
                             key,
                             inv_pending: false,
@@ -574,14 +581,14 @@ impl QueueCore {
         };
         let index = id.index as usize;
         match id.kind {
-            WrKind::Send => match self.slots.get_mut(index).map(|s| &mut s.state) {
-                Some(SlotState::RawSend) => self.release(index as u16),
-                Some(SlotState::InFlight(c)) => {
-                    c.send_done = true;
-                    self.try_complete(index as u16, out);
+            WrKind::Send => {
+                if let Some(slot) = self.slots.get_mut(index) {
+                    slot.unacked_sends = slot.unacked_sends.saturating_sub(1);
+                    if matches!(slot.state, SlotState::RawSend) && slot.unacked_sends == 0 {
+                        self.release(index as u16);
+                    }
                 }
-                _ => {}
-            },
+            }
             WrKind::LocalInv => {
                 if let Some(Slot {
                     state: SlotState::InFlight(c),
@@ -722,7 +729,6 @@ impl QueueCore {
             return;
         };
         let SlotState::InFlight(InFlight {
-            send_done: true,
             cqe: Some(cqe),
             inv_pending: false,
             key,

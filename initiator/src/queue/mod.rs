@@ -20,9 +20,10 @@
 //! ([`crate::capsule::build_capsule`]); a keyed SGL first binds the slot's window over
 //! exactly the transfer with a fresh key (IBV_WR_BIND_MW), then the capsule goes out as
 //! one SEND (SQE plus in-capsule data, gathered with no copy). The command completes
-//! when both the SEND's completion and the response capsule have arrived; if the
-//! response was a plain SEND while a key was granted, a Local Invalidate runs first, so
-//! a completed command's key is always dead. The SQ head from CQE.SQHD (and from the
+//! when its response capsule has arrived, without waiting for the SEND's completion
+//! (the response proves the target has the capsule; see [`core`]); if the response
+//! was a plain SEND while a key was granted, a Local Invalidate runs first, so a
+//! completed command's key is always dead. The SQ head from CQE.SQHD (and from the
 //! completions themselves) limits submissions to the SQ size minus one.
 //!
 //! Any failed work completion kills the queue: every outstanding command fails with

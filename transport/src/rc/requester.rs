@@ -522,7 +522,13 @@ impl RcQp {
                 .req
                 .cwnd
                 .is_some_and(|w| psn_diff(psn_add(psn, 1), self.req.una) >= w.max(1) as i32);
-        let (pkt, last) = self.build(idx, psn, window_full)?;
+        let (mut pkt, last) = self.build(idx, psn, window_full)?;
+        if last && !window_full && self.next_wr_follows_at_once(idx) {
+            // The next message's packet follows in the same transmission and asks for
+            // the ACK that covers this one too (a read's RDMA WRITE ahead of its
+            // response SEND: one ACK instead of two, IBTA 9.7.5.1.2 coalesced ACKs).
+            pkt.hdr.bth.ack_req = false;
+        }
         if last {
             self.req.tx_idx += 1;
         }
@@ -537,6 +543,27 @@ impl RcQp {
         let timed = pkt.hdr.bth.ack_req;
         self.note_sent(psn, self.req.psn_next, fresh && timed, now);
         Some(pkt)
+    }
+
+    /// Whether the WR after `sq[idx]` is a SEND or RDMA WRITE that the requester will
+    /// emit right after `sq[idx]`'s last packet (the QP is in RTS, and the WR is not
+    /// fenced), so that packet may leave its AckReq to the following one. READs are
+    /// excluded (their request is acknowledged by a response, after a wait for the
+    /// data), as are local operations (they send nothing).
+    fn next_wr_follows_at_once(&self, idx: usize) -> bool {
+        self.state == QpState::Rts
+            && self.req.sq.get(idx + 1).is_some_and(|n| {
+                !n.done
+                    && !n.wr.flags.contains(SendFlags::FENCE)
+                    && matches!(
+                        n.wr.op,
+                        SendOp::Send
+                            | SendOp::SendWithImm { .. }
+                            | SendOp::SendWithInv { .. }
+                            | SendOp::RdmaWrite { .. }
+                            | SendOp::RdmaWriteWithImm { .. }
+                    )
+            })
     }
 
     /// Bookkeeping of a request packet for `psn` sent (`next`: the PSN after it):

@@ -355,29 +355,74 @@ fn crqsize_limits_the_sq_and_must_be_usable() {
 }
 
 #[test]
-fn completion_needs_the_send_completion_and_the_response_in_either_order() {
+fn the_response_completes_a_command_without_waiting_for_its_send_completion() {
     let mut c = io_core();
     let mut out = Vec::new();
-    // Response first (SEND with Invalidate of the granted key), then the SEND's
-    // completion.
+    // Response first (SEND with Invalidate of the granted key): the command completes
+    // and its slot is free at once; the SEND's completion that follows changes nothing.
     let a = read(&mut c, 4096);
     let key_a = c.window_key(a).unwrap();
     response(&mut c, 5, Cqe::success(a, 1, 1), Some(key_a), &mut out);
-    assert!(out.is_empty(), "the SEND has not completed");
-    assert_eq!(actions(&mut c), [repost(&c, 5)]);
-    send_done(&mut c, a, &mut out);
-    assert_eq!(out.len(), 1);
+    assert_eq!(out.len(), 1, "the response completes the command");
     assert_eq!(out[0].cid, a);
     assert!(out[0].result.is_ok());
-    // SEND completion first, then the response.
-    let b = read(&mut c, 4096);
-    send_done(&mut c, b, &mut out);
+    assert_eq!(c.outstanding(), 0);
+    assert_eq!(actions(&mut c), [repost(&c, 5)]);
+    // The slot is reused before the old SEND's completion arrives (the bench's tags);
+    // that completion neither completes nor frees the new command.
+    let s = c.submit_cid(
+        a,
+        Sqe::read(0, 1, 0, 0, false),
+        DataDir::ControllerToHost { len: 4096 },
+    );
+    assert_eq!(posted(&mut c, s.unwrap()), a);
+    send_done(&mut c, a, &mut out);
     assert_eq!(out.len(), 1);
-    let key_b = c.window_key(b).unwrap();
-    response(&mut c, 6, Cqe::success(b, 1, 2), Some(key_b), &mut out);
+    assert_eq!(c.outstanding(), 1);
+    assert!(matches!(
+        c.submit_cid(a, Sqe::flush(0, 1), DataDir::None),
+        Err(QueueError::BadCid(x)) if x == a
+    ));
+    // SEND completion first, then the response.
+    send_done(&mut c, a, &mut out);
+    let key = c.window_key(a).unwrap();
+    response(&mut c, 6, Cqe::success(a, 1, 2), Some(key), &mut out);
     assert_eq!(out.len(), 2);
-    assert_eq!(out[1].cid, b);
+    assert_eq!(out[1].cid, a);
     assert_eq!(actions(&mut c), [repost(&c, 6)]);
+    assert_eq!(c.outstanding(), 0);
+}
+
+#[test]
+fn a_runt_slot_waits_for_its_send_completion() {
+    let mut c = io_core();
+    let mut out = Vec::new();
+    let s = c.send_runt(&[1, 2, 3]).unwrap();
+    let r = posted(&mut c, s);
+    assert!(matches!(
+        c.submit_cid(r, Sqe::flush(0, 1), DataDir::None),
+        Err(QueueError::BadCid(x)) if x == r
+    ));
+    send_done(&mut c, r, &mut out);
+    assert!(out.is_empty());
+    assert!(c.submit_cid(r, Sqe::flush(0, 1), DataDir::None).is_ok());
+}
+
+#[test]
+fn a_failed_send_after_its_response_fails_nothing_twice() {
+    let mut c = io_core();
+    let mut out = Vec::new();
+    let a = read(&mut c, 4096);
+    let key_a = c.window_key(a).unwrap();
+    response(&mut c, 0, Cqe::success(a, 1, 1), Some(key_a), &mut out);
+    assert_eq!(out.len(), 1);
+    // The ACK never came: the SEND fails with the retries exhausted; the queue dies,
+    // the command already completed is not reported again.
+    let mut w = wc(WrKind::Send, a);
+    w.status = WcStatus::RetryExcErr;
+    c.handle_wc(&w, None, &mut out);
+    assert_eq!(out.len(), 1);
+    assert!(c.dead_reason().is_some());
     assert_eq!(c.outstanding(), 0);
 }
 
@@ -602,12 +647,15 @@ fn a_failed_repost_or_invalidate_kills_the_queue() {
     let mut c = io_core();
     let mut out = Vec::new();
     let a = read(&mut c, 4096);
+    let b = read(&mut c, 4096);
     let key = c.window_key(a);
     response(&mut c, 0, Cqe::success(a, 1, 1), key, &mut out);
     let acts = actions(&mut c);
     c.post_failed(acts[0].wr_id(), VerbsError::NoSuchObject, &mut out);
-    assert_eq!(out.len(), 1);
-    assert!(matches!(&out[0].result, Err(HostError::Protocol(m)) if m.contains("re-posting")));
+    assert_eq!(out.len(), 2);
+    assert_eq!((out[0].cid, out[1].cid), (a, b));
+    assert!(out[0].result.is_ok(), "its response completed it");
+    assert!(matches!(&out[1].result, Err(HostError::Protocol(m)) if m.contains("re-posting")));
     assert!(c.dead_reason().is_some());
 }
 

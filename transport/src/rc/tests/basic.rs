@@ -333,9 +333,157 @@ fn acks_are_coalesced() {
     }
     n.run(0);
     assert_eq!(n.a.send_wcs().len(), 8);
-    // All 8 WRITE Only packets reach B before B polls: one ACK answers them.
-    assert_eq!(n.b.qp.counters().ack_deferred, 7);
+    // All 8 WRITE Only packets leave together: only the last asks for an ACK, and that
+    // one ACK answers them all.
+    assert_eq!(n.b.qp.counters().ack_deferred, 0);
     assert_eq!(n.b.qp.counters().sent_pkts, 1);
+}
+
+/// The AckReq bits of A's request packets, in order, recorded by the filter.
+fn record_ack_reqs(n: &mut Net) -> std::rc::Rc<std::cell::RefCell<Vec<(Opcode, bool)>>> {
+    let seen = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+    let s = seen.clone();
+    n.filter = Box::new(move |d, tx| {
+        if d == Dir::AtoB {
+            s.borrow_mut().push((tx.hdr.bth.opcode, tx.hdr.bth.ack_req));
+        }
+        Deliver::Yes
+    });
+    seen
+}
+
+#[test]
+fn a_write_followed_by_a_send_leaves_the_ack_request_to_the_send() {
+    // The target's answer to a read: RDMA WRITE of the data, then the response SEND,
+    // posted together. The WRITE's last packet does not ask for an ACK; the SEND's
+    // does, and its one ACK completes both.
+    let mut n = Net::new(Opts::default());
+    let (src, ks) = n.mr(n.a.pd, 3000, ALL, pattern(1));
+    let (dst, kd) = n.mr(n.b.pd, 3000, ALL, |_| 0);
+    let (_r, kr) = n.mr(n.b.pd, 64, ALL, |_| 0);
+    let seen = record_ack_reqs(&mut n);
+    n.b.post_recv(RecvWr {
+        wr_id: 9,
+        sg_list: SgList::one(sge(&kr, 0, 64)),
+    });
+    let write = send_wr(
+        1,
+        SendOp::RdmaWrite {
+            remote_addr: kd.addr,
+            rkey: kd.rkey,
+        },
+        &[sge(&ks, 0, 3000)],
+    );
+    n.a.qp.post_send(&write).unwrap();
+    n.a.qp
+        .post_send(&send_wr(2, SendOp::Send, &[sge(&ks, 0, 16)]))
+        .unwrap();
+    n.run(0);
+    assert_eq!(
+        *seen.borrow(),
+        vec![
+            (Opcode::RcRdmaWriteFirst, false),
+            (Opcode::RcRdmaWriteMiddle, false),
+            (Opcode::RcRdmaWriteLast, false),
+            (Opcode::RcSendOnly, true),
+        ]
+    );
+    let s = n.a.send_wcs();
+    assert_eq!(
+        s.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+        vec![(1, WcStatus::Success), (2, WcStatus::Success)]
+    );
+    assert_eq!(n.b.recv_wcs().len(), 1);
+    assert_eq!(bytes(&dst), bytes(&src));
+    assert_eq!(n.b.qp.counters().sent_pkts, 1, "one ACK for both messages");
+}
+
+#[test]
+fn a_message_keeps_its_ack_request_when_nothing_sendable_follows() {
+    // Alone, before a READ, or before a fenced WR, the last packet still asks.
+    for next in ["none", "read", "fenced"] {
+        let mut n = Net::new(Opts::default());
+        let (_src, ks) = n.mr(n.a.pd, 64, ALL, pattern(1));
+        let (_dst, kd) = n.mr(n.b.pd, 64, ALL, |_| 0);
+        let (_l, kl) = n.mr(n.a.pd, 64, ALL, |_| 0);
+        let seen = record_ack_reqs(&mut n);
+        let write = send_wr(
+            1,
+            SendOp::RdmaWrite {
+                remote_addr: kd.addr,
+                rkey: kd.rkey,
+            },
+            &[sge(&ks, 0, 64)],
+        );
+        n.a.qp.post_send(&write).unwrap();
+        match next {
+            "read" => {
+                let read = send_wr(
+                    2,
+                    SendOp::RdmaRead {
+                        remote_addr: kd.addr,
+                        rkey: kd.rkey,
+                    },
+                    &[sge(&kl, 0, 64)],
+                );
+                n.a.qp.post_send(&read).unwrap();
+            }
+            "fenced" => {
+                let mut w = write;
+                w.wr_id = 2;
+                w.flags |= SendFlags::FENCE;
+                n.a.qp.post_send(&w).unwrap();
+            }
+            _ => {}
+        }
+        n.run(0);
+        assert_eq!(seen.borrow()[0], (Opcode::RcRdmaWriteOnly, true), "{next}");
+        let want = if next == "none" { 1 } else { 2 };
+        assert_eq!(n.a.send_wcs().len(), want, "{next}");
+        assert!(n.a.send_wcs().iter().all(|w| w.status == WcStatus::Success));
+    }
+}
+
+#[test]
+fn a_lost_send_recovers_the_write_whose_ack_it_carried() {
+    // The SEND that carries the ACK request is lost once: A's timer resends, and
+    // both WRs complete without errors.
+    let mut n = Net::new(Opts::default());
+    let (src, ks) = n.mr(n.a.pd, 64, ALL, pattern(2));
+    let (dst, kd) = n.mr(n.b.pd, 64, ALL, |_| 0);
+    let (_r, kr) = n.mr(n.b.pd, 64, ALL, |_| 0);
+    let mut dropped = false;
+    n.filter = Box::new(move |d, tx| {
+        if d == Dir::AtoB && tx.hdr.bth.opcode == Opcode::RcSendOnly && !dropped {
+            dropped = true;
+            return Deliver::Drop;
+        }
+        Deliver::Yes
+    });
+    n.b.post_recv(RecvWr {
+        wr_id: 9,
+        sg_list: SgList::one(sge(&kr, 0, 64)),
+    });
+    let write = send_wr(
+        1,
+        SendOp::RdmaWrite {
+            remote_addr: kd.addr,
+            rkey: kd.rkey,
+        },
+        &[sge(&ks, 0, 64)],
+    );
+    n.a.qp.post_send(&write).unwrap();
+    n.a.qp
+        .post_send(&send_wr(2, SendOp::Send, &[sge(&ks, 0, 16)]))
+        .unwrap();
+    n.run(10);
+    let s = n.a.send_wcs();
+    assert_eq!(
+        s.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+        vec![(1, WcStatus::Success), (2, WcStatus::Success)]
+    );
+    assert_eq!(n.b.recv_wcs().len(), 1);
+    assert_eq!(bytes(&dst), bytes(&src));
 }
 
 #[test]
