@@ -36,7 +36,7 @@ pub struct DeviceConfig {
     /// restart with the same QPNs). See [`QpnAllocator`].
     pub first_qpn: Option<u32>,
     /// Toward which peers the QPs send UDP GSO trains (see [`UdpGso`]); default
-    /// [`UdpGso::LocalPeers`].
+    /// [`UdpGso::LocalPeers`], or what `NVMF_SOFT_UDP_GSO` says ([`UdpGso::from_env`]).
     pub udp_gso: UdpGso,
 }
 
@@ -57,7 +57,34 @@ pub enum UdpGso {
     All,
 }
 
+/// The environment variable [`UdpGso::from_env`] reads.
+pub const UDP_GSO_ENV: &str = "NVMF_SOFT_UDP_GSO";
+
 impl UdpGso {
+    /// The setting named by `NVMF_SOFT_UDP_GSO` (`off`, `local` or `all`), for every
+    /// program built on the soft provider; unset: [`UdpGso::LocalPeers`]. Another value
+    /// is reported once (naming the three accepted) and the default used.
+    pub fn from_env() -> Self {
+        let Ok(v) = std::env::var(UDP_GSO_ENV) else {
+            return UdpGso::default();
+        };
+        match v.to_ascii_lowercase().as_str() {
+            "off" => UdpGso::Off,
+            "local" => UdpGso::LocalPeers,
+            "all" => UdpGso::All,
+            _ => {
+                static ONCE: std::sync::Once = std::sync::Once::new();
+                ONCE.call_once(|| {
+                    tracing::warn!(
+                        "{UDP_GSO_ENV}={v:?} is not one of off, local, all: using local \
+                         (UDP GSO trains toward loopback peers only)"
+                    )
+                });
+                UdpGso::default()
+            }
+        }
+    }
+
     /// Whether a QP of a device on `local` sends trains toward `peer`.
     pub fn allows(self, local: IpAddr, peer: IpAddr) -> bool {
         match self {
@@ -77,7 +104,7 @@ impl DeviceConfig {
             netdev_mtu: None,
             faults: None,
             first_qpn: None,
-            udp_gso: UdpGso::default(),
+            udp_gso: UdpGso::from_env(),
         }
     }
 }
