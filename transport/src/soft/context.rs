@@ -1040,13 +1040,94 @@ mod tests {
         assert_eq!(plan(&[30, 20, 20], true), [(0, 2, 30), (2, 1, 0)]);
     }
 
+    /// The kernel refuses GSO on a socket without UDP checksums (`SO_NO_CHECK`,
+    /// `udp_send_skb`: EINVAL): the train goes out as plain datagrams, each with the
+    /// ICRC of ID 0, nothing is lost, and the path and the device stop trying.
+    #[test]
+    fn a_refused_train_is_resent_as_plain_datagrams_and_gso_turned_off() {
+        use crate::rc::payload::Payload;
+        use crate::wire::{Bth, Deth, IcrcCheck, Opcode, PacketHeaders};
+        let ip: IpAddr = "127.0.0.135".parse().unwrap();
+        let dev = SoftDevice::open(crate::soft::DeviceConfig {
+            udp_gso: crate::soft::UdpGso::All,
+            ..crate::soft::DeviceConfig::new(ip)
+        })
+        .unwrap();
+        let rx = std::net::UdpSocket::bind((ip, 0)).unwrap();
+        rx.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        let peer = rx.local_addr().unwrap();
+        let (sock, sport) = bind_tx_socket(ip, 0xC000).unwrap();
+        const SO_NO_CHECK: libc::c_int = 11;
+        let one: libc::c_int = 1;
+        // SAFETY: setsockopt with a c_int value.
+        let r = unsafe {
+            libc::setsockopt(
+                sock.as_raw_fd(),
+                libc::SOL_SOCKET,
+                SO_NO_CHECK,
+                &one as *const _ as *const libc::c_void,
+                4,
+            )
+        };
+        assert_eq!(r, 0);
+        let info = IcrcIpInfo {
+            src: ip,
+            dst: ip,
+            ipv4_id: 0,
+            udp_sport: sport,
+            udp_dport: peer.port(),
+        };
+        let mut path = TxPath {
+            sock,
+            dest: SockAddr::from(peer),
+            icrc: info,
+            gso: dev.udp_gso_toward(ip),
+        };
+        assert!(path.gso);
+        let pkts: Vec<TxPacket> = (0..3)
+            .map(|psn| TxPacket {
+                hdr: PacketHeaders {
+                    bth: Bth::new(Opcode::UdSendOnly, 1, psn, false),
+                    deth: Some(Deth {
+                        qkey: 0x8001_0000,
+                        src_qp: 1,
+                    }),
+                    reth: None,
+                    aeth: None,
+                    imm: None,
+                    ieth: None,
+                },
+                payload: Payload::empty(),
+            })
+            .collect();
+        let mut ids = IcrcChecker::new();
+        let sent = send_batch(&mut path, &pkts, &mut ids, &dev);
+        assert_eq!(
+            sent,
+            TxSent {
+                pkts: 3,
+                bytes: 0,
+                datagrams: 3
+            }
+        );
+        assert!(!path.gso, "the path stops trying");
+        assert!(!dev.udp_gso_toward(ip), "and so do the device's new paths");
+        let mut check = IcrcChecker::new();
+        for psn in 0..3u8 {
+            let mut buf = [0u8; 256];
+            let n = rx.recv(&mut buf).unwrap();
+            assert_eq!(buf[11], psn, "in order");
+            assert_eq!(check.check(&info, &buf[..n]), IcrcCheck::Exact);
+        }
+    }
+
     /// A 128 KiB read's WRITE Middles: trains stay within GSO_MAX_BYTES (15 x 4112)
     /// and UDP_GSO_MAX_SEGMENTS packets.
     #[test]
     fn trains_stay_within_the_byte_and_segment_limits() {
         let t = plan(&[4112; 16], true);
         assert_eq!(t, [(0, 15, 4112), (15, 1, 0)]);
-        assert!(15 * 4112 <= GSO_MAX_BYTES && 16 * 4112 > GSO_MAX_BYTES);
+        const { assert!(15 * 4112 <= GSO_MAX_BYTES && 16 * 4112 > GSO_MAX_BYTES) };
         let small = vec![40usize; 150];
         let t = plan(&small, true);
         let max = usize::from(UDP_GSO_MAX_SEGMENTS);
