@@ -410,7 +410,9 @@ impl RxBatch {
             hdrs: vec![unsafe { zeroed() }; RX_BATCH],
             ctrl: vec![[0; 4]; RX_BATCH],
             count: 0,
-            segs: Vec::with_capacity(RX_BATCH),
+            // Room for every slot holding a train of the most segments GRO coalesces
+            // (64, `UDP_GRO_CNT_MAX`): the list never grows on the data path.
+            segs: Vec::with_capacity(RX_BATCH * 64),
             truncated: 0,
             stale: RX_BATCH,
             faults: faults.map(Box::new),
