@@ -7,7 +7,8 @@
 #
 # Usage: scripts/ab-nvmf-bench.sh A_BINARY B_BINARY [ROUNDS]   (default 3)
 # Environment: RUNTIME (seconds per run, default 5), EMBEDDED_DIR (ext4, default
-# /var/tmp), MEASURE_LOCK (a lock file; unset: none), OUT (raw outputs directory).
+# /var/tmp), MEASURE_LOCK (a lock file; unset: none), OUT (raw outputs directory),
+# CASES (which of "qd1 qd32 128k", default all).
 set -euo pipefail
 A=${1:?usage: ab-nvmf-bench.sh A_BINARY B_BINARY [ROUNDS]}
 B=${2:?usage: ab-nvmf-bench.sh A_BINARY B_BINARY [ROUNDS]}
@@ -27,6 +28,7 @@ echo "load at start: $(uptime)"
 for c in "${cases[@]}"; do
     name=${c%%|*}
     args=${c#*|}
+    [[ " ${CASES:-qd1 qd32 128k} " == *" $name "* ]] || continue
     for r in $(seq 1 "$ROUNDS"); do
         for side in A B; do
             bin=$A; [ "$side" = B ] && bin=$B
