@@ -2,8 +2,8 @@
 # A/B of two nvmf-bench binaries on one case, alternating (A B A B ..., ROUNDS of
 # each), each run with --baseline so it also measures the 4 KiB UDP round-trip floor
 # in the same run. Prints every run as it ends, then per binary the median [min-max]
-# of: p50 clat (us), IOPS, MiB/s, p50 / 4 KiB floor, and datagrams per I/O both ways
-# (the embedded target's packet counters, independent of the machine's load), and
+# of: p50 clat (us), IOPS, MiB/s, p50 / 4 KiB floor, and packets and datagrams per I/O both
+# ways (the embedded target's counters, independent of the machine's load), and
 # the ratios B / A of the medians. Holds `flock $LOCK` (if set) around each run so
 # that two people never benchmark at once. See BENCHMARKS.md for the method.
 #
@@ -50,11 +50,13 @@ ios = g["total_ios"] or 1
 b = d.get("baseline") or {}
 floor = (b.get("udp_rtt_4096") or {}).get("p50_us", 0.0)
 p50 = g["clat_ns"]["percentile"]["50.000000"] / 1000
-m = re.search(r"embedded target: (\d+) packets sent, (\d+) received", open(err).read())
-tx, rx = (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+m = re.search(r"embedded target: (\d+) packets sent in (\d+) datagrams, (\d+) received in (\d+) datagrams",
+              open(err).read())
+tx, txd, rx, rxd = (int(x) for x in m.groups()) if m else (0, 0, 0, 0)
 row = dict(p50_us=p50, iops=g["iops"], mib_s=g["bw_bytes"] / 2**20,
            p50_over_floor=p50 / floor if floor else 0.0, floor_us=floor,
-           tgt_tx_per_io=tx / ios, tgt_rx_per_io=rx / ios, load1=float(load))
+           tgt_tx_pkt_io=tx / ios, tgt_tx_dgram_io=txd / ios,
+           tgt_rx_pkt_io=rx / ios, tgt_rx_dgram_io=rxd / ios, load1=float(load))
 print(label, rnd, " ".join(f"{k}={v:.2f}" for k, v in row.items()), flush=True)
 open(path + ".row", "w").write(json.dumps(row))
 EOF

@@ -359,13 +359,21 @@ fn run_host<P: Provider>(
         eprintln!("nvmf-bench: disconnect: {e}");
     }
     if let Some(e) = embedded {
-        // On standard error in every output format: datagrams per I/O are the
-        // load-independent measure of the data path (scripts/bench-ab.sh reads them).
-        let c = e.target.device().counters().snapshot();
-        eprintln!(
-            "embedded target: {} packets sent, {} received, {} ICRC errors, {} payload bytes sent zero-copy",
-            c.sent_pkts, c.rcvd_pkts, c.icrc_errors, c.tx_payload_bytes_zero_copy
-        );
+        {
+            // On standard error in every format: the packet and datagram counts per
+            // I/O are what an A/B of the data path compares (scripts/ab-nvmf-bench.sh).
+            let c = e.target.device().counters().snapshot();
+            eprintln!(
+                "embedded target: {} packets sent in {} datagrams, {} received in {} datagrams, {} ICRC errors, {} payload bytes sent zero-copy, {} truncated datagrams",
+                c.sent_pkts,
+                c.sent_datagrams,
+                c.rcvd_pkts,
+                c.rcvd_datagrams,
+                c.icrc_errors,
+                c.tx_payload_bytes_zero_copy,
+                c.rx_truncated_datagrams
+            );
+        }
         e.target.shutdown();
     }
     if let Err(e) = report_written {

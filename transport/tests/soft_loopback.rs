@@ -5,7 +5,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use transport::soft::{Context, Cq, DeviceConfig, Mr, Pd, Qp, QpInitAttr, SoftDevice, Srq};
+use transport::soft::{Context, Cq, DeviceConfig, Mr, Pd, Qp, QpInitAttr, SoftDevice, Srq, UdpGso};
 use transport::verbs::*;
 
 struct Side {
@@ -306,6 +306,61 @@ fn large_reads_in_a_row() {
             c.local_ack_timeout_err, 0,
             "no retransmission timeouts on a lossless loopback: {c:?}"
         );
+    }
+}
+
+/// A 1 MiB RDMA READ pulls 256 READ responses; between two loopback devices they leave
+/// as UDP GSO trains (`udp_gso` LocalPeers) and arrive whole through UDP GRO, every
+/// segment passing the ICRC check with its predicted IPv4 ID (none solved), no datagram
+/// truncated; with `udp_gso` Off, one datagram per packet. The data is intact either way.
+#[test]
+fn large_reads_travel_as_gso_trains_between_local_peers() {
+    for (gso, octets) in [(UdpGso::LocalPeers, (14, 15)), (UdpGso::Off, (16, 17))] {
+        let open = |o: u8| {
+            let dev = SoftDevice::open(DeviceConfig {
+                udp_gso: gso,
+                ..DeviceConfig::new(IpAddr::V4(Ipv4Addr::new(127, 0, 0, o)))
+            })
+            .expect("open device");
+            let ctx = dev.open_context(0).unwrap();
+            side_on(dev, ctx)
+        };
+        let (mut a, mut b) = (open(octets.0), open(octets.1));
+        connect(&mut a, &mut b);
+        let data = pattern(1 << 20, 5);
+        b.mr.write(0, &data);
+        let read = SendWr {
+            wr_id: 1,
+            op: SendOp::RdmaRead {
+                remote_addr: b.mr.addr(),
+                rkey: b.mr.rkey(),
+            },
+            sg_list: SgList::one(Sge {
+                addr: a.mr.addr(),
+                length: 1 << 20,
+                lkey: a.mr.lkey(),
+            }),
+            flags: SendFlags::SIGNALED,
+        };
+        a.ctx.post_send(a.qp, &read).unwrap();
+        let wc = wait_wcs(&mut a, &mut b, true, 1);
+        assert_eq!(wc[0].status, WcStatus::Success, "{gso:?}");
+        let mut got = vec![0u8; 1 << 20];
+        a.mr.read(0, &mut got);
+        assert!(got == data, "{gso:?}: data differs");
+        let (tx, rx) = (b.dev.counters().snapshot(), a.dev.counters().snapshot());
+        assert!(tx.sent_pkts >= 256, "{gso:?}: {tx:?}");
+        assert_eq!(rx.icrc_errors, 0, "{gso:?}: {rx:?}");
+        assert_eq!(rx.icrc_ipv4_id_solved, 0, "{gso:?}: {rx:?}");
+        assert_eq!(rx.rx_truncated_datagrams, 0, "{gso:?}: {rx:?}");
+        if gso == UdpGso::Off {
+            assert_eq!(tx.sent_datagrams, tx.sent_pkts, "{tx:?}");
+            assert_eq!(rx.rcvd_datagrams, rx.rcvd_pkts, "{rx:?}");
+        } else {
+            // Trains of up to 15 packets of 4 KiB (64 KiB).
+            assert!(tx.sent_datagrams * 4 < tx.sent_pkts, "{tx:?}");
+            assert!(rx.rcvd_datagrams * 4 < rx.rcvd_pkts, "{rx:?}");
+        }
     }
 }
 

@@ -312,8 +312,8 @@ impl Worker {
                     break;
                 }
                 for i in 0..n {
-                    if let Some((from, data)) = batch.get(i) {
-                        self.handle_datagram(from, data);
+                    if let Some(p) = batch.get(i) {
+                        self.handle_datagram(p.from, p.ipv4_id, p.data);
                     }
                 }
             }
@@ -328,9 +328,9 @@ impl Worker {
         }
     }
 
-    fn handle_datagram(&mut self, from: SocketAddr, data: &[u8]) {
+    fn handle_datagram(&mut self, from: SocketAddr, ipv4_id: u16, data: &[u8]) {
         let counters = &*self.counters;
-        if !icrc_ok(&mut self.icrc, counters, from, self.ip, data) {
+        if !icrc_ok(&mut self.icrc, counters, from, self.ip, ipv4_id, data) {
             return;
         }
         let Ok(pkt) = wire::parse(data) else {

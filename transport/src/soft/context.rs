@@ -15,19 +15,26 @@ use std::time::Duration;
 use socket2::{SockAddr, Socket};
 
 use super::device::SoftDevice;
-use super::socket::{bind_tx_socket, send_many, RxBatch, SocketError};
+use super::socket::{
+    bind_tx_socket, is_gso_refusal, send_many, RxBatch, SocketError, TxMsg, GSO_MAX_BYTES,
+    RX_GRO_SLOT_BYTES,
+};
 use crate::rc::{CompletionQueueKind, QpCounters, RcConfig, RcEnv, RcQp, RecvQueue, TxPacket};
 use crate::time::{Clock, Timestamp};
 use crate::verbs::{
     AsyncEvent, Cq, Pd, Qp, QpAttr, QpCap, QpInitAttr, QpState, RecvWr, SendOp, SendWr, Srq,
     VerbsError, WorkCompletion, MAX_SGE,
 };
+use crate::wire::icrc_rx::UDP_GSO_MAX_SEGMENTS;
 use crate::wire::{self, IcrcIpInfo, ROCE_V2_UDP_DPORT};
 
 struct TxPath {
     sock: Socket,
     dest: SockAddr,
     icrc: IcrcIpInfo,
+    /// Pack runs of equal-size packets into UDP GSO trains ([`super::UdpGso`]); turned
+    /// off for good when the kernel refuses one.
+    gso: bool,
 }
 
 struct QpSlot {
@@ -95,7 +102,7 @@ impl std::fmt::Debug for Context {
 impl Context {
     pub(crate) fn new(dev: Arc<SoftDevice>, rxq: u32, rx_sock: Socket) -> Self {
         // The device's receive fault layer, if it has one (soft::fault).
-        let rx = RxBatch::with_faults(dev.rx_faults(rxq));
+        let rx = RxBatch::with_slots(RX_GRO_SLOT_BYTES, dev.rx_faults(rxq));
         let rc_config = dev.rc_config();
         Context {
             dev,
@@ -330,7 +337,13 @@ impl Context {
                 udp_sport: sport,
                 udp_dport: ROCE_V2_UDP_DPORT,
             };
-            slot.tx = Some(TxPath { sock, dest, icrc });
+            let gso = self.dev.udp_gso_toward(ah.dest);
+            slot.tx = Some(TxPath {
+                sock,
+                dest,
+                icrc,
+                gso,
+            });
         }
         self.flush_qp(qp.0, false);
         Ok(())
@@ -464,7 +477,17 @@ impl Context {
                     0
                 }
             };
-            if n > 0 {
+            if n > 0 || self.rx.datagrams() > 0 {
+                let counters = self.dev.counters();
+                counters
+                    .rcvd_datagrams
+                    .fetch_add(self.rx.datagrams() as u64, Ordering::Relaxed);
+                let truncated = self.rx.take_truncated();
+                if truncated > 0 {
+                    counters
+                        .rx_truncated_datagrams
+                        .fetch_add(truncated, Ordering::Relaxed);
+                }
                 let now = self.clock.now();
                 for i in 0..n {
                     self.handle_datagram(now, i);
@@ -476,7 +499,7 @@ impl Context {
                 }
             }
             received += n;
-            if n < super::socket::RX_BATCH {
+            if !self.rx.was_full() {
                 break;
             }
         }
@@ -619,11 +642,16 @@ impl Context {
             icrc,
             ..
         } = self;
-        let Some((from, data)) = rx.get(i) else {
+        let Some(super::socket::RxPacket {
+            from,
+            data,
+            ipv4_id,
+        }) = rx.get(i)
+        else {
             return;
         };
         let counters = dev.counters();
-        if !icrc_ok(icrc, counters, from, dev.ip(), data) {
+        if !icrc_ok(icrc, counters, from, dev.ip(), ipv4_id, data) {
             return;
         }
         let pkt = match wire::parse(data) {
@@ -675,6 +703,7 @@ impl Context {
             tx,
             next_timer,
             deferred,
+            icrc,
             ..
         } = self;
         if let Some(i) = deferred.iter().position(|&q| q == qpn) {
@@ -708,14 +737,21 @@ impl Context {
             if tx.is_empty() {
                 break;
             }
-            let Some(path) = &slot.tx else {
+            let Some(path) = &mut slot.tx else {
                 counters
                     .tx_dropped_pkts
                     .fetch_add(tx.len() as u64, Ordering::Relaxed);
                 continue;
             };
-            let (sent, bytes) = send_batch(path, tx.packets());
+            let TxSent {
+                pkts: sent,
+                bytes,
+                datagrams,
+            } = send_batch(path, tx.packets(), icrc, dev);
             counters.sent_pkts.fetch_add(sent as u64, Ordering::Relaxed);
+            counters
+                .sent_datagrams
+                .fetch_add(datagrams as u64, Ordering::Relaxed);
             counters
                 .tx_payload_bytes_zero_copy
                 .fetch_add(bytes, Ordering::Relaxed);
@@ -777,61 +813,162 @@ impl TxQueue {
     }
 }
 
+/// What [`send_batch`] got the kernel to take.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct TxSent {
+    /// Packets.
+    pkts: usize,
+    /// Their payload bytes.
+    bytes: u64,
+    /// Datagrams (a train counts once).
+    datagrams: usize,
+}
+
+/// The runs of `lens` (packet lengths, in order) that leave as one datagram each:
+/// `(first packet, packets, gso_size)` with `gso_size` 0 for a lone packet. With
+/// `gso`, consecutive packets join a train while they are as long as its first (the
+/// segment size), at most one shorter packet ends it, and it stays within
+/// [`UDP_GSO_MAX_SEGMENTS`] packets and [`GSO_MAX_BYTES`].
+fn plan_trains(lens: &[usize], gso: bool, mut each: impl FnMut(usize, usize, u16)) {
+    let mut k = 0;
+    while k < lens.len() {
+        let size = lens[k];
+        let mut m = 1;
+        let mut total = size;
+        if gso {
+            while k + m < lens.len()
+                && m < usize::from(UDP_GSO_MAX_SEGMENTS)
+                && lens[k + m] <= size
+                && total + lens[k + m] <= GSO_MAX_BYTES
+            {
+                total += lens[k + m];
+                m += 1;
+                if lens[k + m - 1] < size {
+                    break;
+                }
+            }
+        }
+        each(k, m, if m > 1 { size as u16 } else { 0 });
+        k += m;
+    }
+}
+
 /// Serializes `pkts` (headers into a stack buffer, payload gathered from registered
-/// memory, pad, ICRC) and sends them with one `sendmmsg`. Returns the packets the
-/// kernel took and their payload bytes.
-fn send_batch(path: &TxPath, pkts: &[TxPacket]) -> (usize, u64) {
-    const PARTS: usize = 3 + crate::rc::payload::MAX_PAYLOAD_SEGMENTS;
+/// memory, pad, ICRC) and sends them with one `sendmmsg`, runs of equal-size packets as
+/// UDP GSO trains when `path.gso` ([`plan_trains`]); segment `i` of a train carries the
+/// ICRC of IPv4 ID `i`, the ID the kernel gives it (IPv6 has no ID). When the kernel
+/// refuses a train ([`is_gso_refusal`]), GSO is turned off on the path (and for the
+/// device's new paths) and the rest goes out as plain datagrams.
+fn send_batch(
+    path: &mut TxPath,
+    pkts: &[TxPacket],
+    ids: &mut IcrcChecker,
+    dev: &SoftDevice,
+) -> TxSent {
+    const PARTS: usize = 4 + crate::rc::payload::MAX_PAYLOAD_SEGMENTS;
     let n = pkts.len().min(TX_BATCH);
     let mut hdrs = [[0u8; 64]; TX_BATCH];
     let mut icrcs = [[0u8; 4]; TX_BATCH];
     let zeros = [0u8; 3];
-    let mut parts: [[&[u8]; PARTS]; TX_BATCH] = [[&[]; PARTS]; TX_BATCH];
-    let mut nparts = [0usize; TX_BATCH];
-    let mut bytes = 0u64;
     let mut hlens = [0usize; TX_BATCH];
+    let mut lens = [0usize; TX_BATCH];
     for (i, pkt) in pkts[..n].iter().enumerate() {
         hlens[i] = pkt.hdr.write(&mut hdrs[i]);
     }
+    // Every packet's parts, back to back, so a train is one run of them.
+    let mut flat: [&[u8]; TX_BATCH * PARTS] = [&[]; TX_BATCH * PARTS];
+    let mut first_part = [0usize; TX_BATCH + 1];
+    let mut k = 0;
     for (i, pkt) in pkts[..n].iter().enumerate() {
-        let hdr: &[u8] = &hdrs[i][..hlens[i]];
-        let mut k = 0;
-        parts[i][k] = hdr;
+        let begin = k;
+        flat[k] = &hdrs[i][..hlens[i]];
         k += 1;
         for seg in pkt.payload.segments() {
-            if k < PARTS - 2 {
-                parts[i][k] = seg;
+            if k - begin < PARTS - 2 {
+                flat[k] = seg;
                 k += 1;
             }
         }
-        parts[i][k] = &zeros[..pkt.hdr.bth.pad_count as usize];
+        flat[k] = &zeros[..pkt.hdr.bth.pad_count as usize];
         k += 1;
-        icrcs[i] = wire::icrc_segments(&path.icrc, &parts[i][..k]).to_le_bytes();
-        nparts[i] = k;
-        bytes += pkt.payload.len() as u64;
+        icrcs[i] = wire::icrc_segments(&path.icrc, &flat[begin..k]).to_le_bytes();
+        lens[i] = flat[begin..k].iter().map(|p| p.len()).sum::<usize>() + 4;
+        k += 1; // the ICRC's place, filled below
+        first_part[i + 1] = k;
     }
-    let mut msgs: [&[&[u8]]; TX_BATCH] = [&[]; TX_BATCH];
-    let mut full: [[&[u8]; PARTS]; TX_BATCH] = [[&[]; PARTS]; TX_BATCH];
-    for i in 0..n {
-        full[i] = parts[i];
-        full[i][nparts[i]] = &icrcs[i];
-    }
-    for i in 0..n {
-        msgs[i] = &full[i][..nparts[i] + 1];
-    }
-    match send_many(&path.sock, &path.dest, &msgs[..n]) {
-        Ok(sent) => {
-            let b = if sent == n {
-                bytes
-            } else {
-                pkts[..sent].iter().map(|p| p.payload.len() as u64).sum()
-            };
-            (sent, b)
+    let v4 = path.icrc.is_ipv4();
+    let mut trains = [(0usize, 0usize, 0u16); TX_BATCH];
+    let mut ntrains = 0;
+    plan_trains(&lens[..n], path.gso, |first, count, gso_size| {
+        trains[ntrains] = (first, count, gso_size);
+        ntrains += 1;
+    });
+    for &(first, count, _) in &trains[..ntrains] {
+        for i in (first + 1..first + count).filter(|_| v4) {
+            let c = u32::from_le_bytes(icrcs[i]) ^ ids.ipv4_id_delta(lens[i], (i - first) as u16);
+            icrcs[i] = c.to_le_bytes();
         }
-        Err(e) => {
-            tracing::debug!("sendmmsg: {e}");
-            (0, 0)
+    }
+    for i in 0..n {
+        flat[first_part[i + 1] - 1] = &icrcs[i];
+    }
+    let mut msgs = [TxMsg {
+        parts: &[],
+        gso_size: 0,
+    }; TX_BATCH];
+    for (m, &(first, count, gso_size)) in msgs.iter_mut().zip(&trains[..ntrains]) {
+        *m = TxMsg {
+            parts: &flat[first_part[first]..first_part[first + count]],
+            gso_size,
+        };
+    }
+    let mut done = 0; // datagrams taken
+    let mut retried = false;
+    while done < ntrains {
+        match send_many(&path.sock, &path.dest, &msgs[done..ntrains]) {
+            Ok(0) => break,
+            Ok(k) => {
+                done += k;
+                // A shortfall is a full buffer, or an error the next call reports:
+                // ask once more to learn which.
+                if done < ntrains && std::mem::replace(&mut retried, true) {
+                    break;
+                }
+            }
+            Err(e) if is_gso_refusal(&e) && msgs[done].gso_size > 0 => {
+                dev.refuse_gso(&e);
+                path.gso = false;
+                // Resend the rest as one datagram per packet (their ICRCs were
+                // computed for IDs 1, 2, ...: recompute for ID 0).
+                let rest = trains[done].0;
+                return add(
+                    TxSent {
+                        pkts: rest,
+                        bytes: pkts[..rest].iter().map(|p| p.payload.len() as u64).sum(),
+                        datagrams: done,
+                    },
+                    send_batch(path, &pkts[rest..n], ids, dev),
+                );
+            }
+            Err(e) => {
+                tracing::debug!("sendmmsg: {e}");
+                break;
+            }
         }
+    }
+    let sent: usize = trains[..done].iter().map(|t| t.1).sum();
+    TxSent {
+        pkts: sent,
+        bytes: pkts[..sent].iter().map(|p| p.payload.len() as u64).sum(),
+        datagrams: done,
+    }
+}
+
+fn add(a: TxSent, b: TxSent) -> TxSent {
+    TxSent {
+        pkts: a.pkts + b.pkts,
+        bytes: a.bytes + b.bytes,
+        datagrams: a.datagrams + b.datagrams,
     }
 }
 
@@ -870,5 +1007,133 @@ impl Hasher for QpnHasher {
     }
     fn write_u32(&mut self, n: u32) {
         self.0 = u64::from(n).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(lens: &[usize], gso: bool) -> Vec<(usize, usize, u16)> {
+        let mut v = Vec::new();
+        plan_trains(lens, gso, |f, c, g| v.push((f, c, g)));
+        v
+    }
+
+    /// A 4 KiB read: its RDMA WRITE and the shorter response SEND leave as one train.
+    #[test]
+    fn a_write_and_its_shorter_response_form_one_train() {
+        assert_eq!(plan(&[4128, 36], true), [(0, 2, 4128)]);
+        assert_eq!(plan(&[4128, 36], false), [(0, 1, 0), (1, 1, 0)]);
+        assert_eq!(plan(&[36], true), [(0, 1, 0)]);
+    }
+
+    /// Only the last packet of a train may be shorter; a longer one starts a new train.
+    #[test]
+    fn unequal_runs_split_where_a_packet_is_longer_or_follows_a_shorter_one() {
+        // WRITE First (RETH) is longer than the Middles: alone, then the Middles.
+        assert_eq!(
+            plan(&[4128, 4112, 4112, 4112, 36, 36], true),
+            [(0, 2, 4128), (2, 3, 4112), (5, 1, 0)]
+        );
+        assert_eq!(plan(&[20, 20, 30, 30], true), [(0, 2, 20), (2, 2, 30)]);
+        assert_eq!(plan(&[30, 20, 20], true), [(0, 2, 30), (2, 1, 0)]);
+    }
+
+    /// The kernel refuses GSO on a socket without UDP checksums (`SO_NO_CHECK`,
+    /// `udp_send_skb`: EINVAL): the train goes out as plain datagrams, each with the
+    /// ICRC of ID 0, nothing is lost, and the path and the device stop trying.
+    #[test]
+    fn a_refused_train_is_resent_as_plain_datagrams_and_gso_turned_off() {
+        use crate::rc::payload::Payload;
+        use crate::wire::{Bth, Deth, IcrcCheck, Opcode, PacketHeaders};
+        let ip: IpAddr = "127.0.0.135".parse().unwrap();
+        let dev = SoftDevice::open(crate::soft::DeviceConfig {
+            udp_gso: crate::soft::UdpGso::All,
+            ..crate::soft::DeviceConfig::new(ip)
+        })
+        .unwrap();
+        let rx = std::net::UdpSocket::bind((ip, 0)).unwrap();
+        rx.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        let peer = rx.local_addr().unwrap();
+        let (sock, sport) = bind_tx_socket(ip, 0xC000).unwrap();
+        const SO_NO_CHECK: libc::c_int = 11;
+        let one: libc::c_int = 1;
+        // SAFETY: setsockopt with a c_int value.
+        let r = unsafe {
+            libc::setsockopt(
+                sock.as_raw_fd(),
+                libc::SOL_SOCKET,
+                SO_NO_CHECK,
+                &one as *const _ as *const libc::c_void,
+                4,
+            )
+        };
+        assert_eq!(r, 0);
+        let info = IcrcIpInfo {
+            src: ip,
+            dst: ip,
+            ipv4_id: 0,
+            udp_sport: sport,
+            udp_dport: peer.port(),
+        };
+        let mut path = TxPath {
+            sock,
+            dest: SockAddr::from(peer),
+            icrc: info,
+            gso: dev.udp_gso_toward(ip),
+        };
+        assert!(path.gso);
+        let pkts: Vec<TxPacket> = (0..3)
+            .map(|psn| TxPacket {
+                hdr: PacketHeaders {
+                    bth: Bth::new(Opcode::UdSendOnly, 1, psn, false),
+                    deth: Some(Deth {
+                        qkey: 0x8001_0000,
+                        src_qp: 1,
+                    }),
+                    reth: None,
+                    aeth: None,
+                    imm: None,
+                    ieth: None,
+                },
+                payload: Payload::empty(),
+            })
+            .collect();
+        let mut ids = IcrcChecker::new();
+        let sent = send_batch(&mut path, &pkts, &mut ids, &dev);
+        assert_eq!(
+            sent,
+            TxSent {
+                pkts: 3,
+                bytes: 0,
+                datagrams: 3
+            }
+        );
+        assert!(!path.gso, "the path stops trying");
+        assert!(!dev.udp_gso_toward(ip), "and so do the device's new paths");
+        let mut check = IcrcChecker::new();
+        for psn in 0..3u8 {
+            let mut buf = [0u8; 256];
+            let n = rx.recv(&mut buf).unwrap();
+            assert_eq!(buf[11], psn, "in order");
+            assert_eq!(check.check(&info, &buf[..n]), IcrcCheck::Exact);
+        }
+    }
+
+    /// A 128 KiB read's WRITE Middles: trains stay within GSO_MAX_BYTES (15 x 4112)
+    /// and UDP_GSO_MAX_SEGMENTS packets.
+    #[test]
+    fn trains_stay_within_the_byte_and_segment_limits() {
+        let t = plan(&[4112; 16], true);
+        assert_eq!(t, [(0, 15, 4112), (15, 1, 0)]);
+        const { assert!(15 * 4112 <= GSO_MAX_BYTES && 16 * 4112 > GSO_MAX_BYTES) };
+        let small = vec![40usize; 150];
+        let t = plan(&small, true);
+        let max = usize::from(UDP_GSO_MAX_SEGMENTS);
+        assert_eq!(
+            t,
+            [(0, max, 40), (max, max, 40), (2 * max, 150 - 2 * max, 40)]
+        );
     }
 }

@@ -35,6 +35,64 @@ pub struct DeviceConfig {
     /// at the first QPN at or after `qpn` in its residue class (tests that reproduce a
     /// restart with the same QPNs). See [`QpnAllocator`].
     pub first_qpn: Option<u32>,
+    /// Toward which peers the QPs send UDP GSO trains (see [`UdpGso`]); default
+    /// [`UdpGso::LocalPeers`], or what `NVMF_SOFT_UDP_GSO` says ([`UdpGso::from_env`]).
+    pub udp_gso: UdpGso,
+}
+
+/// Toward which peers a device's QPs pack consecutive packets into UDP GSO trains
+/// (one `UDP_SEGMENT` datagram that the kernel cuts into packets with IPv4 IDs 0, 1,
+/// 2, ..., each with the ICRC of its ID). The receiver must check each packet with its
+/// real ID: a peer of this project does (it predicts `i` for segment `i`, or solves
+/// for it), and so does Linux rxe (it checks the ICRC against the received header).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum UdpGso {
+    /// Never: one datagram per packet.
+    Off,
+    /// Toward loopback addresses and this device's own address (the kernel hands the
+    /// train to the peer's `UDP_GRO` socket whole, or splits it for another socket).
+    #[default]
+    LocalPeers,
+    /// Toward every peer (over a NIC the kernel or the NIC splits trains).
+    All,
+}
+
+/// The environment variable [`UdpGso::from_env`] reads.
+pub const UDP_GSO_ENV: &str = "NVMF_SOFT_UDP_GSO";
+
+impl UdpGso {
+    /// The setting named by `NVMF_SOFT_UDP_GSO` (`off`, `local` or `all`), for every
+    /// program built on the soft provider; unset: [`UdpGso::LocalPeers`]. Another value
+    /// is reported once (naming the three accepted) and the default used.
+    pub fn from_env() -> Self {
+        let Ok(v) = std::env::var(UDP_GSO_ENV) else {
+            return UdpGso::default();
+        };
+        match v.to_ascii_lowercase().as_str() {
+            "off" => UdpGso::Off,
+            "local" => UdpGso::LocalPeers,
+            "all" => UdpGso::All,
+            _ => {
+                static ONCE: std::sync::Once = std::sync::Once::new();
+                ONCE.call_once(|| {
+                    tracing::warn!(
+                        "{UDP_GSO_ENV}={v:?} is not one of off, local, all: using local \
+                         (UDP GSO trains toward loopback peers only)"
+                    )
+                });
+                UdpGso::default()
+            }
+        }
+    }
+
+    /// Whether a QP of a device on `local` sends trains toward `peer`.
+    pub fn allows(self, local: IpAddr, peer: IpAddr) -> bool {
+        match self {
+            UdpGso::Off => false,
+            UdpGso::LocalPeers => peer.is_loopback() || peer == local,
+            UdpGso::All => true,
+        }
+    }
 }
 
 impl DeviceConfig {
@@ -46,6 +104,7 @@ impl DeviceConfig {
             netdev_mtu: None,
             faults: None,
             first_qpn: None,
+            udp_gso: UdpGso::from_env(),
         }
     }
 }
@@ -69,6 +128,14 @@ pub struct DeviceCounters {
     pub unknown_qp_pkts: AtomicU64,
     /// Packets dropped at send because the socket buffer was full (recovered by RC).
     pub tx_dropped_pkts: AtomicU64,
+    /// Datagrams handed to the kernel: a UDP GSO train counts once, however many
+    /// packets it carries (`sent_pkts` counts those).
+    pub sent_datagrams: AtomicU64,
+    /// Datagrams received from the kernel: a train that UDP GRO coalesced counts once.
+    pub rcvd_datagrams: AtomicU64,
+    /// Received datagrams dropped because they were longer than a receive slot
+    /// (MSG_TRUNC); their packets are recovered by RC retransmission.
+    pub rx_truncated_datagrams: AtomicU64,
     /// Payload bytes sent straight from registered memory (gathered, zero copy).
     pub tx_payload_bytes_zero_copy: AtomicU64,
     /// Payload bytes copied into a staging buffer before sending.
@@ -88,6 +155,9 @@ pub struct DeviceCountersSnapshot {
     pub malformed_pkts: u64,
     pub unknown_qp_pkts: u64,
     pub tx_dropped_pkts: u64,
+    pub sent_datagrams: u64,
+    pub rcvd_datagrams: u64,
+    pub rx_truncated_datagrams: u64,
     pub tx_payload_bytes_zero_copy: u64,
     pub tx_payload_bytes_copied: u64,
     /// Received datagrams the fault layer dropped.
@@ -113,6 +183,9 @@ impl DeviceCounters {
             malformed_pkts: r(&self.malformed_pkts),
             unknown_qp_pkts: r(&self.unknown_qp_pkts),
             tx_dropped_pkts: r(&self.tx_dropped_pkts),
+            sent_datagrams: r(&self.sent_datagrams),
+            rcvd_datagrams: r(&self.rcvd_datagrams),
+            rx_truncated_datagrams: r(&self.rx_truncated_datagrams),
             tx_payload_bytes_zero_copy: r(&self.tx_payload_bytes_zero_copy),
             tx_payload_bytes_copied: r(&self.tx_payload_bytes_copied),
             injected_drops: r(&self.injected.dropped),
@@ -207,6 +280,10 @@ pub struct SoftDevice {
     /// The device's CM agent once started ([`SoftDevice::cm_agent`]); it holds no
     /// reference to the device, so this one keeps no cycle.
     cm_agent: Mutex<Option<CmAgent>>,
+    /// Toward which peers new paths send UDP GSO trains.
+    udp_gso: UdpGso,
+    /// The kernel refused a train on some socket: new paths send plain datagrams.
+    gso_refused: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for SoftDevice {
@@ -354,6 +431,8 @@ impl SoftDevice {
             rx_buffer_bytes,
             rc_config,
             cm_agent: Mutex::new(None),
+            udp_gso: cfg.udp_gso,
+            gso_refused: Default::default(),
         }))
     }
 
@@ -383,6 +462,24 @@ impl SoftDevice {
     pub fn rc_config(&self) -> RcConfig {
         self.rc_config
     }
+    /// Whether a new QP path toward `peer` sends UDP GSO trains: as
+    /// [`DeviceConfig::udp_gso`] allows, unless the kernel refused one already.
+    pub fn udp_gso_toward(&self, peer: IpAddr) -> bool {
+        !self.gso_refused.load(Ordering::Relaxed) && self.udp_gso.allows(self.ip, peer)
+    }
+
+    /// Records that the kernel refused a UDP GSO train (`error`): logs it once per
+    /// device; new paths then send plain datagrams.
+    pub(crate) fn refuse_gso(&self, error: &std::io::Error) {
+        if !self.gso_refused.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                "soft RoCE on {}: the kernel refused a UDP GSO send ({error}); sending one \
+                 datagram per packet from now on (set udp_gso Off to skip the attempt)",
+                self.ip
+            );
+        }
+    }
+
     /// The soft provider's limits ([`SOFT_CAPS`]).
     pub fn caps(&self) -> DeviceCaps {
         SOFT_CAPS

@@ -288,6 +288,8 @@ pub enum Delivery {
 #[derive(Debug)]
 struct Held {
     from: SocketAddr,
+    /// The packet's predicted IPv4 ID ([`super::socket::RxPacket::ipv4_id`]).
+    ipv4_id: u16,
     data: Vec<u8>,
     /// Datagrams still to arrive before it is delivered.
     after: u32,
@@ -303,7 +305,7 @@ pub struct RxFaults {
     counters: Arc<FaultCounters>,
     order: Vec<Delivery>,
     held: Vec<Held>,
-    released: Vec<(SocketAddr, Vec<u8>)>,
+    released: Vec<(SocketAddr, u16, Vec<u8>)>,
     spare: Vec<Vec<u8>>,
 }
 
@@ -321,20 +323,21 @@ impl RxFaults {
         }
     }
 
-    /// Decides the fate of a batch just received: `datagrams` yields each one's source
-    /// (`None`: not an IP source; delivered untouched) and bytes, which a corruption
-    /// changes in place. Afterwards [`Self::delivery`] lists what to deliver. Held
+    /// Decides the fate of a batch just received: `datagrams` yields each packet's source
+    /// (`None`: not an IP source; delivered untouched), predicted IPv4 ID (kept with a
+    /// held packet) and bytes, which a corruption changes in place. A datagram that UDP
+    /// GRO coalesced comes here already split, so each packet has its own fate. Afterwards [`Self::delivery`] lists what to deliver. Held
     /// datagrams whose time is up are delivered at the end, even with an empty batch.
     /// Returns the number of deliveries.
     pub fn apply<'a>(
         &mut self,
-        datagrams: impl Iterator<Item = (Option<SocketAddr>, &'a mut [u8])>,
+        datagrams: impl Iterator<Item = (Option<SocketAddr>, u16, &'a mut [u8])>,
     ) -> usize {
         self.order.clear();
-        for (_, buf) in self.released.drain(..) {
+        for (_, _, buf) in self.released.drain(..) {
             self.spare.push(buf);
         }
-        for (j, (from, data)) in datagrams.enumerate() {
+        for (j, (from, ipv4_id, data)) in datagrams.enumerate() {
             // A datagram without an IP source cannot be held (nor processed later).
             let fate = match from {
                 Some(_) => self.decider.next_fate(),
@@ -363,6 +366,7 @@ impl RxFaults {
                         copy.extend_from_slice(data);
                         self.held.push(Held {
                             from,
+                            ipv4_id,
                             data: copy,
                             after: self.cfg.reorder_depth,
                             since: Instant::now(),
@@ -400,7 +404,7 @@ impl RxFaults {
 
     fn release(&mut self, k: usize) {
         let h = self.held.remove(k);
-        self.released.push((h.from, h.data));
+        self.released.push((h.from, h.ipv4_id, h.data));
         self.order.push(Delivery::Released(self.released.len() - 1));
     }
 
@@ -409,9 +413,12 @@ impl RxFaults {
         self.order.get(i).copied()
     }
 
-    /// A released datagram of the last [`Self::apply`]: source and bytes.
-    pub fn released(&self, k: usize) -> Option<(SocketAddr, &[u8])> {
-        self.released.get(k).map(|(a, d)| (*a, d.as_slice()))
+    /// A released packet of the last [`Self::apply`]: source, predicted IPv4 ID and
+    /// bytes.
+    pub fn released(&self, k: usize) -> Option<(SocketAddr, u16, &[u8])> {
+        self.released
+            .get(k)
+            .map(|(a, id, d)| (*a, *id, d.as_slice()))
     }
 
     /// Datagrams currently held back.
@@ -460,11 +467,11 @@ mod tests {
                     v
                 })
                 .collect();
-            let got = f.apply(bufs.iter_mut().map(|b| (from(), b.as_mut_slice())));
+            let got = f.apply(bufs.iter_mut().map(|b| (from(), 0, b.as_mut_slice())));
             for i in 0..got {
                 match f.delivery(i) {
                     Some(Delivery::Slot(j)) => out.push(bufs[j][0]),
-                    Some(Delivery::Released(r)) => out.push(f.released(r).unwrap().1[0]),
+                    Some(Delivery::Released(r)) => out.push(f.released(r).unwrap().2[0]),
                     None => panic!("delivery {i} of {got} missing"),
                 }
             }
@@ -577,9 +584,9 @@ mod tests {
         let (mut f, _) = layer(cfg);
         let mut one = vec![9u8; 16];
         // Zero hold: released by the same apply that took it.
-        assert_eq!(f.apply(std::iter::once((from(), one.as_mut_slice()))), 1);
+        assert_eq!(f.apply(std::iter::once((from(), 0, one.as_mut_slice()))), 1);
         assert_eq!(f.delivery(0), Some(Delivery::Released(0)));
-        assert_eq!(f.released(0).unwrap().1, &[9u8; 16][..]);
+        assert_eq!(f.released(0).unwrap().2, &[9u8; 16][..]);
         assert_eq!(f.apply(std::iter::empty()), 0);
         assert_eq!(f.held(), 0);
     }
@@ -601,7 +608,7 @@ mod tests {
         assert_eq!(d.flip_bit(&mut []), None);
         let (mut f, c) = layer(cfg);
         let mut p = vec![0u8; 32];
-        assert_eq!(f.apply(std::iter::once((from(), p.as_mut_slice()))), 1);
+        assert_eq!(f.apply(std::iter::once((from(), 0, p.as_mut_slice()))), 1);
         assert_eq!(p.iter().map(|x| x.count_ones()).sum::<u32>(), 1);
         assert_eq!(c.snapshot().corrupted, 1);
     }

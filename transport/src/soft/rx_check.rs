@@ -5,20 +5,23 @@ use std::sync::atomic::Ordering;
 use super::device::DeviceCounters;
 use crate::wire::{IcrcCheck, IcrcChecker, IcrcIpInfo, ROCE_V2_UDP_DPORT};
 
-/// Whether the RoCEv2 datagram `data` from `from` to `local` has a valid ICRC; counts
-/// `icrc_errors` (drop) or `icrc_ipv4_id_solved` (a sender with non-zero IPv4 IDs, e.g.
-/// Linux rxe; see [`crate::wire::icrc_rx`]).
+/// Whether the RoCEv2 packet `data` from `from` to `local` has a valid ICRC, the
+/// sender's kernel having most likely written IPv4 ID `ipv4_id` (0 for a lone datagram,
+/// `i` for segment `i` of a coalesced train: [`super::socket::RxPacket`]); counts
+/// `icrc_errors` (drop) or `icrc_ipv4_id_solved` (a sender with IPv4 IDs other than
+/// predicted, e.g. Linux rxe; see [`crate::wire::icrc_rx`]).
 pub(crate) fn icrc_ok(
     checker: &mut IcrcChecker,
     counters: &DeviceCounters,
     from: SocketAddr,
     local: IpAddr,
+    ipv4_id: u16,
     data: &[u8],
 ) -> bool {
     let info = IcrcIpInfo {
         src: from.ip(),
         dst: local,
-        ipv4_id: 0,
+        ipv4_id,
         udp_sport: from.port(),
         udp_dport: ROCE_V2_UDP_DPORT,
     };

@@ -6,11 +6,17 @@
 //!   poll group owns one socket and allocates QPNs in its residue class, so packets
 //!   land on the thread that owns their QP with no cross-thread hand-off (RSS by QPN,
 //!   as an RNIC does). Over IPv6 they accept UDP checksum 0 (`UDP_NO_CHECK6_RX`), as
-//!   Linux rxe sends it.
+//!   Linux rxe sends it. The poll groups' sockets have `UDP_GRO` on: a UDP GSO train
+//!   (ours, over loopback) arrives as one datagram with its segment size, which
+//!   [`RxBatch`] splits back into packets.
 //! - Send: one unconnected UDP socket per QP bound to `ip:sport`, with the per-QP
 //!   source port (0xC000..=0xFFFF) that gives ECMP its entropy; IPv4 with DF
 //!   (IP_PMTUDISC_DO), which makes Linux write IP ID 0 (an unconnected socket with DF
 //!   does not use the per-socket ID counter), the value the sender's ICRC covers.
+//!   [`send_many`] sends plain datagrams and UDP GSO trains (`UDP_SEGMENT`) mixed in
+//!   one `sendmmsg`; the kernel numbers a train's segments with IDs 0, 1, 2, ...
+//!   (`inet_gso_segment`). The sockets never set `SO_NO_CHECK`/`UDP_NO_CHECK6_TX`,
+//!   which would make the kernel refuse GSO (`udp_send_skb`: EINVAL).
 use std::io;
 use std::mem::{size_of, zeroed};
 use std::net::{IpAddr, SocketAddr};
@@ -28,6 +34,12 @@ const SO_ATTACH_REUSEPORT_CBPF: libc::c_int = 51;
 /// over IPv6 (the ICRC protects the payload). Without it the kernel drops them as
 /// checksum errors (`Udp6InCsumErrors`).
 const UDP_NO_CHECK6_RX: libc::c_int = 102;
+/// `SOL_UDP` option (linux/udp.h): the segment size of a UDP GSO send, per message as
+/// a control message (a `u16`).
+const UDP_SEGMENT: libc::c_int = 103;
+/// `SOL_UDP` option (linux/udp.h): receive coalesced trains as one datagram, with
+/// their segment size in a control message of this type (an `int`).
+const UDP_GRO: libc::c_int = 104;
 const SO_RCVBUFFORCE: libc::c_int = 33;
 const SO_SNDBUFFORCE: libc::c_int = 32;
 
@@ -199,8 +211,8 @@ fn steering_program(rx_queues: u32) -> Vec<libc::sock_filter> {
 }
 
 /// Binds the receive socket group on `ip:4791`: index 0 for QP1, 1..=rx_queues for
-/// the poll groups; on IPv6 each accepts UDP checksum 0 (Linux rxe's RoCEv2 over
-/// IPv6). Fails with [`SocketError::PortInUse`] when another socket holds the port.
+/// the poll groups (with `UDP_GRO`); on IPv6 each accepts UDP checksum 0 (Linux rxe's
+/// RoCEv2 over IPv6). Fails with [`SocketError::PortInUse`] when another socket holds the port.
 pub fn bind_rx_group(ip: IpAddr, rx_queues: u32) -> Result<Vec<Socket>, SocketError> {
     let port = ROCE_V2_UDP_DPORT;
     let addr = SockAddr::from(SocketAddr::new(ip, port));
@@ -219,6 +231,11 @@ pub fn bind_rx_group(ip: IpAddr, rx_queues: u32) -> Result<Vec<Socket>, SocketEr
         if ip.is_ipv6() {
             setsockopt_int(s.as_raw_fd(), libc::SOL_UDP, UDP_NO_CHECK6_RX, 1)
                 .map_err(|e| setup("UDP_NO_CHECK6_RX", e))?;
+        }
+        // The poll groups' sockets (not QP1's, which gets no trains) take UDP GSO trains
+        // whole. Without it (a kernel before 5.0) the kernel splits trains itself.
+        if !socks.is_empty() && setsockopt_int(s.as_raw_fd(), libc::SOL_UDP, UDP_GRO, 1).is_err() {
+            tracing::debug!("UDP_GRO refused on {ip}: trains arrive segmented");
         }
         set_buffer(&s, SO_RCVBUFFORCE, libc::SO_RCVBUF, RX_SOCKET_BUFFER_BYTES);
         s.bind(&addr).map_err(|e| bind_error(ip, port, e))?;
@@ -305,17 +322,59 @@ pub fn bind_plain(ip: IpAddr, port: u16) -> Result<Socket, SocketError> {
 
 /// Maximum datagrams per `recvmmsg` batch.
 pub const RX_BATCH: usize = 32;
-/// Bytes of each receive slot: the largest RoCEv2 packet at MTU 4096 plus headers.
+/// Bytes of a receive slot of a socket without `UDP_GRO` (QP1's): the largest RoCEv2
+/// packet at MTU 4096 plus headers.
 pub const RX_SLOT_BYTES: usize = 4096 + 128;
+/// Bytes of a receive slot of a poll group's socket (`UDP_GRO`): a coalesced train is
+/// up to 64 KiB (GRO stops there; our trains stop at [`GSO_MAX_BYTES`]). Only the
+/// pages a datagram is written to are ever touched.
+pub const RX_GRO_SLOT_BYTES: usize = 64 << 10;
+
+/// One packet of a received batch ([`RxBatch::get`]).
+#[derive(Clone, Copy, Debug)]
+pub struct RxPacket<'a> {
+    /// Source address and UDP port.
+    pub from: SocketAddr,
+    /// The UDP payload: BTH .. ICRC.
+    pub data: &'a [u8],
+    /// The IPv4 ID the sender's kernel wrote if the sender is one of ours: `i` for
+    /// segment `i` of a coalesced train, 0 for a lone datagram (the receive ICRC
+    /// check's prediction, [`crate::wire::icrc_rx`]).
+    pub ipv4_id: u16,
+}
+
+/// Where one packet of the batch lies: `len` bytes at `start` of the buffer, segment
+/// `index` of its datagram.
+#[derive(Clone, Copy, Debug)]
+struct RxSeg {
+    start: u32,
+    len: u32,
+    slot: u16,
+    index: u16,
+}
+
+/// Control-message space of a receive slot: one `UDP_GRO` int (CMSG_SPACE(4) = 24).
+type RxControl = [u64; 4];
 
 /// A batch of receive slots for `recvmmsg`, optionally behind a fault layer
-/// ([`RxFaults`]), which then decides what [`RxBatch::recv`] delivers.
+/// ([`RxFaults`]), which then decides what [`RxBatch::recv`] delivers. Datagrams that
+/// UDP GRO coalesced are split back into their packets (the `UDP_GRO` control message
+/// gives the segment size; all segments are that long except the last), so the fault
+/// layer and the caller see packets, never trains. A datagram longer than its slot
+/// (MSG_TRUNC) is dropped whole and counted ([`RxBatch::take_truncated`]).
 pub struct RxBatch {
+    slot_bytes: usize,
     bufs: Vec<u8>,
     addrs: Vec<libc::sockaddr_storage>,
     iovs: Vec<libc::iovec>,
     hdrs: Vec<libc::mmsghdr>,
+    ctrl: Vec<RxControl>,
+    /// Datagrams the last `recvmmsg` returned.
     count: usize,
+    /// The packets of those datagrams, in order.
+    segs: Vec<RxSeg>,
+    /// Datagrams dropped as truncated since the last [`RxBatch::take_truncated`].
+    truncated: u64,
     /// Headers `0..stale` were written by the kernel (or never set up) and must be
     /// re-initialized before the next `recvmmsg`; the rest are still as set up.
     stale: usize,
@@ -333,54 +392,113 @@ impl Default for RxBatch {
 }
 
 impl RxBatch {
-    /// A batch of [`RX_BATCH`] slots.
+    /// A batch of [`RX_BATCH`] slots of [`RX_SLOT_BYTES`] (a socket without `UDP_GRO`).
     pub fn new() -> Self {
+        Self::with_slots(RX_SLOT_BYTES, None)
+    }
+
+    /// A batch of [`RX_BATCH`] slots of `slot_bytes` each whose datagrams pass through
+    /// `faults` (none: delivered as they are). A poll group's socket, which has
+    /// `UDP_GRO`, needs [`RX_GRO_SLOT_BYTES`].
+    pub fn with_slots(slot_bytes: usize, faults: Option<RxFaults>) -> Self {
         RxBatch {
-            bufs: vec![0u8; RX_BATCH * RX_SLOT_BYTES],
+            slot_bytes,
+            bufs: vec![0u8; RX_BATCH * slot_bytes],
             // SAFETY: sockaddr_storage, iovec and mmsghdr are plain C structs; zero is valid.
             addrs: vec![unsafe { zeroed() }; RX_BATCH],
             iovs: vec![unsafe { zeroed() }; RX_BATCH],
             hdrs: vec![unsafe { zeroed() }; RX_BATCH],
+            ctrl: vec![[0; 4]; RX_BATCH],
             count: 0,
+            // Room for every slot holding a train of the most segments GRO coalesces
+            // (64, `UDP_GRO_CNT_MAX`): the list never grows on the data path.
+            segs: Vec::with_capacity(RX_BATCH * 64),
+            truncated: 0,
             stale: RX_BATCH,
-            faults: None,
-        }
-    }
-
-    /// A batch of [`RX_BATCH`] slots whose datagrams pass through `faults` (none: as
-    /// [`RxBatch::new`]).
-    pub fn with_faults(faults: Option<RxFaults>) -> Self {
-        RxBatch {
             faults: faults.map(Box::new),
-            ..RxBatch::new()
         }
     }
 
-    /// Non-blocking `recvmmsg` into the batch; returns how many datagrams arrived
-    /// (0 when none are waiting). With a fault layer: how many are delivered, which
-    /// may differ either way (drops, duplicates, held datagrams released).
+    /// Non-blocking `recvmmsg` into the batch; returns how many packets arrived
+    /// (0 when none are waiting; a coalesced datagram counts its packets). With a
+    /// fault layer: how many are delivered, which may differ either way (drops,
+    /// duplicates, held packets released).
     pub fn recv(&mut self, fd: RawFd) -> io::Result<usize> {
         let n = self.recv_kernel(fd)?;
+        self.split(n);
         let Self {
             bufs,
             addrs,
-            hdrs,
+            segs,
             faults,
             ..
         } = self;
         let Some(f) = faults.as_deref_mut() else {
-            return Ok(n);
+            return Ok(segs.len());
         };
-        let datagrams = bufs
-            .chunks_exact_mut(RX_SLOT_BYTES)
-            .zip(hdrs.iter())
-            .zip(addrs.iter())
-            .take(n)
-            .map(|((slot, h), a)| {
-                let len = (h.msg_len as usize).min(RX_SLOT_BYTES);
-                (sockaddr_to_std(a), &mut slot[..len])
-            });
-        Ok(f.apply(datagrams))
+        let mut rest: &mut [u8] = bufs;
+        let mut consumed = 0usize;
+        let packets = segs.iter().map(move |s| {
+            let start = s.start as usize;
+            let tail = std::mem::take(&mut rest);
+            let (_, tail) = tail.split_at_mut(start - consumed);
+            let (pkt, tail) = tail.split_at_mut(s.len as usize);
+            rest = tail;
+            consumed = start + s.len as usize;
+            (sockaddr_to_std(&addrs[s.slot as usize]), s.index, pkt)
+        });
+        Ok(f.apply(packets))
+    }
+
+    /// Datagrams the last `recv` took from the kernel (a coalesced train counts once).
+    pub fn datagrams(&self) -> usize {
+        self.count
+    }
+
+    /// Whether the last `recv` filled every slot (more may be waiting).
+    pub fn was_full(&self) -> bool {
+        self.count == RX_BATCH
+    }
+
+    /// Datagrams dropped as longer than a slot (MSG_TRUNC) since the last call.
+    pub fn take_truncated(&mut self) -> u64 {
+        std::mem::take(&mut self.truncated)
+    }
+
+    /// Lists the packets of the `n` datagrams just received.
+    fn split(&mut self, n: usize) {
+        self.segs.clear();
+        for j in 0..n {
+            let h = &self.hdrs[j];
+            if h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0 {
+                self.truncated += 1;
+                continue;
+            }
+            let len = h.msg_len as usize;
+            let gso = if h.msg_hdr.msg_controllen == 0 {
+                0
+            } else {
+                gro_segment_size(&h.msg_hdr)
+            };
+            let start = j * self.slot_bytes;
+            if gso == 0 || gso >= len {
+                self.segs.push(RxSeg {
+                    start: start as u32,
+                    len: len as u32,
+                    slot: j as u16,
+                    index: 0,
+                });
+                continue;
+            }
+            for (index, off) in (0..len).step_by(gso).enumerate() {
+                self.segs.push(RxSeg {
+                    start: (start + off) as u32,
+                    len: gso.min(len - off) as u32,
+                    slot: j as u16,
+                    index: index.min(u16::MAX as usize) as u16,
+                });
+            }
+        }
     }
 
     fn recv_kernel(&mut self, fd: RawFd) -> io::Result<usize> {
@@ -388,16 +506,16 @@ impl RxBatch {
         // the common case when busy polling, touches none).
         for i in 0..self.stale {
             self.iovs[i] = libc::iovec {
-                iov_base: self.bufs[i * RX_SLOT_BYTES..].as_mut_ptr() as *mut libc::c_void,
-                iov_len: RX_SLOT_BYTES,
+                iov_base: self.bufs[i * self.slot_bytes..].as_mut_ptr() as *mut libc::c_void,
+                iov_len: self.slot_bytes,
             };
             let h = &mut self.hdrs[i].msg_hdr;
             h.msg_name = &mut self.addrs[i] as *mut _ as *mut libc::c_void;
             h.msg_namelen = size_of::<libc::sockaddr_storage>() as u32;
             h.msg_iov = &mut self.iovs[i];
             h.msg_iovlen = 1;
-            h.msg_control = std::ptr::null_mut();
-            h.msg_controllen = 0;
+            h.msg_control = self.ctrl[i].as_mut_ptr() as *mut libc::c_void;
+            h.msg_controllen = size_of::<RxControl>();
             h.msg_flags = 0;
             self.hdrs[i].msg_len = 0;
         }
@@ -426,23 +544,48 @@ impl RxBatch {
         Ok(self.count)
     }
 
-    /// Datagram `i` of the last `recv`: source address and bytes. Truncated datagrams
-    /// (MSG_TRUNC) are reported with the bytes that fit; the ICRC check drops them.
-    pub fn get(&self, i: usize) -> Option<(SocketAddr, &[u8])> {
+    /// Packet `i` of the last `recv` (with a fault layer: its `i`-th delivery).
+    pub fn get(&self, i: usize) -> Option<RxPacket<'_>> {
         let i = match self.faults.as_deref() {
             None => i,
             Some(f) => match f.delivery(i)? {
                 Delivery::Slot(j) => j,
-                Delivery::Released(k) => return f.released(k),
+                Delivery::Released(k) => {
+                    let (from, ipv4_id, data) = f.released(k)?;
+                    return Some(RxPacket {
+                        from,
+                        data,
+                        ipv4_id,
+                    });
+                }
             },
         };
-        if i >= self.count {
-            return None;
-        }
-        let len = (self.hdrs[i].msg_len as usize).min(RX_SLOT_BYTES);
-        let addr = sockaddr_to_std(&self.addrs[i])?;
-        Some((addr, &self.bufs[i * RX_SLOT_BYTES..i * RX_SLOT_BYTES + len]))
+        let s = self.segs.get(i)?;
+        let from = sockaddr_to_std(&self.addrs[s.slot as usize])?;
+        let start = s.start as usize;
+        Some(RxPacket {
+            from,
+            data: &self.bufs[start..start + s.len as usize],
+            ipv4_id: s.index,
+        })
     }
+}
+
+/// The segment size of a `UDP_GRO` control message in `h` (0: none).
+fn gro_segment_size(h: &libc::msghdr) -> usize {
+    // SAFETY: the kernel wrote `msg_controllen` bytes of control messages at
+    // `msg_control`, which points into the batch's own buffer.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(h);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_UDP && (*c).cmsg_type == UDP_GRO {
+                let v = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::c_int);
+                return v.max(0) as usize;
+            }
+            c = libc::CMSG_NXTHDR(h, c);
+        }
+    }
+    0
 }
 
 fn sockaddr_to_std(ss: &libc::sockaddr_storage) -> Option<SocketAddr> {
@@ -501,28 +644,55 @@ pub fn send_gather(sock: &Socket, dest: &SockAddr, parts: &[&[u8]]) -> io::Resul
     }
 }
 
-/// Most iovecs of one datagram in [`send_many`].
-const MAX_PARTS: usize = 8;
+/// Most iovecs of one [`send_many`] call, all messages together.
+const MAX_IOVS: usize = 256;
 /// Most datagrams of one [`send_many`] call.
 const MAX_MSGS: usize = 32;
+/// Most UDP payload bytes of one UDP GSO train: the IPv4 total length (65535) less the
+/// IPv4 and UDP headers (`__ip_append_data` with GSO: `IP_MAX_MTU`); IPv6 allows a little
+/// more.
+pub const GSO_MAX_BYTES: usize = 65535 - 20 - 8;
 
-/// Sends up to 32 datagrams to `dest` with one `sendmmsg`, each gathered from its
-/// parts (at most 8), non-blocking. Returns how many the kernel took; the rest (a
-/// full socket buffer) are dropped and left to RC retransmission.
-pub fn send_many(sock: &Socket, dest: &SockAddr, msgs: &[&[&[u8]]]) -> io::Result<usize> {
-    let n = msgs.len().min(MAX_MSGS);
-    if n == 0 {
-        return Ok(0);
-    }
-    let mut iovs = [[libc::iovec {
+/// One datagram of [`send_many`]: gathered from `parts`; with `gso_size` > 0 a UDP GSO
+/// train (`UDP_SEGMENT`) that the kernel cuts into segments of `gso_size` bytes (the
+/// last may be shorter), numbered with IPv4 IDs 0, 1, 2, ...
+#[derive(Clone, Copy, Debug)]
+pub struct TxMsg<'a> {
+    /// The datagram's bytes, in order.
+    pub parts: &'a [&'a [u8]],
+    /// Segment size of a train; 0 for a plain datagram.
+    pub gso_size: u16,
+}
+
+/// Whether `e` is the kernel refusing a UDP GSO send (`udp_send_skb`: EINVAL for a
+/// segment too big for the path or a socket without checksums, EIO for a device
+/// without checksum offload), as opposed to a full buffer or a dead route.
+pub fn is_gso_refusal(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EIO) | Some(libc::EINVAL))
+}
+
+/// Sends up to 32 datagrams to `dest` with one `sendmmsg`, plain ones and UDP GSO
+/// trains mixed (a `UDP_SEGMENT` control message per train), non-blocking. Returns how
+/// many datagrams the kernel took: fewer than given when the socket buffer filled
+/// (EAGAIN/ENOBUFS on the first: 0) or a later one failed, which the next call
+/// reports. Errors other than a full buffer (e.g. [`is_gso_refusal`]) are returned when
+/// the first datagram fails.
+pub fn send_many(sock: &Socket, dest: &SockAddr, msgs: &[TxMsg<'_>]) -> io::Result<usize> {
+    let mut iovs = [libc::iovec {
         iov_base: std::ptr::null_mut(),
         iov_len: 0,
-    }; MAX_PARTS]; MAX_MSGS];
+    }; MAX_IOVS];
     // SAFETY: mmsghdr zeroed is valid.
     let mut hdrs: [libc::mmsghdr; MAX_MSGS] = unsafe { zeroed() };
-    for (i, parts) in msgs[..n].iter().enumerate() {
-        let k = parts.len().min(MAX_PARTS);
-        for (iov, p) in iovs[i].iter_mut().zip(parts.iter()) {
+    // CMSG_SPACE(sizeof(u16)) = 24 bytes per message, 8-byte aligned.
+    let mut ctrl = [[0u64; 3]; MAX_MSGS];
+    let mut used = 0;
+    let mut n = 0;
+    for (i, m) in msgs.iter().take(MAX_MSGS).enumerate() {
+        if used + m.parts.len() > MAX_IOVS {
+            break;
+        }
+        for (iov, p) in iovs[used..].iter_mut().zip(m.parts) {
             *iov = libc::iovec {
                 iov_base: p.as_ptr() as *mut libc::c_void,
                 iov_len: p.len(),
@@ -531,10 +701,29 @@ pub fn send_many(sock: &Socket, dest: &SockAddr, msgs: &[&[&[u8]]]) -> io::Resul
         let h = &mut hdrs[i].msg_hdr;
         h.msg_name = dest.as_ptr() as *mut libc::c_void;
         h.msg_namelen = dest.len();
-        h.msg_iov = iovs[i].as_mut_ptr();
-        h.msg_iovlen = k;
+        h.msg_iov = iovs[used..].as_mut_ptr();
+        h.msg_iovlen = m.parts.len();
+        used += m.parts.len();
+        if m.gso_size > 0 {
+            h.msg_control = ctrl[i].as_mut_ptr() as *mut libc::c_void;
+            // SAFETY: CMSG_SPACE/CMSG_LEN are pure arithmetic.
+            h.msg_controllen = unsafe { libc::CMSG_SPACE(size_of::<u16>() as u32) } as usize;
+            // SAFETY: msg_control points at 24 zeroed, aligned bytes of `ctrl[i]`,
+            // room for one cmsghdr (16) and its u16.
+            unsafe {
+                let c = libc::CMSG_FIRSTHDR(h);
+                (*c).cmsg_level = libc::SOL_UDP;
+                (*c).cmsg_type = UDP_SEGMENT;
+                (*c).cmsg_len = libc::CMSG_LEN(size_of::<u16>() as u32) as usize;
+                std::ptr::write_unaligned(libc::CMSG_DATA(c) as *mut u16, m.gso_size);
+            }
+        }
+        n = i + 1;
     }
-    // SAFETY: every header points at iovecs and buffers alive for the call.
+    if n == 0 {
+        return Ok(0);
+    }
+    // SAFETY: every header points at iovecs, control buffers and data alive for the call.
     let r = unsafe {
         libc::sendmmsg(
             sock.as_raw_fd(),
@@ -599,12 +788,14 @@ mod tests {
             duplicate: 1.0,
             ..FaultConfig::with_seed(1)
         };
-        let mut batch = RxBatch::with_faults(Some(RxFaults::new(cfg, 1, counters.clone())));
+        let mut batch =
+            RxBatch::with_slots(RX_SLOT_BYTES, Some(RxFaults::new(cfg, 1, counters.clone())));
         let mut got = Vec::new();
         for _ in 0..1000 {
             let n = batch.recv(rx.as_raw_fd()).unwrap();
             for i in 0..n {
-                let (a, d) = batch.get(i).unwrap();
+                let p = batch.get(i).unwrap();
+                let (a, d) = (p.from, p.data);
                 assert_eq!(a, from);
                 assert_eq!(d.len(), 40);
                 got.push(d[0]);
@@ -617,5 +808,210 @@ mod tests {
         let want: Vec<u8> = (0..20u8).flat_map(|i| [i, i]).collect();
         assert_eq!(got, want);
         assert_eq!(counters.snapshot().duplicated, 20);
+    }
+}
+
+/// UDP GSO trains over real loopback sockets: how the kernel delivers them to a
+/// `UDP_GRO` socket and to a plain one, and what [`RxBatch`] makes of them.
+#[cfg(test)]
+mod gso_tests {
+    use super::*;
+    use crate::soft::fault::{FaultConfig, FaultCounters};
+    use crate::wire::{IcrcCheck, IcrcChecker, IcrcIpInfo};
+    use std::sync::Arc;
+
+    fn bound(ip: IpAddr) -> Socket {
+        let s = udp_socket(ip).unwrap();
+        s.bind(&SockAddr::from(SocketAddr::new(ip, 0))).unwrap();
+        s
+    }
+
+    fn gro(s: &Socket) {
+        setsockopt_int(s.as_raw_fd(), libc::SOL_UDP, UDP_GRO, 1).unwrap();
+    }
+
+    struct Link {
+        tx: Socket,
+        rx: Socket,
+        dest: SockAddr,
+        info: IcrcIpInfo,
+    }
+
+    fn link(last_octet: u8, rx_gro: bool) -> Link {
+        let ip: IpAddr = format!("127.0.0.{last_octet}").parse().unwrap();
+        let rx = bound(ip);
+        if rx_gro {
+            gro(&rx);
+        }
+        let tx = bound(ip);
+        setsockopt_int(
+            tx.as_raw_fd(),
+            libc::IPPROTO_IP,
+            libc::IP_MTU_DISCOVER,
+            libc::IP_PMTUDISC_DO,
+        )
+        .unwrap();
+        let dest = rx.local_addr().unwrap();
+        let info = IcrcIpInfo {
+            src: ip,
+            dst: ip,
+            ipv4_id: 0,
+            udp_sport: tx.local_addr().unwrap().as_socket().unwrap().port(),
+            udp_dport: dest.as_socket().unwrap().port(),
+        };
+        Link { tx, rx, dest, info }
+    }
+
+    /// Packets of the given lengths (ICRC included), packet `i` filled with `i`, each
+    /// with the ICRC of IPv4 ID `i` (its place in the train), computed as the sender
+    /// does: the ICRC of ID 0 plus the ID's delta.
+    fn train(info: &IcrcIpInfo, lens: &[usize], ids: &mut IcrcChecker) -> Vec<Vec<u8>> {
+        lens.iter()
+            .enumerate()
+            .map(|(i, &len)| {
+                let mut p = vec![i as u8; len - 4];
+                let c = crate::wire::icrc(info, &p) ^ ids.ipv4_id_delta(len, i as u16);
+                p.extend_from_slice(&c.to_le_bytes());
+                p
+            })
+            .collect()
+    }
+
+    fn send_train(l: &Link, pkts: &[Vec<u8>]) {
+        let parts: Vec<&[u8]> = pkts.iter().map(|p| p.as_slice()).collect();
+        let msg = TxMsg {
+            parts: &parts,
+            gso_size: pkts[0].len() as u16,
+        };
+        assert_eq!(send_many(&l.tx, &l.dest, &[msg]).unwrap(), 1);
+    }
+
+    /// Receives until `want` packets (or 2 s) and returns them with their predicted IDs.
+    fn receive(batch: &mut RxBatch, rx: &Socket, want: usize) -> (Vec<(u16, Vec<u8>)>, usize) {
+        let mut got = Vec::new();
+        let mut datagrams = 0;
+        for _ in 0..2000 {
+            let n = batch.recv(rx.as_raw_fd()).unwrap();
+            datagrams += batch.datagrams();
+            for i in 0..n {
+                let p = batch.get(i).unwrap();
+                got.push((p.ipv4_id, p.data.to_vec()));
+            }
+            if got.len() >= want {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        (got, datagrams)
+    }
+
+    /// A 4 KiB read's WRITE and its shorter response SEND as one train: a GRO socket
+    /// gets one datagram, which the batch splits back into the exact packets, and each
+    /// passes the full ICRC check with its predicted ID (its index).
+    #[test]
+    fn a_train_to_a_gro_socket_arrives_whole_and_splits_into_its_packets() {
+        let l = link(131, true);
+        let mut ids = IcrcChecker::new();
+        let pkts = train(&l.info, &[4128, 4128, 4128, 36], &mut ids);
+        send_train(&l, &pkts);
+        let mut batch = RxBatch::with_slots(RX_GRO_SLOT_BYTES, None);
+        let (got, datagrams) = receive(&mut batch, &l.rx, pkts.len());
+        assert_eq!(datagrams, 1, "one coalesced datagram");
+        assert_eq!(got.len(), pkts.len());
+        let mut check = IcrcChecker::new();
+        for (i, ((id, data), want)) in got.iter().zip(&pkts).enumerate() {
+            assert_eq!(*id as usize, i);
+            assert_eq!(data, want, "packet {i}");
+            let info = IcrcIpInfo {
+                ipv4_id: *id,
+                ..l.info
+            };
+            assert_eq!(check.check(&info, data), IcrcCheck::Exact, "packet {i}");
+        }
+    }
+
+    /// To a socket without UDP_GRO the kernel splits the train into datagrams and
+    /// numbers their IPv4 IDs 0, 1, 2, ... (`inet_gso_segment`): solving each
+    /// packet's ID from its ICRC gives exactly its index, so the per-segment ICRCs are
+    /// what a peer that checks the real ID (Linux rxe) needs.
+    #[test]
+    fn a_train_to_a_plain_socket_arrives_as_packets_numbered_from_zero() {
+        let l = link(132, false);
+        let mut ids = IcrcChecker::new();
+        let lens: Vec<usize> = (0..15).map(|_| 4112).chain([1000]).collect();
+        let pkts = train(&l.info, &lens, &mut ids);
+        send_train(&l, &pkts);
+        let mut batch = RxBatch::new();
+        let (got, datagrams) = receive(&mut batch, &l.rx, pkts.len());
+        assert_eq!(datagrams, pkts.len(), "one datagram per packet");
+        let mut check = IcrcChecker::new();
+        for (i, ((id, data), want)) in got.iter().zip(&pkts).enumerate() {
+            assert_eq!(*id, 0, "lone datagrams are predicted ID 0");
+            assert_eq!(data, want);
+            let r = check.check(&l.info, data);
+            let want = if i == 0 {
+                IcrcCheck::Exact
+            } else {
+                IcrcCheck::SolvedIpv4Id(i as u16)
+            };
+            assert_eq!(r, want, "packet {i}");
+        }
+    }
+
+    /// A coalesced datagram longer than the slot is counted and dropped whole, never
+    /// delivered cut short.
+    #[test]
+    fn a_train_longer_than_the_slot_is_counted_as_truncated() {
+        let l = link(133, true);
+        let mut ids = IcrcChecker::new();
+        let pkts = train(&l.info, &[4128, 4128], &mut ids);
+        send_train(&l, &pkts);
+        // A lone packet after it still arrives.
+        send_train(&l, &pkts[..1]);
+        let mut batch = RxBatch::with_slots(RX_SLOT_BYTES, None);
+        let (got, datagrams) = receive(&mut batch, &l.rx, 1);
+        assert_eq!(datagrams, 2);
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].1, pkts[0]);
+        assert_eq!(batch.take_truncated(), 1);
+        assert_eq!(batch.take_truncated(), 0);
+    }
+
+    /// The fault layer decides per packet, not per coalesced datagram: with half the
+    /// packets dropped, some of one train arrive and some do not, each delivered one
+    /// keeping its predicted ID.
+    #[test]
+    fn the_fault_layer_drops_single_packets_of_a_train() {
+        let l = link(134, true);
+        let mut ids = IcrcChecker::new();
+        let pkts = train(&l.info, &[1024; 40], &mut ids);
+        send_train(&l, &pkts);
+        let counters = Arc::new(FaultCounters::default());
+        let cfg = FaultConfig {
+            loss: 0.5,
+            ..FaultConfig::with_seed(7)
+        };
+        let mut batch = RxBatch::with_slots(
+            RX_GRO_SLOT_BYTES,
+            Some(RxFaults::new(cfg, 1, counters.clone())),
+        );
+        let mut got = Vec::new();
+        for _ in 0..2000 {
+            let n = batch.recv(l.rx.as_raw_fd()).unwrap();
+            for i in 0..n {
+                let p = batch.get(i).unwrap();
+                got.push((p.ipv4_id, p.data.to_vec()));
+            }
+            if batch.datagrams() > 0 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        let dropped = counters.snapshot().dropped as usize;
+        assert_eq!(got.len() + dropped, pkts.len());
+        assert!(dropped > 5 && got.len() > 5, "{dropped} dropped");
+        for (id, data) in &got {
+            assert_eq!(data, &pkts[*id as usize]);
+        }
     }
 }

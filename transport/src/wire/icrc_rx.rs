@@ -5,8 +5,10 @@
 //! never the IP header, so the receiver does not know the ID the sender wrote:
 //!
 //! - our own sender writes 0: Linux gives a DF packet of an unconnected UDP socket the
-//!   ID 0 (`ip_select_ident_segs`), so 0 is tried first, and then the check has its
-//!   full 32-bit strength;
+//!   ID 0 (`ip_select_ident_segs`), and numbers the segments of a UDP GSO train from
+//!   it 0, 1, 2, ... (`inet_gso_segment`); so the receiver tries the predicted ID first
+//!   (0 for a lone datagram, `i` for segment `i` of a datagram that UDP GRO coalesced),
+//!   and then the check has its full 32-bit strength;
 //! - Linux rdma_rxe writes `__ip_select_ident` values: a per-destination counter that
 //!   jumps by a random amount after idle periods, so it cannot be predicted.
 //!
@@ -20,10 +22,13 @@
 //! What this costs: an intact packet always passes; a corrupted packet whose damage
 //! happens to look like an ID change passes with probability about 2^-16 instead of
 //! 2^-32 (every single-bit error is still caught). To keep the full check for senders
-//! that write ID 0 (our own peers), the checker learns per source address: once
-//! [`ZERO_ID_SENDER_AFTER`] packets in a row from a source matched with ID 0 and none
-//! ever needed a solved ID, that source is a zero-ID sender and only exact matches are
-//! accepted from it. A sender that numbers its packets (rxe) essentially never writes
+//! that write predictable IDs (our own peers), the checker learns per source address:
+//! once [`ZERO_ID_SENDER_AFTER`] packets in a row from a source matched their predicted
+//! ID and none ever needed a solved ID of [`UDP_GSO_MAX_SEGMENTS`] or more, that source
+//! is settled: from it only the predicted ID, or a solved ID below
+//! [`UDP_GSO_MAX_SEGMENTS`] (a segment of a train that arrived apart from the segments
+//! before it: a NIC without GRO, or GRO that coalesced only part of a train), is
+//! accepted, a check of about 32 - 6 = 26 bits in that rare case. A sender that numbers its packets (rxe) essentially never writes
 //! ID 0 that many times in a row. On Ethernet the link FCS has already dropped frames
 //! damaged on the wire, so the ICRC's remaining job is end to end; we accept the weaker
 //! bound for numbering senders rather than read every packet twice through a raw socket
@@ -59,24 +64,58 @@ impl IcrcCheck {
     }
 }
 
+/// The 16 raw ID-bit deltas for one packet length: `bits[b]` is what flipping IPv4 ID
+/// bit `b` does to the ICRC when `n` bytes are hashed after the ID (CRC-32 is affine,
+/// so the delta of any ID is the XOR of its bits' deltas). Used both to solve for an
+/// unknown ID ([`IdBasis`]) and, on transmit, to give segment `i` of a UDP GSO train
+/// the ICRC of ID `i` without hashing the packet twice ([`IcrcChecker::ipv4_id_delta`]).
+#[derive(Clone, Debug)]
+struct IdDeltas {
+    bits: [u32; 16],
+}
+
+impl IdDeltas {
+    /// The deltas for `n` bytes hashed after the ID.
+    fn new(n: usize) -> Self {
+        let zeros = vec![0u8; n + 2];
+        let base = crc32fast::hash(&zeros);
+        let mut msg = zeros;
+        let mut bits = [0u32; 16];
+        for (bit, d) in bits.iter_mut().enumerate() {
+            msg[..2].copy_from_slice(&(1u16 << bit).to_be_bytes());
+            *d = crc32fast::hash(&msg) ^ base;
+        }
+        IdDeltas { bits }
+    }
+
+    /// What ID `id` (instead of 0) changes in the ICRC.
+    fn delta(&self, id: u16) -> u32 {
+        let mut d = 0;
+        let mut rest = id;
+        while rest != 0 {
+            d ^= self.bits[rest.trailing_zeros() as usize];
+            rest &= rest - 1;
+        }
+        d
+    }
+}
+
 /// A row-reduced basis of the 16 ID-bit deltas for one packet length: `(vector, ID bits
-/// that produce it, pivot bit)`.
+/// that produce it, pivot bit)`, with the raw deltas it was built from.
 #[derive(Clone, Debug)]
 struct IdBasis {
+    deltas: IdDeltas,
     rows: Vec<(u32, u16, u32)>,
 }
 
 impl IdBasis {
     /// Basis for `n` bytes hashed after the ID.
     fn new(n: usize) -> Self {
-        let zeros = vec![0u8; n + 2];
-        let base = crc32fast::hash(&zeros);
-        let mut msg = zeros;
+        let deltas = IdDeltas::new(n);
         let mut rows: Vec<(u32, u16, u32)> = Vec::with_capacity(16);
-        for bit in 0..16u32 {
+        for (bit, &raw) in deltas.bits.iter().enumerate() {
             let id = 1u16 << bit;
-            msg[..2].copy_from_slice(&id.to_be_bytes());
-            let mut v = crc32fast::hash(&msg) ^ base;
+            let mut v = raw;
             let mut combo = id;
             for &(rv, rc, pivot) in &rows {
                 if v & pivot != 0 {
@@ -96,7 +135,7 @@ impl IdBasis {
                 rows.push((v, combo, pivot));
             }
         }
-        IdBasis { rows }
+        IdBasis { deltas, rows }
     }
 
     /// The ID whose deltas sum to `target`, if any.
@@ -112,7 +151,13 @@ impl IdBasis {
     }
 }
 
-/// Consecutive exact (ID 0) matches after which a source that never needed a solved ID
+/// Most segments in one of our UDP GSO trains (the kernel allows `UDP_MAX_SEGMENTS`,
+/// 64 or 128 depending on its version): the IPv4 IDs our trains use are `0..` this,
+/// which the receive check accepts from settled sources when they are not the
+/// predicted one.
+pub const UDP_GSO_MAX_SEGMENTS: u16 = 64;
+
+/// Consecutive exact (predicted ID) matches after which a source that never needed a solved ID
 /// is taken to be a zero-ID sender, from which only exact matches are accepted.
 pub const ZERO_ID_SENDER_AFTER: u32 = 8;
 /// Sources remembered at most; the table is cleared when full (learning starts again).
@@ -145,8 +190,10 @@ impl IcrcChecker {
     }
 
     /// Checks the ICRC of a received UDP payload (BTH .. ICRC). `ip` gives the
-    /// addresses and ports the socket reported; its `ipv4_id` is tried first (0 for our
-    /// own peers). For IPv4 packets that do not match it, the ID is solved for.
+    /// addresses and ports the socket reported; its `ipv4_id` is the predicted ID,
+    /// tried first (0 for a lone datagram, `i` for segment `i` of a GRO datagram). For
+    /// IPv4 packets that do not match it, the ID is solved for (see the module docs for
+    /// which solved IDs a settled source may use).
     pub fn check(&mut self, ip: &IcrcIpInfo, udp_payload_with_icrc: &[u8]) -> IcrcCheck {
         let Some((body, stored)) = stored_icrc(udp_payload_with_icrc) else {
             return IcrcCheck::Bad;
@@ -174,21 +221,43 @@ impl IcrcChecker {
             }
             return IcrcCheck::Exact;
         }
-        if !sender.numbers_packets && sender.exact_run >= ZERO_ID_SENDER_AFTER {
-            return IcrcCheck::Bad;
-        }
+        let settled = !sender.numbers_packets && sender.exact_run >= ZERO_ID_SENDER_AFTER;
         // Bytes hashed after the ID: the rest of the IPv4 header, the UDP header, the
         // payload without the ICRC.
         let n = INPUT_BEFORE_PAYLOAD_V4 + udp_payload_with_icrc.len() - ICRC_LEN - ID_END_IN_INPUT;
         let basis = self.bases.entry(n).or_insert_with(|| IdBasis::new(n));
-        match basis.solve(computed ^ stored) {
-            Some(delta) => {
-                sender.numbers_packets = true;
-                sender.exact_run = 0;
-                IcrcCheck::SolvedIpv4Id(ip.ipv4_id ^ delta)
-            }
-            None => IcrcCheck::Bad,
+        let Some(id) = basis.solve(computed ^ stored).map(|d| ip.ipv4_id ^ d) else {
+            return IcrcCheck::Bad;
+        };
+        if id < UDP_GSO_MAX_SEGMENTS {
+            // A segment of one of our trains that arrived apart from the segments
+            // before it (a NIC without GRO, a partly coalesced train): accepted, and it
+            // says nothing about whether the source numbers its packets.
+            return IcrcCheck::SolvedIpv4Id(id);
         }
+        if settled {
+            return IcrcCheck::Bad;
+        }
+        sender.numbers_packets = true;
+        sender.exact_run = 0;
+        IcrcCheck::SolvedIpv4Id(id)
+    }
+
+    /// What IPv4 ID `id` instead of 0 changes in the ICRC of a packet whose UDP payload
+    /// (BTH .. ICRC) is `udp_payload_len_with_icrc` bytes: the sender of a UDP GSO train
+    /// computes each segment's ICRC with ID 0 and XORs this for segment `id` (the
+    /// kernel numbers the segments 0, 1, 2, ...). Shares the per-length cache of the
+    /// receive check.
+    pub fn ipv4_id_delta(&mut self, udp_payload_len_with_icrc: usize, id: u16) -> u32 {
+        if id == 0 {
+            return 0;
+        }
+        let n = INPUT_BEFORE_PAYLOAD_V4 + udp_payload_len_with_icrc - ICRC_LEN - ID_END_IN_INPUT;
+        self.bases
+            .entry(n)
+            .or_insert_with(|| IdBasis::new(n))
+            .deltas
+            .delta(id)
     }
 }
 
@@ -306,6 +375,43 @@ mod tests {
             IcrcCheck::SolvedIpv4Id(0x55),
             "another source"
         );
+    }
+
+    /// Segment `i` of a GSO train carries the ICRC of ID `i`: the sender's shortcut
+    /// (ICRC of ID 0 plus [`IcrcChecker::ipv4_id_delta`]) equals hashing with ID `i`,
+    /// and the receiver's prediction `i` checks it exactly. A settled source may still
+    /// send a lone packet with a small ID (a segment the network did not coalesce), but
+    /// not one that looks like a large ID.
+    #[test]
+    fn train_segments_use_their_index_as_id() {
+        let mut c = IcrcChecker::new();
+        for len in [36, 1040, 4128] {
+            for id in [1u16, 2, 7, 15, 63] {
+                let body = &packet(0, len)[..len];
+                let shortcut = icrc(&info(0), body) ^ c.ipv4_id_delta(len + ICRC_LEN, id);
+                assert_eq!(shortcut, icrc(&info(id), body), "len {len} id {id}");
+            }
+        }
+        let mut c = IcrcChecker::new();
+        for _ in 0..ZERO_ID_SENDER_AFTER {
+            assert_eq!(c.check(&info(0), &packet(0, 200)), IcrcCheck::Exact);
+        }
+        assert_eq!(c.check(&info(3), &packet(3, 200)), IcrcCheck::Exact);
+        assert_eq!(
+            c.check(&info(0), &packet(3, 200)),
+            IcrcCheck::SolvedIpv4Id(3)
+        );
+        let last = UDP_GSO_MAX_SEGMENTS - 1;
+        assert_eq!(
+            c.check(&info(0), &packet(last, 200)),
+            IcrcCheck::SolvedIpv4Id(last)
+        );
+        assert_eq!(
+            c.check(&info(0), &packet(UDP_GSO_MAX_SEGMENTS, 200)),
+            IcrcCheck::Bad
+        );
+        // Still settled: exact matches keep the fast path.
+        assert_eq!(c.check(&info(0), &packet(0, 200)), IcrcCheck::Exact);
     }
 
     /// Every RoCEv2 packet Linux rxe sent in the IPv4 reference capture passes with the
