@@ -87,9 +87,10 @@ impl<P: Provider> NvmeRdmaQueue<P> {
         };
         let core = QueueCore::new(&cfg, mem, &mw_keys)?;
         let depth32 = u32::from(cfg.depth);
-        // Per command at most: bind, SEND, local invalidate; plus a receive.
+        let sq_wrs = super::core::send_queue_wrs(cfg.depth);
+        // Every send queue entry and every receive may complete at once.
         let cq = ctx
-            .create_cq(depth32 * 4 + 16)
+            .create_cq(sq_wrs + depth32 + 16)
             .map_err(|e| device_err(qid, "create CQ", e))?;
         let init = QpInitAttr {
             pd,
@@ -97,7 +98,7 @@ impl<P: Provider> NvmeRdmaQueue<P> {
             recv_cq: cq,
             srq: None,
             cap: QpCap {
-                max_send_wr: depth32 * 3,
+                max_send_wr: sq_wrs,
                 max_recv_wr: depth32,
                 max_send_sge: 2,
                 max_recv_sge: 1,

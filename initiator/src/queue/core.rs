@@ -84,6 +84,9 @@ struct Slot {
     /// Capsule SENDs posted from this slot and not completed yet: a command's slot is
     /// reused without waiting for them (see the module docs), a runt's is not.
     unacked_sends: u32,
+    /// Of those, the SENDs of commands that have already completed (the oldest ones:
+    /// the send queue completes in order).
+    lingering_sends: u32,
 }
 
 /// The sans-IO queue: see the module docs.
@@ -114,7 +117,22 @@ pub struct QueueCore {
     peer_gone: bool,
     /// Deferred ACKs were asked for (see [`Submission::turns_on_deferred_acks`]).
     defer_acks: bool,
+    /// SENDs of completed commands not yet completed themselves (sum of the slots'
+    /// `lingering_sends`). Fewer than [`QueueCore::depth`] of them when a command is
+    /// submitted: that bounds the send queue (see [`send_queue_wrs`]).
+    lingering_sends: u32,
     actions: VecDeque<Action>,
+}
+
+/// Send queue entries a queue of `depth` command slots needs: up to 3 WRs (memory
+/// window bind, capsule SEND, Local Invalidate) per command in flight, plus, since a
+/// command completes on its response without waiting for its SEND's completion, up to
+/// `depth` completed commands whose bind and SEND the send queue still holds (it
+/// completes in order, so a SEND whose RC ACK is late holds everything after it).
+/// [`QueueCore`] refuses submissions ([`QueueError::Full`]) while `depth` such SENDs
+/// linger, so the send queue never overflows.
+pub fn send_queue_wrs(depth: u16) -> u32 {
+    5 * u32::from(depth)
 }
 
 impl QueueCore {
@@ -145,6 +163,7 @@ impl QueueCore {
                     state: SlotState::Free,
                     in_free_list: true,
                     unacked_sends: 0,
+                    lingering_sends: 0,
                 })
                 .collect(),
             free: (0..cfg.depth).collect(),
@@ -158,6 +177,7 @@ impl QueueCore {
             disconnected: false,
             peer_gone: false,
             defer_acks: false,
+            lingering_sends: 0,
             actions: VecDeque::new(),
         })
     }
@@ -251,7 +271,7 @@ impl QueueCore {
             });
         }
         let in_sq = (self.sq_tail + self.sq_size - self.sq_head) % self.sq_size;
-        if in_sq + 1 >= self.sq_size {
+        if in_sq + 1 >= self.sq_size || self.lingering_sends >= u32::from(self.depth()) {
             return Err(QueueError::Full);
         }
         Ok(())
@@ -584,6 +604,10 @@ impl QueueCore {
             WrKind::Send => {
                 if let Some(slot) = self.slots.get_mut(index) {
                     slot.unacked_sends = slot.unacked_sends.saturating_sub(1);
+                    if slot.lingering_sends > 0 {
+                        slot.lingering_sends -= 1;
+                        self.lingering_sends -= 1;
+                    }
                     if matches!(slot.state, SlotState::RawSend) && slot.unacked_sends == 0 {
                         self.release(index as u16);
                     }
@@ -740,6 +764,10 @@ impl QueueCore {
             return;
         };
         debug_assert!(key.is_none());
+        // Its SEND may still wait for its RC ACK: the slot is free, the send queue
+        // entry is not (see `send_queue_wrs`).
+        self.lingering_sends += slot.unacked_sends - slot.lingering_sends;
+        slot.lingering_sends = slot.unacked_sends;
         self.outstanding -= 1;
         self.release(cid);
         let status = cqe.status();

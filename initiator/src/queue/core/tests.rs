@@ -394,6 +394,41 @@ fn the_response_completes_a_command_without_waiting_for_its_send_completion() {
 }
 
 #[test]
+fn lingering_sends_bound_the_send_queue() {
+    // Commands complete on their responses while their SENDs wait for RC ACKs: after
+    // `depth` such SENDs the queue refuses submissions (Full, try later) so the send
+    // queue (`send_queue_wrs`) cannot overflow; one SEND completion lets one more in.
+    let mut c = io_core();
+    let mut out = Vec::new();
+    let depth = c.depth();
+    assert_eq!(send_queue_wrs(depth), 5 * u32::from(depth));
+    for i in 0..depth {
+        let a = read(&mut c, 4096);
+        let key = c.window_key(a).unwrap();
+        response(
+            &mut c,
+            i % 8,
+            Cqe::success(a, 1, (i + 1) % 8),
+            Some(key),
+            &mut out,
+        );
+        assert_eq!(out.len(), usize::from(i) + 1);
+        let _ = actions(&mut c);
+    }
+    assert_eq!(c.outstanding(), 0);
+    assert!(!c.can_submit());
+    assert!(matches!(
+        c.submit(Sqe::flush(0, 1), DataDir::None),
+        Err(QueueError::Full)
+    ));
+    // The oldest SEND completes (in order: the first command's slot).
+    let first = out[0].cid;
+    send_done(&mut c, first, &mut out);
+    assert!(c.can_submit());
+    assert!(c.submit(Sqe::flush(0, 1), DataDir::None).is_ok());
+}
+
+#[test]
 fn a_runt_slot_waits_for_its_send_completion() {
     let mut c = io_core();
     let mut out = Vec::new();
