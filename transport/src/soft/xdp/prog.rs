@@ -201,7 +201,10 @@ mod tests {
         }
         let ld = p.iter().position(|i| i.code == LD_DW_IMM).unwrap();
         assert_eq!((p[ld].regs, p[ld].imm), (1 | (BPF_PSEUDO_MAP_FD << 4), 7));
-        assert_eq!((p[ld + 3].code, p[ld + 3].imm), (CALL, BPF_FUNC_REDIRECT_MAP));
+        assert_eq!(
+            (p[ld + 3].code, p[ld + 3].imm),
+            (CALL, BPF_FUNC_REDIRECT_MAP)
+        );
     }
 
     #[test]

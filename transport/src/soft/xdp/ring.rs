@@ -110,6 +110,13 @@ impl<T: Copy> Ring<T> {
         unsafe { (*self.producer).store(self.cached_producer, Ordering::Release) }
     }
 
+    /// Entries submitted that the kernel has not consumed yet.
+    pub fn unconsumed(&mut self) -> u32 {
+        // SAFETY: valid for the life of the ring.
+        self.cached_consumer = unsafe { (*self.consumer).load(Ordering::Acquire) };
+        entries_ready(self.cached_producer, self.cached_consumer)
+    }
+
     // Consumer side (RX, completion).
 
     /// Entries ready to read, re-reading the kernel's producer index when the cache is
@@ -185,11 +192,13 @@ mod tests {
             assert_eq!(rx.ready(), 0, "nothing is visible before submit");
             tx.submit(3);
             assert_eq!(tx.free(4), 1, "the consumer has not released yet");
+            assert_eq!(tx.unconsumed(), 3);
             assert_eq!(rx.ready(), 3);
             let got: Vec<u64> = (0..3).map(|i| rx.read(i)).collect();
             assert_eq!(got, vec![round * 10, round * 10 + 1, round * 10 + 2]);
             rx.release(3);
             assert_eq!(rx.ready(), 0);
+            assert_eq!(tx.unconsumed(), 0);
         }
         assert_eq!(f.producer.load(Ordering::Relaxed), start.wrapping_add(9));
         assert_eq!(f.consumer.get_mut(), &start.wrapping_add(9));

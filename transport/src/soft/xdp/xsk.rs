@@ -61,6 +61,13 @@ pub struct XskCounters {
     pub tx_full: u64,
 }
 
+impl XskCounters {
+    /// Transmit wake-ups (`sendto`) per frame sent.
+    pub fn kicks_per_frame(&self) -> f64 {
+        self.tx_kicks as f64 / self.tx_frames.max(1) as f64
+    }
+}
+
 /// Why an XSK could not be opened or used.
 #[derive(Debug, thiserror::Error)]
 pub enum XskError {
@@ -493,9 +500,10 @@ impl Xsk {
     }
 
     /// Tells the kernel to transmit what [`Xsk::send`] queued (a `sendto`, when the
-    /// TX ring asks for a wake-up, as it always does in copy mode).
+    /// TX ring asks for a wake-up, as it always does in copy mode); no system call
+    /// when the kernel has taken every queued descriptor already.
     pub fn kick(&mut self) {
-        if self.tx.flags() & libc::XDP_RING_NEED_WAKEUP != 0 {
+        if self.tx.unconsumed() > 0 && self.tx.flags() & libc::XDP_RING_NEED_WAKEUP != 0 {
             self.counters.tx_kicks += 1;
             // SAFETY: sendto with no data on our own socket: a wake-up only.
             unsafe {
