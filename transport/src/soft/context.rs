@@ -16,6 +16,8 @@ use socket2::{SockAddr, Socket};
 
 use super::device::SoftDevice;
 use super::socket::{bind_tx_socket, send_many, RxBatch, SocketError};
+use super::xdp::frame::{self, FrameEnds};
+use super::xdp::XdpQueue;
 use crate::rc::{CompletionQueueKind, QpCounters, RcConfig, RcEnv, RcQp, RecvQueue, TxPacket};
 use crate::time::{Clock, Timestamp};
 use crate::verbs::{
@@ -25,9 +27,15 @@ use crate::verbs::{
 use crate::wire::{self, IcrcIpInfo, ROCE_V2_UDP_DPORT};
 
 struct TxPath {
-    sock: Socket,
-    dest: SockAddr,
+    via: TxVia,
     icrc: IcrcIpInfo,
+}
+
+/// How a QP's packets leave: its UDP send socket, or as frames through the poll
+/// group's XSK ([`crate::soft::xdp::PacketPath::AfXdp`]).
+enum TxVia {
+    Udp { sock: Socket, dest: SockAddr },
+    Xdp(FrameEnds),
 }
 
 struct QpSlot {
@@ -81,7 +89,17 @@ pub struct Context {
     next_timer: Option<Timestamp>,
     /// Receive ICRC checker (caches per-length tables for senders with IPv4 IDs).
     icrc: IcrcChecker,
+    /// The AF_XDP path's XSK, when the device has one: received from first, the UDP
+    /// socket (packets the XDP program passed: another poll group's queue, faults)
+    /// only every [`UDP_POLL_EVERY`] rounds.
+    xdp: Option<XdpQueue>,
+    /// Rounds since the UDP socket was last polled (AF_XDP path).
+    rounds_since_udp: u32,
 }
+
+/// With the AF_XDP path, the UDP receive socket is polled once in this many rounds of
+/// [`Context::progress`] (a system call each), the XSK every round (none).
+pub const UDP_POLL_EVERY: u32 = 32;
 
 impl std::fmt::Debug for Context {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -93,7 +111,12 @@ impl std::fmt::Debug for Context {
 }
 
 impl Context {
-    pub(crate) fn new(dev: Arc<SoftDevice>, rxq: u32, rx_sock: Socket) -> Self {
+    pub(crate) fn new(
+        dev: Arc<SoftDevice>,
+        rxq: u32,
+        rx_sock: Socket,
+        xdp: Option<XdpQueue>,
+    ) -> Self {
         // The device's receive fault layer, if it has one (soft::fault).
         let rx = RxBatch::with_faults(dev.rx_faults(rxq));
         let rc_config = dev.rc_config();
@@ -116,6 +139,8 @@ impl Context {
             defer_transmit: false,
             next_timer: None,
             icrc: IcrcChecker::new(),
+            xdp,
+            rounds_since_udp: 0,
         }
     }
 
@@ -318,11 +343,29 @@ impl Context {
                 let fl = (qp.0 as u64 * dest_qpn as u64) as u32;
                 wire::udp_sport_from_flow_label(fl ^ (fl >> 20))
             };
-            let (sock, sport) = bind_tx_socket(ip, want).map_err(|e| match e {
-                SocketError::OpenFiles(n) => VerbsError::OpenFiles(n),
-                _ => VerbsError::NoResources("UDP source port"),
-            })?;
-            let dest = SockAddr::from(SocketAddr::new(ah.dest, ROCE_V2_UDP_DPORT));
+            let (via, sport) = match self.dev.xdp() {
+                Some(x) => {
+                    let dst_mac = x.peer_mac(ah.dest).map_err(|e| {
+                        tracing::error!("QP {:#x}: {e}", qp.0);
+                        VerbsError::NoResources("the peer's MAC address (see the log)")
+                    })?;
+                    let ends = FrameEnds {
+                        src_mac: x.src_mac,
+                        dst_mac,
+                        src: SocketAddr::new(ip, want),
+                        dst: SocketAddr::new(ah.dest, ROCE_V2_UDP_DPORT),
+                    };
+                    (TxVia::Xdp(ends), want)
+                }
+                None => {
+                    let (sock, sport) = bind_tx_socket(ip, want).map_err(|e| match e {
+                        SocketError::OpenFiles(n) => VerbsError::OpenFiles(n),
+                        _ => VerbsError::NoResources("UDP source port"),
+                    })?;
+                    let dest = SockAddr::from(SocketAddr::new(ah.dest, ROCE_V2_UDP_DPORT));
+                    (TxVia::Udp { sock, dest }, sport)
+                }
+            };
             let icrc = IcrcIpInfo {
                 src: ip,
                 dst: ah.dest,
@@ -330,7 +373,7 @@ impl Context {
                 udp_sport: sport,
                 udp_dport: ROCE_V2_UDP_DPORT,
             };
-            slot.tx = Some(TxPath { sock, dest, icrc });
+            slot.tx = Some(TxPath { via, icrc });
         }
         self.flush_qp(qp.0, false);
         Ok(())
@@ -455,6 +498,21 @@ impl Context {
     /// `progress`; with `defer`, what the received packets call for is not transmitted
     /// but their QPs are queued on `deferred` (their completions are collected).
     fn progress_inner(&mut self, defer: bool) -> usize {
+        let mut received = self.receive_xdp(defer);
+        if self.xdp.is_some() {
+            self.rounds_since_udp += 1;
+        }
+        let poll_udp = self.xdp.is_none() || self.rounds_since_udp >= UDP_POLL_EVERY;
+        if poll_udp {
+            self.rounds_since_udp = 0;
+            received += self.receive_udp(defer);
+        }
+        self.after_receive(received)
+    }
+
+    /// Receives and handles what the UDP receive socket holds, in batches until it is
+    /// empty; returns the datagrams.
+    fn receive_udp(&mut self, defer: bool) -> usize {
         let mut received = 0;
         loop {
             let n = match self.rx.recv(self.rx_sock.as_raw_fd()) {
@@ -477,9 +535,13 @@ impl Context {
             }
             received += n;
             if n < super::socket::RX_BATCH {
-                break;
+                return received;
             }
         }
+    }
+
+    /// After a round's receives: the SRQ limits, then the timers that are due.
+    fn after_receive(&mut self, received: usize) -> usize {
         if received > 0 && self.srq_limits_armed > 0 {
             self.check_srq_limits();
         }
@@ -519,6 +581,48 @@ impl Context {
                 .min();
         }
         received
+    }
+
+    /// Receives and handles what the XSK holds (AF_XDP path); returns the datagrams.
+    fn receive_xdp(&mut self, defer: bool) -> usize {
+        let Some(xq) = self.xdp.as_mut() else {
+            return 0;
+        };
+        // Frames the kernel left in the TX ring (the interface was busy) go out now,
+        // not with the next send.
+        xq.xsk.kick();
+        let now = self.clock.now();
+        let Self {
+            dev,
+            qps,
+            srqs,
+            icrc,
+            dirty,
+            ..
+        } = self;
+        let n = xq
+            .xsk
+            .recv(super::socket::RX_BATCH as u32, |f| match frame::parse(f) {
+                Some(d) if d.dst_port == ROCE_V2_UDP_DPORT => {
+                    let from = SocketAddr::new(d.src, d.src_port);
+                    deliver(dev, qps, srqs, icrc, dirty, now, from, d.payload);
+                }
+                // The program redirects only UDP 4791: a frame that does not parse as one
+                // was cut short or garbled.
+                _ => {
+                    dev.counters()
+                        .malformed_pkts
+                        .fetch_add(1, Ordering::Relaxed);
+                }
+            }) as usize;
+        if n > 0 {
+            if defer {
+                self.defer_dirty();
+            } else {
+                self.flush_dirty();
+            }
+        }
+        n
     }
 
     fn flush_dirty(&mut self) {
@@ -592,17 +696,21 @@ impl Context {
             }
             sleep = sleep.min(due.since(now));
         }
-        let mut pfd = libc::pollfd {
-            fd: self.rx_sock.as_raw_fd(),
+        let pfd = |fd| libc::pollfd {
+            fd,
             events: libc::POLLIN,
             revents: 0,
         };
+        let mut pfds = [
+            pfd(self.rx_sock.as_raw_fd()),
+            pfd(self.xdp.as_ref().map_or(-1, |x| x.xsk.fd())),
+        ];
         let ts = libc::timespec {
             tv_sec: sleep.as_secs().min(i32::MAX as u64) as libc::time_t,
             tv_nsec: sleep.subsec_nanos() as libc::c_long,
         };
         // SAFETY: one valid pollfd, a valid timespec, no signal mask.
-        unsafe { libc::ppoll(&mut pfd, 1, &ts, std::ptr::null()) };
+        unsafe { libc::ppoll(pfds.as_mut_ptr(), 2, &ts, std::ptr::null()) };
     }
 
     /// The earliest timer of any QP.
@@ -617,47 +725,13 @@ impl Context {
             qps,
             srqs,
             icrc,
+            dirty,
             ..
         } = self;
         let Some((from, data)) = rx.get(i) else {
             return;
         };
-        let counters = dev.counters();
-        if !icrc_ok(icrc, counters, from, dev.ip(), data) {
-            return;
-        }
-        let pkt = match wire::parse(data) {
-            Ok(p) => p,
-            Err(_) => {
-                counters.malformed_pkts.fetch_add(1, Ordering::Relaxed);
-                return;
-            }
-        };
-        counters.rcvd_pkts.fetch_add(1, Ordering::Relaxed);
-        let qpn = pkt.hdr.bth.dest_qp;
-        let Some(slot) = qps.get_mut(&qpn) else {
-            counters.unknown_qp_pkts.fetch_add(1, Ordering::Relaxed);
-            return;
-        };
-        // Packets must come from the connected peer.
-        if let Some(tx) = &slot.tx {
-            if tx.icrc.dst != from.ip() {
-                counters.unknown_qp_pkts.fetch_add(1, Ordering::Relaxed);
-                return;
-            }
-        }
-        let srq = slot.srq.and_then(|i| srqs.get_mut(i as usize));
-        let mut env = RcEnv {
-            keys: dev.keys(),
-            srq,
-        };
-        slot.core.handle_packet(now, &pkt, &mut env);
-        // ACKs and READ responses go out at the end of this receive batch (one ACK can
-        // cover several packets), still within this progress call, as an RNIC sends
-        // them: a peer never depends on this application polling again.
-        if !self.dirty.contains(&qpn) {
-            self.dirty.push(qpn);
-        }
+        deliver(dev, qps, srqs, icrc, dirty, now, from, data);
     }
 
     /// Transmits what the QP has to send (in batches of up to [`TX_BATCH`] packets
@@ -675,6 +749,7 @@ impl Context {
             tx,
             next_timer,
             deferred,
+            xdp,
             ..
         } = self;
         if let Some(i) = deferred.iter().position(|&q| q == qpn) {
@@ -714,7 +789,7 @@ impl Context {
                     .fetch_add(tx.len() as u64, Ordering::Relaxed);
                 continue;
             };
-            let (sent, bytes) = send_batch(path, tx.packets());
+            let (sent, bytes) = send_batch(path, tx.packets(), xdp.as_mut());
             counters.sent_pkts.fetch_add(sent as u64, Ordering::Relaxed);
             counters
                 .tx_payload_bytes_zero_copy
@@ -780,7 +855,7 @@ impl TxQueue {
 /// Serializes `pkts` (headers into a stack buffer, payload gathered from registered
 /// memory, pad, ICRC) and sends them with one `sendmmsg`. Returns the packets the
 /// kernel took and their payload bytes.
-fn send_batch(path: &TxPath, pkts: &[TxPacket]) -> (usize, u64) {
+fn send_batch(path: &TxPath, pkts: &[TxPacket], xdp: Option<&mut XdpQueue>) -> (usize, u64) {
     const PARTS: usize = 3 + crate::rc::payload::MAX_PAYLOAD_SEGMENTS;
     let n = pkts.len().min(TX_BATCH);
     let mut hdrs = [[0u8; 64]; TX_BATCH];
@@ -819,7 +894,19 @@ fn send_batch(path: &TxPath, pkts: &[TxPacket]) -> (usize, u64) {
     for i in 0..n {
         msgs[i] = &full[i][..nparts[i] + 1];
     }
-    match send_many(&path.sock, &path.dest, &msgs[..n]) {
+    let sent = match (&path.via, xdp) {
+        (TxVia::Udp { sock, dest }, _) => send_many(sock, dest, &msgs[..n]),
+        (TxVia::Xdp(ends), Some(xq)) => {
+            let sent = msgs[..n]
+                .iter()
+                .take_while(|m| xq.send_parts(ends, m))
+                .count();
+            xq.xsk.kick();
+            Ok(sent)
+        }
+        (TxVia::Xdp(_), None) => Ok(0),
+    };
+    match sent {
         Ok(sent) => {
             let b = if sent == n {
                 bytes
@@ -847,6 +934,9 @@ impl Drop for Context {
     fn drop(&mut self) {
         // ACKs `poll_cq` deferred still go out (their peer would retransmit otherwise).
         self.flush_deferred();
+        if let (Some(x), Some(_)) = (self.dev.xdp(), &self.xdp) {
+            x.close_queue(self.rxq);
+        }
         if let Ok(s) = self.rx_sock.try_clone() {
             self.dev.return_socket(self.rxq, s);
         }
@@ -870,5 +960,56 @@ impl Hasher for QpnHasher {
     }
     fn write_u32(&mut self, n: u32) {
         self.0 = u64::from(n).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+/// Checks and hands one received RoCEv2 datagram (`data`, from `from`) to its QP; the
+/// QP is marked dirty so that what it calls for goes out at the end of the batch.
+#[allow(clippy::too_many_arguments)]
+fn deliver(
+    dev: &SoftDevice,
+    qps: &mut HashMap<u32, QpSlot, BuildHasherDefault<QpnHasher>>,
+    srqs: &mut [RecvQueue],
+    icrc: &mut IcrcChecker,
+    dirty: &mut Vec<u32>,
+    now: Timestamp,
+    from: SocketAddr,
+    data: &[u8],
+) {
+    let counters = dev.counters();
+    if !icrc_ok(icrc, counters, from, dev.ip(), data) {
+        return;
+    }
+    let pkt = match wire::parse(data) {
+        Ok(p) => p,
+        Err(_) => {
+            counters.malformed_pkts.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+    };
+    counters.rcvd_pkts.fetch_add(1, Ordering::Relaxed);
+    let qpn = pkt.hdr.bth.dest_qp;
+    let Some(slot) = qps.get_mut(&qpn) else {
+        counters.unknown_qp_pkts.fetch_add(1, Ordering::Relaxed);
+        return;
+    };
+    // Packets must come from the connected peer.
+    if let Some(tx) = &slot.tx {
+        if tx.icrc.dst != from.ip() {
+            counters.unknown_qp_pkts.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+    }
+    let srq = slot.srq.and_then(|i| srqs.get_mut(i as usize));
+    let mut env = RcEnv {
+        keys: dev.keys(),
+        srq,
+    };
+    slot.core.handle_packet(now, &pkt, &mut env);
+    // ACKs and READ responses go out at the end of this receive batch (one ACK can
+    // cover several packets), still within this progress call, as an RNIC sends
+    // them: a peer never depends on this application polling again.
+    if !dirty.contains(&qpn) {
+        dirty.push(qpn);
     }
 }

@@ -12,6 +12,7 @@ use super::context::Context;
 use super::fault::{group_seed, FaultConfig, FaultCounters, RxFaults};
 use super::rx_buffer::{granted_rx_buffer, rc_config_for, report_capped};
 use super::socket::{bind_rx_group, SocketError};
+use super::xdp::{PacketPath, XdpDevice};
 use crate::rc::{KeyTable, MrKeys, MrMemory, RcConfig};
 use crate::verbs::{AccessFlags, DeviceCaps, MemoryRegion, Mtu, Pd, VerbsError, MAX_SGE};
 
@@ -35,6 +36,9 @@ pub struct DeviceConfig {
     /// at the first QPN at or after `qpn` in its residue class (tests that reproduce a
     /// restart with the same QPNs). See [`QpnAllocator`].
     pub first_qpn: Option<u32>,
+    /// How RoCEv2 packets travel: UDP sockets (the default) or AF_XDP on an interface
+    /// ([`PacketPath::AfXdp`], root only). QP1 (the CM) uses a UDP socket either way.
+    pub packet_path: PacketPath,
 }
 
 impl DeviceConfig {
@@ -46,6 +50,7 @@ impl DeviceConfig {
             netdev_mtu: None,
             faults: None,
             first_qpn: None,
+            packet_path: PacketPath::Udp,
         }
     }
 }
@@ -207,6 +212,8 @@ pub struct SoftDevice {
     /// The device's CM agent once started ([`SoftDevice::cm_agent`]); it holds no
     /// reference to the device, so this one keeps no cycle.
     cm_agent: Mutex<Option<CmAgent>>,
+    /// The AF_XDP path's program and interface ([`DeviceConfig::packet_path`]).
+    xdp: Option<XdpDevice>,
 }
 
 impl std::fmt::Debug for SoftDevice {
@@ -341,6 +348,10 @@ impl SoftDevice {
         let netdev_mtu = cfg
             .netdev_mtu
             .unwrap_or_else(|| interface_mtu(cfg.ip).unwrap_or(1500));
+        let xdp = match &cfg.packet_path {
+            PacketPath::Udp => None,
+            PacketPath::AfXdp { interface } => Some(XdpDevice::open(interface, rx_queues)?),
+        };
         Ok(Arc::new(SoftDevice {
             ip: cfg.ip,
             rx_queues,
@@ -354,6 +365,7 @@ impl SoftDevice {
             rx_buffer_bytes,
             rc_config,
             cm_agent: Mutex::new(None),
+            xdp,
         }))
     }
 
@@ -450,7 +462,25 @@ impl SoftDevice {
             .ok_or(VerbsError::InvalidArgument(
                 "poll group already open or out of range",
             ))?;
-        Ok(Context::new(self.clone(), rx_queue, sock))
+        let xdp = match &self.xdp {
+            None => None,
+            Some(x) => match x.open_queue(rx_queue) {
+                Ok(q) => Some(q),
+                Err(e) => {
+                    tracing::error!("poll group {rx_queue}: {e}");
+                    self.return_socket(rx_queue, sock);
+                    return Err(VerbsError::NoResources(
+                        "an AF_XDP socket for the poll group (see the log for why and the fix)",
+                    ));
+                }
+            },
+        };
+        Ok(Context::new(self.clone(), rx_queue, sock, xdp))
+    }
+
+    /// The AF_XDP path, when the device was opened with [`PacketPath::AfXdp`].
+    pub fn xdp(&self) -> Option<&XdpDevice> {
+        self.xdp.as_ref()
     }
 
     /// Gives poll group `rx_queue`'s receive socket back (its context was dropped); the

@@ -142,8 +142,10 @@ pub struct XdpProgram {
 }
 
 impl XdpProgram {
-    /// Loads the program with an XSKMAP of `queues` slots and attaches it to
-    /// `ifindex`, natively where the driver can (veth can), else in generic mode.
+    /// Loads the program with an XSKMAP of `queues` slots (one per poll group; a
+    /// packet goes to slot `dest_qp % queues` when it arrived on that queue) and
+    /// attaches it to `ifindex`, natively where the driver can (veth can), else in
+    /// generic mode.
     ///
     /// # Errors
     /// [`BpfError`]: not root, the verifier's refusal (with its log), or an interface
@@ -163,7 +165,7 @@ impl XdpProgram {
         })?;
         // SAFETY: the kernel just returned this descriptor to us.
         let xskmap = unsafe { OwnedFd::from_raw_fd(xskmap) };
-        let insns: Vec<BpfInsn> = redirect_roce_program(xskmap.as_raw_fd());
+        let insns: Vec<BpfInsn> = redirect_roce_program(xskmap.as_raw_fd(), queues.max(1));
         let prog = load(&insns)?;
         let mut last = None;
         for (flags, native) in [(XDP_FLAGS_DRV_MODE, true), (XDP_FLAGS_SKB_MODE, false)] {

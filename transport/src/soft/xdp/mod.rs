@@ -8,13 +8,18 @@
 //! - [`ring`]: the shared rings' index arithmetic; [`xsk`]: the socket, its UMEM and
 //!   rings;
 //! - [`frame`]: the Ethernet/IP/UDP headers we write and parse; [`neigh`]: the MAC
-//!   addresses they carry.
+//!   addresses they carry;
+//! - [`path`]: the device option ([`PacketPath`]) and the pieces a device and its poll
+//!   groups own.
 //!
 //! Everything that touches the kernel needs root (CAP_BPF, CAP_NET_ADMIN,
 //! CAP_NET_RAW).
 pub mod bpf;
 pub mod frame;
 pub mod neigh;
+pub mod path;
 pub mod prog;
 pub mod ring;
 pub mod xsk;
+
+pub use path::{PacketPath, XdpDevice, XdpError, XdpQueue};
