@@ -10,6 +10,10 @@
 # group's queue); removed on exit. Workloads: 4 KiB randread QD1 (p50), QD32 (IOPS),
 # 128 KiB read QD16 (MiB/s), on a 1 GiB file in the page cache. Needs root and
 #   cargo build --release --bin nvmf-target --bin nvmf-bench
+# Logs: the last target's in /tmp/xdp-bench-target.log, the hosts' appended to
+# /tmp/xdp-bench-host.log (RUST_LOG=info adds each poll group's XSK counters).
+# XDP_BENCH_ONLY_128K=1: the 128 KiB run only; XDP_BENCH_ETHTOOL=1: veth's per-queue
+# XDP counters after each run.
 set -euo pipefail
 ROUNDS=${1:-3}
 RT=${2:-5}
@@ -48,8 +52,11 @@ run() { # path workload-args...
   sleep 1
   ip netns exec $B "$BIN/nvmf-bench" --traddr 10.50.0.1 --host-traddr 10.50.0.2 --subnqn $NQN \
       "${pp[@]}" --interface xbB --time_based --runtime "$RT" --eta never --output-format json "$@" \
-      >/tmp/xdp-bench.json
-  [ -n "${XDP_BENCH_STATS:-}" ] && ip netns exec $A ethtool -S xbA | grep -v ": 0$"; ip netns exec $B ethtool -S xbB | grep -v ": 0$"
+      >/tmp/xdp-bench.json 2>>/tmp/xdp-bench-host.log
+  if [ -n "${XDP_BENCH_ETHTOOL:-}" ]; then
+    ip netns exec $A ethtool -S xbA | grep -v ": 0$" || true
+    ip netns exec $B ethtool -S xbB | grep -v ": 0$" || true
+  fi
   kill $TPID; wait $TPID 2>/dev/null || true
   TPID=
   python3 - "$path" "$*" /tmp/xdp-bench.json <<'PY'
@@ -63,8 +70,10 @@ PY
 echo "# xdp-bench: $ROUNDS rounds, ${RT}s each; $(uptime)"
 for r in $(seq 1 "$ROUNDS"); do
   for path in udp xdp; do
-    [ -z "${ONLY128:-}" ] && run $path --rw randread --bs 4k --iodepth 1
-    [ -z "${ONLY128:-}" ] && run $path --rw randread --bs 4k --iodepth 32
+    if [ -z "${XDP_BENCH_ONLY_128K:-}" ]; then
+      run $path --rw randread --bs 4k --iodepth 1
+      run $path --rw randread --bs 4k --iodepth 32
+    fi
     run $path --rw read --bs 128k --iodepth 16
   done
 done

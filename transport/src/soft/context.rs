@@ -934,8 +934,21 @@ impl Drop for Context {
     fn drop(&mut self) {
         // ACKs `poll_cq` deferred still go out (their peer would retransmit otherwise).
         self.flush_deferred();
-        if let (Some(x), Some(_)) = (self.dev.xdp(), &self.xdp) {
+        if let (Some(x), Some(q)) = (self.dev.xdp(), &self.xdp) {
             x.close_queue(self.rxq);
+            let k = q.xsk.kernel_stats();
+            tracing::info!(
+                "AF_XDP poll group {} on {}: {:?}; kernel: rx_dropped {:?}, rx_ring_full {:?}, \
+                 fill_ring_empty {:?}, rx_invalid {:?}, tx_invalid {:?}",
+                self.rxq,
+                x.iface,
+                q.xsk.counters(),
+                k.map(|k| k.rx_dropped),
+                k.map(|k| k.rx_ring_full),
+                k.map(|k| k.rx_fill_ring_empty_descs),
+                k.map(|k| k.rx_invalid_descs),
+                k.map(|k| k.tx_invalid_descs),
+            );
         }
         if let Ok(s) = self.rx_sock.try_clone() {
             self.dev.return_socket(self.rxq, s);

@@ -361,6 +361,25 @@ impl Xsk {
         self.counters
     }
 
+    /// The kernel's counters of this socket (`XDP_STATISTICS`): frames dropped for a
+    /// full RX ring or an empty fill ring, invalid descriptors.
+    pub fn kernel_stats(&self) -> Option<libc::xdp_statistics> {
+        // SAFETY: zeroed plain data, filled by getsockopt.
+        let mut st: libc::xdp_statistics = unsafe { std::mem::zeroed() };
+        let mut len = std::mem::size_of::<libc::xdp_statistics>() as libc::socklen_t;
+        // SAFETY: `st` has `len` bytes.
+        let r = unsafe {
+            libc::getsockopt(
+                self.fd(),
+                libc::SOL_XDP,
+                libc::XDP_STATISTICS,
+                (&mut st as *mut libc::xdp_statistics).cast(),
+                &mut len,
+            )
+        };
+        (r == 0).then_some(st)
+    }
+
     fn frame(&self, addr: u64, len: u32) -> &[u8] {
         let at = addr as usize;
         let end = (at + len as usize).min(self.umem.len);
