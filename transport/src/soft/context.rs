@@ -89,17 +89,21 @@ pub struct Context {
     next_timer: Option<Timestamp>,
     /// Receive ICRC checker (caches per-length tables for senders with IPv4 IDs).
     icrc: IcrcChecker,
-    /// The AF_XDP path's XSK, when the device has one: received from first, the UDP
-    /// socket (packets the XDP program passed: another poll group's queue, faults)
-    /// only every [`UDP_POLL_EVERY`] rounds.
+    /// The AF_XDP path's XSK, when the device has one: received from every round;
+    /// the UDP socket (packets the XDP program passed: arrived on another poll group's
+    /// queue) every `udp_poll_interval` rounds.
     xdp: Option<XdpQueue>,
     /// Rounds since the UDP socket was last polled (AF_XDP path).
     rounds_since_udp: u32,
+    /// Rounds between UDP polls (AF_XDP path): 1 after a poll that found datagrams,
+    /// doubled after each empty one up to [`UDP_POLL_MAX_INTERVAL`].
+    udp_poll_interval: u32,
 }
 
-/// With the AF_XDP path, the UDP receive socket is polled once in this many rounds of
-/// [`Context::progress`] (a system call each), the XSK every round (none).
-pub const UDP_POLL_EVERY: u32 = 32;
+/// With the AF_XDP path, the most rounds of [`Context::progress`] between two polls
+/// of the UDP receive socket (a system call each; the XSK costs none) while it stays
+/// empty.
+pub const UDP_POLL_MAX_INTERVAL: u32 = 64;
 
 impl std::fmt::Debug for Context {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -141,6 +145,7 @@ impl Context {
             icrc: IcrcChecker::new(),
             xdp,
             rounds_since_udp: 0,
+            udp_poll_interval: 1,
         }
     }
 
@@ -502,10 +507,17 @@ impl Context {
         if self.xdp.is_some() {
             self.rounds_since_udp += 1;
         }
-        let poll_udp = self.xdp.is_none() || self.rounds_since_udp >= UDP_POLL_EVERY;
-        if poll_udp {
-            self.rounds_since_udp = 0;
+        if self.xdp.is_none() {
             received += self.receive_udp(defer);
+        } else if self.rounds_since_udp >= self.udp_poll_interval {
+            self.rounds_since_udp = 0;
+            let n = self.receive_udp(defer);
+            self.udp_poll_interval = if n > 0 {
+                1
+            } else {
+                (self.udp_poll_interval * 2).min(UDP_POLL_MAX_INTERVAL)
+            };
+            received += n;
         }
         self.after_receive(received)
     }
