@@ -603,6 +603,9 @@ impl Context {
         // Frames the kernel left in the TX ring (the interface was busy) go out now,
         // not with the next send.
         xq.xsk.kick();
+        if !xq.xsk.rx_ready() {
+            return 0;
+        }
         let now = self.clock.now();
         let Self {
             dev,

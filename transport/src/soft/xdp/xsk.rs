@@ -388,6 +388,11 @@ impl Xsk {
         unsafe { std::slice::from_raw_parts(self.umem.ptr.add(at.min(end)), end - at.min(end)) }
     }
 
+    /// Whether the RX ring holds a frame (two loads, no system call).
+    pub fn rx_ready(&mut self) -> bool {
+        self.rx.ready() > 0
+    }
+
     /// Hands every received frame (up to `max`) to `on_frame`, then gives their UMEM
     /// frames back to the fill ring; returns how many it handed over. Makes no system
     /// call unless the kernel asks to be woken for the fill ring.
