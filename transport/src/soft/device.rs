@@ -12,7 +12,8 @@ use super::context::Context;
 use super::fault::{group_seed, FaultConfig, FaultCounters, RxFaults};
 use super::rx_buffer::{granted_rx_buffer, rc_config_for, report_capped};
 use super::socket::{bind_rx_group, SocketError};
-use super::xdp::{PacketPath, XdpDevice};
+use super::xdp::neigh::NeighError;
+use super::xdp::{PacketPath, XdpDevice, XdpError};
 use crate::rc::{KeyTable, MrKeys, MrMemory, RcConfig};
 use crate::verbs::{AccessFlags, DeviceCaps, MemoryRegion, Mtu, Pd, VerbsError, MAX_SGE};
 
@@ -340,6 +341,11 @@ impl SoftDevice {
             f.validate()
                 .map_err(|source| SocketError::Faults { ip: cfg.ip, source })?;
         }
+        // The AF_XDP path's neighbour lookup is IPv4 only (/proc/net/arp): refuse IPv6
+        // here, not at the first connection.
+        if cfg.ip.is_ipv6() && matches!(cfg.packet_path, PacketPath::AfXdp { .. }) {
+            return Err(XdpError::from(NeighError::Ipv6Unsupported(cfg.ip)).into());
+        }
         let rx_queues = cfg.rx_queues.max(1);
         let socks = bind_rx_group(cfg.ip, rx_queues)?;
         let rx_buffer_bytes = socks.last().map_or(0, granted_rx_buffer);
@@ -567,6 +573,23 @@ mod tests {
 
     /// Every QPN steers to its poll group (the BPF program's `qpn % n`), stays in
     /// `FIRST_QPN..=MAX_QPN`, and a group wraps within its class at the top.
+    #[test]
+    fn af_xdp_on_ipv6_or_an_unknown_interface_is_refused_naming_the_fix() {
+        let af_xdp = |ip: IpAddr, interface: &str| DeviceConfig {
+            packet_path: PacketPath::AfXdp {
+                interface: interface.into(),
+            },
+            ..DeviceConfig::new(ip)
+        };
+        let e = SoftDevice::open(af_xdp("::1".parse().unwrap(), "lo")).unwrap_err();
+        assert!(e.to_string().contains("IPv4 addresses or the UDP"), "{e}");
+        let e = SoftDevice::open(af_xdp("127.0.0.233".parse().unwrap(), "nosuch0")).unwrap_err();
+        assert!(
+            e.to_string().contains("no interface \"nosuch0\"") && e.to_string().contains("ip link"),
+            "{e}"
+        );
+    }
+
     #[test]
     fn qpns_stay_in_their_class_and_range() {
         for n in [1u32, 2, 3, 5, 7] {
