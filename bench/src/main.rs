@@ -61,6 +61,26 @@ fn plan(args: &BenchArgs) -> Result<Plan, String> {
                 .into(),
         );
     }
+    let packet_path = match (args.packet_path, &args.interface) {
+        (nvmf_bench::options::PacketPathKind::Udp, _) => transport::soft::xdp::PacketPath::Udp,
+        (_, None) => {
+            return Err(
+                "--packet-path af-xdp needs --interface IFACE, the interface that holds \
+                        --host-traddr (`ip -br addr`)"
+                    .into(),
+            )
+        }
+        (_, Some(_)) if args.traddr.is_none() => {
+            return Err(
+                "--packet-path af-xdp needs a remote target (--traddr): the embedded \
+                        target talks over loopback, which has no XDP path worth taking"
+                    .into(),
+            )
+        }
+        (_, Some(i)) => transport::soft::xdp::PacketPath::AfXdp {
+            interface: i.clone(),
+        },
+    };
     let remote = match &args.traddr {
         None => {
             nvmf_bench::embedded::check_size(args.embedded_size)?;
@@ -84,6 +104,7 @@ fn plan(args: &BenchArgs) -> Result<Plan, String> {
                     .map_err(|_| format!("--host-traddr {h}: not an IP address"))?;
                 o.local_ip = Some(local);
             }
+            o.packet_path = packet_path;
             Some(o)
         }
     };

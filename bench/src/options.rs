@@ -126,6 +126,15 @@ impl ProviderKind {
     }
 }
 
+/// How the soft provider's packets travel (`--packet-path`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PacketPathKind {
+    /// UDP sockets (the default).
+    Udp,
+    /// AF_XDP sockets on `--interface`, past the kernel's UDP stack (root only).
+    AfXdp,
+}
+
 /// How the host waits for its I/Os (`--completion`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum CompletionMode {
@@ -267,6 +276,17 @@ pub struct BenchArgs {
     /// since the embedded target runs on the soft provider).
     #[arg(long, value_enum, default_value_t = ProviderKind::Soft)]
     pub provider: ProviderKind,
+
+    /// Soft provider: how this host's RoCEv2 packets travel: udp (UDP sockets) or
+    /// af-xdp (AF_XDP sockets on --interface, past the kernel's UDP stack; root only,
+    /// IPv4, with --traddr; the interface needs a receive queue per poll group, i.e.
+    /// 1 + --numjobs).
+    #[arg(long = "packet-path", value_enum, default_value_t = PacketPathKind::Udp)]
+    pub packet_path: PacketPathKind,
+
+    /// The interface that holds --host-traddr, for --packet-path af-xdp.
+    #[arg(long, value_name = "IFACE")]
+    pub interface: Option<String>,
 
     /// How the host waits for completions: poll (busy-poll the completion queues,
     /// lowest latency, takes a core) or event (sleep on completion events when

@@ -41,6 +41,19 @@ pub fn device_config<P: Provider>(opts: &HostOptions) -> Result<P::DeviceConfig,
             }
         }
     }
+    if opts.packet_path != transport::soft::xdp::PacketPath::Udp {
+        match (&mut cfg as &mut dyn Any).downcast_mut::<transport::soft::DeviceConfig>() {
+            Some(soft) => soft.packet_path = opts.packet_path.clone(),
+            None => {
+                return Err(HostError::InvalidArgument(format!(
+                    "the AF_XDP packet path (HostOptions::packet_path, nvmf-bench \
+                     --packet-path) exists on the soft provider only, not on the {} \
+                     provider: drop it or use the soft provider",
+                    P::NAME
+                )))
+            }
+        }
+    }
     Ok(cfg)
 }
 

@@ -34,6 +34,9 @@ pub struct HostOptions {
     /// Receive fault injection on the host's RDMA device (tests, `nvmf-bench
     /// --inject-*`; see `transport::soft::fault`). Default none.
     pub faults: Option<transport::soft::FaultConfig>,
+    /// How the soft provider's device moves its packets (UDP sockets, the default, or
+    /// AF_XDP: `nvmf-bench --packet-path af-xdp`; see `transport::soft::xdp`).
+    pub packet_path: transport::soft::xdp::PacketPath,
 }
 
 impl HostOptions {
@@ -54,6 +57,7 @@ impl HostOptions {
             connect_timeout: Duration::from_secs(5),
             admin_timeout: Duration::from_secs(10),
             faults: None,
+            packet_path: transport::soft::xdp::PacketPath::Udp,
         }
     }
 

@@ -105,6 +105,23 @@ fn check_soft(cfg: &TargetConfig) -> Result<(), TargetError> {
     Ok(())
 }
 
+/// [`start`], with the soft devices' packets on `packet_path` (AF_XDP on an interface,
+/// root only; see `transport::soft::xdp`).
+///
+/// # Errors
+/// As [`start`]; [`TargetError::Device`] when the AF_XDP path cannot be set up (the
+/// message names the fix).
+pub fn start_with_packet_path(
+    cfg: &TargetConfig,
+    packet_path: transport::soft::xdp::PacketPath,
+) -> Result<TargetHandle<SoftProvider>, TargetError> {
+    check_soft(cfg)?;
+    server::start_with::<SoftProvider>(cfg, |ip, poll_groups| SoftDeviceConfig {
+        packet_path: packet_path.clone(),
+        ..SoftProvider::device_config(ip, poll_groups)
+    })
+}
+
 /// [`start`], with the soft devices' receive fault injection (for tests and
 /// `nvmf-bench --inject-*`; see `transport::soft::fault`).
 ///

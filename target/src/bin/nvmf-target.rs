@@ -14,7 +14,15 @@ use nvmf_target::provider::SoftProvider;
 #[cfg(feature = "verbs")]
 use nvmf_target::provider::VerbsProvider;
 use nvmf_target::ProviderKind;
+use transport::soft::xdp::PacketPath;
 use transport::verbs::{Device as _, Provider};
+
+/// `--packet-path`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum PacketPathArg {
+    Udp,
+    AfXdp,
+}
 
 #[derive(Parser, Debug)]
 #[command(
@@ -69,6 +77,14 @@ struct Args {
     /// RUST_LOG, default info).
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
+    /// Soft provider: how RoCEv2 packets travel: udp (UDP sockets, the default) or
+    /// af-xdp (AF_XDP sockets on --interface, past the kernel's UDP stack; root only,
+    /// IPv4, the interface needs a receive queue per poll group).
+    #[arg(long, value_enum, default_value_t = PacketPathArg::Udp)]
+    packet_path: PacketPathArg,
+    /// The interface that holds --addr, for --packet-path af-xdp.
+    #[arg(long, value_name = "IFACE")]
+    interface: Option<String>,
     /// Data slab per poll group: memory registered (pinned) for command data, at least
     /// MDTS (1M), e.g. 4M or 64M. Default: sized from RLIMIT_MEMLOCK (`ulimit -l`), 64M
     /// when it allows. Overrides a --config file's `data_slab`.
@@ -163,8 +179,31 @@ fn main() -> ExitCode {
         eprintln!("nvmf-target: blocking signals: {e}");
         return ExitCode::FAILURE;
     }
+    let packet_path = match (args.packet_path, args.interface, cfg.provider) {
+        (PacketPathArg::Udp, _, _) => PacketPath::Udp,
+        (PacketPathArg::AfXdp, Some(interface), ProviderKind::Soft) => {
+            PacketPath::AfXdp { interface }
+        }
+        (PacketPathArg::AfXdp, None, _) => {
+            eprintln!(
+                "nvmf-target: --packet-path af-xdp needs --interface IFACE, the interface that \
+                 holds {} (`ip -br addr`)",
+                args.addr
+            );
+            return ExitCode::FAILURE;
+        }
+        (PacketPathArg::AfXdp, Some(_), _) => {
+            eprintln!("nvmf-target: --packet-path af-xdp is an option of the soft provider: drop it or use --provider soft");
+            return ExitCode::FAILURE;
+        }
+    };
     // Provider selection: the one place the binary names a provider.
     match cfg.provider {
+        ProviderKind::Soft if packet_path != PacketPath::Udp => serve_started(
+            nvmf_target::provider::start_with_packet_path(&cfg, packet_path),
+            &cfg,
+            &sigs,
+        ),
         ProviderKind::Soft => serve::<SoftProvider>(&cfg, &sigs),
         #[cfg(feature = "verbs")]
         ProviderKind::Verbs => serve::<VerbsProvider>(&cfg, &sigs),
@@ -177,7 +216,16 @@ fn main() -> ExitCode {
 /// Runs the target of `cfg` on provider `P` until SIGINT or SIGTERM (blocked in
 /// `sigs`), then stops it.
 fn serve<P: Provider>(cfg: &TargetConfig, sigs: &SigSet) -> ExitCode {
-    let target = match nvmf_target::start_on::<P>(cfg) {
+    serve_started(nvmf_target::start_on::<P>(cfg), cfg, sigs)
+}
+
+/// [`serve`] a target already started (or not).
+fn serve_started<P: Provider>(
+    started: Result<nvmf_target::TargetHandle<P>, nvmf_target::TargetError>,
+    cfg: &TargetConfig,
+    sigs: &SigSet,
+) -> ExitCode {
+    let target = match started {
         Ok(t) => t,
         Err(e) => {
             eprintln!("nvmf-target: {e}");

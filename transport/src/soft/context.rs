@@ -19,6 +19,8 @@ use super::socket::{
     bind_tx_socket, is_gso_refusal, send_many, RxBatch, SocketError, TxMsg, GSO_MAX_BYTES,
     RX_GRO_SLOT_BYTES,
 };
+use super::xdp::frame::{self, FrameEnds};
+use super::xdp::XdpQueue;
 use crate::rc::{CompletionQueueKind, QpCounters, RcConfig, RcEnv, RcQp, RecvQueue, TxPacket};
 use crate::time::{Clock, Timestamp};
 use crate::verbs::{
@@ -29,12 +31,18 @@ use crate::wire::icrc_rx::UDP_GSO_MAX_SEGMENTS;
 use crate::wire::{self, IcrcIpInfo, ROCE_V2_UDP_DPORT};
 
 struct TxPath {
-    sock: Socket,
-    dest: SockAddr,
+    via: TxVia,
     icrc: IcrcIpInfo,
     /// Pack runs of equal-size packets into UDP GSO trains ([`super::UdpGso`]); turned
     /// off for good when the kernel refuses one.
     gso: bool,
+}
+
+/// How a QP's packets leave: its UDP send socket, or as frames through the poll
+/// group's XSK ([`crate::soft::xdp::PacketPath::AfXdp`]).
+enum TxVia {
+    Udp { sock: Socket, dest: SockAddr },
+    Xdp(FrameEnds),
 }
 
 struct QpSlot {
@@ -88,7 +96,21 @@ pub struct Context {
     next_timer: Option<Timestamp>,
     /// Receive ICRC checker (caches per-length tables for senders with IPv4 IDs).
     icrc: IcrcChecker,
+    /// The AF_XDP path's XSK, when the device has one: received from every round;
+    /// the UDP socket (packets the XDP program passed: arrived on another poll group's
+    /// queue) every `udp_poll_interval` rounds.
+    xdp: Option<XdpQueue>,
+    /// Rounds since the UDP socket was last polled (AF_XDP path).
+    rounds_since_udp: u32,
+    /// Rounds between UDP polls (AF_XDP path): 1 after a poll that found datagrams,
+    /// doubled after each empty one up to [`UDP_POLL_MAX_INTERVAL`].
+    udp_poll_interval: u32,
 }
+
+/// With the AF_XDP path, the most rounds of [`Context::progress`] between two polls
+/// of the UDP receive socket (a system call each; the XSK costs none) while it stays
+/// empty.
+pub const UDP_POLL_MAX_INTERVAL: u32 = 64;
 
 impl std::fmt::Debug for Context {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -100,7 +122,12 @@ impl std::fmt::Debug for Context {
 }
 
 impl Context {
-    pub(crate) fn new(dev: Arc<SoftDevice>, rxq: u32, rx_sock: Socket) -> Self {
+    pub(crate) fn new(
+        dev: Arc<SoftDevice>,
+        rxq: u32,
+        rx_sock: Socket,
+        xdp: Option<XdpQueue>,
+    ) -> Self {
         // The device's receive fault layer, if it has one (soft::fault).
         let rx = RxBatch::with_slots(RX_GRO_SLOT_BYTES, dev.rx_faults(rxq));
         let rc_config = dev.rc_config();
@@ -123,6 +150,9 @@ impl Context {
             defer_transmit: false,
             next_timer: None,
             icrc: IcrcChecker::new(),
+            xdp,
+            rounds_since_udp: 0,
+            udp_poll_interval: 1,
         }
     }
 
@@ -325,11 +355,29 @@ impl Context {
                 let fl = (qp.0 as u64 * dest_qpn as u64) as u32;
                 wire::udp_sport_from_flow_label(fl ^ (fl >> 20))
             };
-            let (sock, sport) = bind_tx_socket(ip, want).map_err(|e| match e {
-                SocketError::OpenFiles(n) => VerbsError::OpenFiles(n),
-                _ => VerbsError::NoResources("UDP source port"),
-            })?;
-            let dest = SockAddr::from(SocketAddr::new(ah.dest, ROCE_V2_UDP_DPORT));
+            let (via, sport) = match self.dev.xdp() {
+                Some(x) => {
+                    let dst_mac = x.peer_mac(ah.dest).map_err(|e| {
+                        tracing::error!("QP {:#x}: {e}", qp.0);
+                        VerbsError::NoResources("the peer's MAC address (see the log)")
+                    })?;
+                    let ends = FrameEnds {
+                        src_mac: x.src_mac,
+                        dst_mac,
+                        src: SocketAddr::new(ip, want),
+                        dst: SocketAddr::new(ah.dest, ROCE_V2_UDP_DPORT),
+                    };
+                    (TxVia::Xdp(ends), want)
+                }
+                None => {
+                    let (sock, sport) = bind_tx_socket(ip, want).map_err(|e| match e {
+                        SocketError::OpenFiles(n) => VerbsError::OpenFiles(n),
+                        _ => VerbsError::NoResources("UDP source port"),
+                    })?;
+                    let dest = SockAddr::from(SocketAddr::new(ah.dest, ROCE_V2_UDP_DPORT));
+                    (TxVia::Udp { sock, dest }, sport)
+                }
+            };
             let icrc = IcrcIpInfo {
                 src: ip,
                 dst: ah.dest,
@@ -337,13 +385,8 @@ impl Context {
                 udp_sport: sport,
                 udp_dport: ROCE_V2_UDP_DPORT,
             };
-            let gso = self.dev.udp_gso_toward(ah.dest);
-            slot.tx = Some(TxPath {
-                sock,
-                dest,
-                icrc,
-                gso,
-            });
+            let gso = matches!(via, TxVia::Udp { .. }) && self.dev.udp_gso_toward(ah.dest);
+            slot.tx = Some(TxPath { via, icrc, gso });
         }
         self.flush_qp(qp.0, false);
         Ok(())
@@ -468,6 +511,28 @@ impl Context {
     /// `progress`; with `defer`, what the received packets call for is not transmitted
     /// but their QPs are queued on `deferred` (their completions are collected).
     fn progress_inner(&mut self, defer: bool) -> usize {
+        let mut received = self.receive_xdp(defer);
+        if self.xdp.is_some() {
+            self.rounds_since_udp += 1;
+        }
+        if self.xdp.is_none() {
+            received += self.receive_udp(defer);
+        } else if self.rounds_since_udp >= self.udp_poll_interval {
+            self.rounds_since_udp = 0;
+            let n = self.receive_udp(defer);
+            self.udp_poll_interval = if n > 0 {
+                1
+            } else {
+                (self.udp_poll_interval * 2).min(UDP_POLL_MAX_INTERVAL)
+            };
+            received += n;
+        }
+        self.after_receive(received)
+    }
+
+    /// Receives and handles what the UDP receive socket holds, in batches until it is
+    /// empty; returns the datagrams.
+    fn receive_udp(&mut self, defer: bool) -> usize {
         let mut received = 0;
         loop {
             let n = match self.rx.recv(self.rx_sock.as_raw_fd()) {
@@ -500,9 +565,13 @@ impl Context {
             }
             received += n;
             if !self.rx.was_full() {
-                break;
+                return received;
             }
         }
+    }
+
+    /// After a round's receives: the SRQ limits, then the timers that are due.
+    fn after_receive(&mut self, received: usize) -> usize {
         if received > 0 && self.srq_limits_armed > 0 {
             self.check_srq_limits();
         }
@@ -542,6 +611,51 @@ impl Context {
                 .min();
         }
         received
+    }
+
+    /// Receives and handles what the XSK holds (AF_XDP path); returns the datagrams.
+    fn receive_xdp(&mut self, defer: bool) -> usize {
+        let Some(xq) = self.xdp.as_mut() else {
+            return 0;
+        };
+        // Frames the kernel left in the TX ring (the interface was busy) go out now,
+        // not with the next send.
+        xq.xsk.kick();
+        if !xq.xsk.rx_ready() {
+            return 0;
+        }
+        let now = self.clock.now();
+        let Self {
+            dev,
+            qps,
+            srqs,
+            icrc,
+            dirty,
+            ..
+        } = self;
+        let n = xq
+            .xsk
+            .recv(super::socket::RX_BATCH as u32, |f| match frame::parse(f) {
+                Some(d) if d.dst_port == ROCE_V2_UDP_DPORT => {
+                    let from = SocketAddr::new(d.src, d.src_port);
+                    deliver(dev, qps, srqs, icrc, dirty, now, from, d.ipv4_id, d.payload);
+                }
+                // The program redirects only UDP 4791: a frame that does not parse as one
+                // was cut short or garbled.
+                _ => {
+                    dev.counters()
+                        .malformed_pkts
+                        .fetch_add(1, Ordering::Relaxed);
+                }
+            }) as usize;
+        if n > 0 {
+            if defer {
+                self.defer_dirty();
+            } else {
+                self.flush_dirty();
+            }
+        }
+        n
     }
 
     fn flush_dirty(&mut self) {
@@ -615,17 +729,21 @@ impl Context {
             }
             sleep = sleep.min(due.since(now));
         }
-        let mut pfd = libc::pollfd {
-            fd: self.rx_sock.as_raw_fd(),
+        let pfd = |fd| libc::pollfd {
+            fd,
             events: libc::POLLIN,
             revents: 0,
         };
+        let mut pfds = [
+            pfd(self.rx_sock.as_raw_fd()),
+            pfd(self.xdp.as_ref().map_or(-1, |x| x.xsk.fd())),
+        ];
         let ts = libc::timespec {
             tv_sec: sleep.as_secs().min(i32::MAX as u64) as libc::time_t,
             tv_nsec: sleep.subsec_nanos() as libc::c_long,
         };
         // SAFETY: one valid pollfd, a valid timespec, no signal mask.
-        unsafe { libc::ppoll(&mut pfd, 1, &ts, std::ptr::null()) };
+        unsafe { libc::ppoll(pfds.as_mut_ptr(), 2, &ts, std::ptr::null()) };
     }
 
     /// The earliest timer of any QP.
@@ -640,6 +758,7 @@ impl Context {
             qps,
             srqs,
             icrc,
+            dirty,
             ..
         } = self;
         let Some(super::socket::RxPacket {
@@ -650,42 +769,7 @@ impl Context {
         else {
             return;
         };
-        let counters = dev.counters();
-        if !icrc_ok(icrc, counters, from, dev.ip(), ipv4_id, data) {
-            return;
-        }
-        let pkt = match wire::parse(data) {
-            Ok(p) => p,
-            Err(_) => {
-                counters.malformed_pkts.fetch_add(1, Ordering::Relaxed);
-                return;
-            }
-        };
-        counters.rcvd_pkts.fetch_add(1, Ordering::Relaxed);
-        let qpn = pkt.hdr.bth.dest_qp;
-        let Some(slot) = qps.get_mut(&qpn) else {
-            counters.unknown_qp_pkts.fetch_add(1, Ordering::Relaxed);
-            return;
-        };
-        // Packets must come from the connected peer.
-        if let Some(tx) = &slot.tx {
-            if tx.icrc.dst != from.ip() {
-                counters.unknown_qp_pkts.fetch_add(1, Ordering::Relaxed);
-                return;
-            }
-        }
-        let srq = slot.srq.and_then(|i| srqs.get_mut(i as usize));
-        let mut env = RcEnv {
-            keys: dev.keys(),
-            srq,
-        };
-        slot.core.handle_packet(now, &pkt, &mut env);
-        // ACKs and READ responses go out at the end of this receive batch (one ACK can
-        // cover several packets), still within this progress call, as an RNIC sends
-        // them: a peer never depends on this application polling again.
-        if !self.dirty.contains(&qpn) {
-            self.dirty.push(qpn);
-        }
+        deliver(dev, qps, srqs, icrc, dirty, now, from, ipv4_id, data);
     }
 
     /// Transmits what the QP has to send (in batches of up to [`TX_BATCH`] packets
@@ -704,6 +788,7 @@ impl Context {
             next_timer,
             deferred,
             icrc,
+            xdp,
             ..
         } = self;
         if let Some(i) = deferred.iter().position(|&q| q == qpn) {
@@ -747,7 +832,7 @@ impl Context {
                 pkts: sent,
                 bytes,
                 datagrams,
-            } = send_batch(path, tx.packets(), icrc, dev);
+            } = send_batch(path, tx.packets(), icrc, dev, xdp.as_mut());
             counters.sent_pkts.fetch_add(sent as u64, Ordering::Relaxed);
             counters
                 .sent_datagrams
@@ -859,11 +944,16 @@ fn plan_trains(lens: &[usize], gso: bool, mut each: impl FnMut(usize, usize, u16
 /// ICRC of IPv4 ID `i`, the ID the kernel gives it (IPv6 has no ID). When the kernel
 /// refuses a train ([`is_gso_refusal`]), GSO is turned off on the path (and for the
 /// device's new paths) and the rest goes out as plain datagrams.
+///
+/// Through AF_XDP (`path.via` is [`TxVia::Xdp`]; `xdp` is the poll group's queue) each
+/// packet becomes one frame built into the UMEM (IPv4 ID 0, no trains), and one kick
+/// sends them.
 fn send_batch(
     path: &mut TxPath,
     pkts: &[TxPacket],
     ids: &mut IcrcChecker,
     dev: &SoftDevice,
+    xdp: Option<&mut XdpQueue>,
 ) -> TxSent {
     const PARTS: usize = 4 + crate::rc::payload::MAX_PAYLOAD_SEGMENTS;
     let n = pkts.len().min(TX_BATCH);
@@ -922,10 +1012,29 @@ fn send_batch(
             gso_size,
         };
     }
+    let (sock, dest) = match &path.via {
+        TxVia::Udp { sock, dest } => (sock, dest),
+        TxVia::Xdp(ends) => {
+            // No trains on this path (`gso` is false): one frame per packet.
+            let Some(xq) = xdp else {
+                return TxSent::default();
+            };
+            let sent = msgs[..ntrains]
+                .iter()
+                .take_while(|m| xq.send_parts(ends, m.parts))
+                .count();
+            xq.xsk.kick();
+            return TxSent {
+                pkts: sent,
+                bytes: pkts[..sent].iter().map(|p| p.payload.len() as u64).sum(),
+                datagrams: sent,
+            };
+        }
+    };
     let mut done = 0; // datagrams taken
     let mut retried = false;
     while done < ntrains {
-        match send_many(&path.sock, &path.dest, &msgs[done..ntrains]) {
+        match send_many(sock, dest, &msgs[done..ntrains]) {
             Ok(0) => break,
             Ok(k) => {
                 done += k;
@@ -947,7 +1056,7 @@ fn send_batch(
                         bytes: pkts[..rest].iter().map(|p| p.payload.len() as u64).sum(),
                         datagrams: done,
                     },
-                    send_batch(path, &pkts[rest..n], ids, dev),
+                    send_batch(path, &pkts[rest..n], ids, dev, None),
                 );
             }
             Err(e) => {
@@ -984,6 +1093,22 @@ impl Drop for Context {
     fn drop(&mut self) {
         // ACKs `poll_cq` deferred still go out (their peer would retransmit otherwise).
         self.flush_deferred();
+        if let (Some(x), Some(q)) = (self.dev.xdp(), &self.xdp) {
+            x.close_queue(self.rxq);
+            let k = q.xsk.kernel_stats();
+            tracing::info!(
+                "AF_XDP poll group {} on {}: {:?}; kernel: rx_dropped {:?}, rx_ring_full {:?}, \
+                 fill_ring_empty {:?}, rx_invalid {:?}, tx_invalid {:?}",
+                self.rxq,
+                x.iface,
+                q.xsk.counters(),
+                k.map(|k| k.rx_dropped),
+                k.map(|k| k.rx_ring_full),
+                k.map(|k| k.rx_fill_ring_empty_descs),
+                k.map(|k| k.rx_invalid_descs),
+                k.map(|k| k.tx_invalid_descs),
+            );
+        }
         if let Ok(s) = self.rx_sock.try_clone() {
             self.dev.return_socket(self.rxq, s);
         }
@@ -1007,6 +1132,59 @@ impl Hasher for QpnHasher {
     }
     fn write_u32(&mut self, n: u32) {
         self.0 = u64::from(n).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+/// Checks and hands one received RoCEv2 packet (`data`, from `from`, with the IPv4 ID
+/// predicted or read for it) to its QP; the
+/// QP is marked dirty so that what it calls for goes out at the end of the batch.
+#[allow(clippy::too_many_arguments)]
+fn deliver(
+    dev: &SoftDevice,
+    qps: &mut HashMap<u32, QpSlot, BuildHasherDefault<QpnHasher>>,
+    srqs: &mut [RecvQueue],
+    icrc: &mut IcrcChecker,
+    dirty: &mut Vec<u32>,
+    now: Timestamp,
+    from: SocketAddr,
+    ipv4_id: u16,
+    data: &[u8],
+) {
+    let counters = dev.counters();
+    if !icrc_ok(icrc, counters, from, dev.ip(), ipv4_id, data) {
+        return;
+    }
+    let pkt = match wire::parse(data) {
+        Ok(p) => p,
+        Err(_) => {
+            counters.malformed_pkts.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+    };
+    counters.rcvd_pkts.fetch_add(1, Ordering::Relaxed);
+    let qpn = pkt.hdr.bth.dest_qp;
+    let Some(slot) = qps.get_mut(&qpn) else {
+        counters.unknown_qp_pkts.fetch_add(1, Ordering::Relaxed);
+        return;
+    };
+    // Packets must come from the connected peer.
+    if let Some(tx) = &slot.tx {
+        if tx.icrc.dst != from.ip() {
+            counters.unknown_qp_pkts.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+    }
+    let srq = slot.srq.and_then(|i| srqs.get_mut(i as usize));
+    let mut env = RcEnv {
+        keys: dev.keys(),
+        srq,
+    };
+    slot.core.handle_packet(now, &pkt, &mut env);
+    // ACKs and READ responses go out at the end of this receive batch (one ACK can
+    // cover several packets), still within this progress call, as an RNIC sends
+    // them: a peer never depends on this application polling again.
+    if !dirty.contains(&qpn) {
+        dirty.push(qpn);
     }
 }
 
@@ -1078,8 +1256,10 @@ mod tests {
             udp_dport: peer.port(),
         };
         let mut path = TxPath {
-            sock,
-            dest: SockAddr::from(peer),
+            via: TxVia::Udp {
+                sock,
+                dest: SockAddr::from(peer),
+            },
             icrc: info,
             gso: dev.udp_gso_toward(ip),
         };
@@ -1101,7 +1281,7 @@ mod tests {
             })
             .collect();
         let mut ids = IcrcChecker::new();
-        let sent = send_batch(&mut path, &pkts, &mut ids, &dev);
+        let sent = send_batch(&mut path, &pkts, &mut ids, &dev, None);
         assert_eq!(
             sent,
             TxSent {

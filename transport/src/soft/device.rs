@@ -12,6 +12,8 @@ use super::context::Context;
 use super::fault::{group_seed, FaultConfig, FaultCounters, RxFaults};
 use super::rx_buffer::{granted_rx_buffer, rc_config_for, report_capped};
 use super::socket::{bind_rx_group, SocketError};
+use super::xdp::neigh::NeighError;
+use super::xdp::{PacketPath, XdpDevice, XdpError};
 use crate::rc::{KeyTable, MrKeys, MrMemory, RcConfig};
 use crate::verbs::{AccessFlags, DeviceCaps, MemoryRegion, Mtu, Pd, VerbsError, MAX_SGE};
 
@@ -38,6 +40,9 @@ pub struct DeviceConfig {
     /// Toward which peers the QPs send UDP GSO trains (see [`UdpGso`]); default
     /// [`UdpGso::LocalPeers`], or what `NVMF_SOFT_UDP_GSO` says ([`UdpGso::from_env`]).
     pub udp_gso: UdpGso,
+    /// How RoCEv2 packets travel: UDP sockets (the default) or AF_XDP on an interface
+    /// ([`PacketPath::AfXdp`], root only). QP1 (the CM) uses a UDP socket either way.
+    pub packet_path: PacketPath,
 }
 
 /// Toward which peers a device's QPs pack consecutive packets into UDP GSO trains
@@ -105,6 +110,7 @@ impl DeviceConfig {
             faults: None,
             first_qpn: None,
             udp_gso: UdpGso::from_env(),
+            packet_path: PacketPath::Udp,
         }
     }
 }
@@ -284,6 +290,8 @@ pub struct SoftDevice {
     udp_gso: UdpGso,
     /// The kernel refused a train on some socket: new paths send plain datagrams.
     gso_refused: std::sync::atomic::AtomicBool,
+    /// The AF_XDP path's program and interface ([`DeviceConfig::packet_path`]).
+    xdp: Option<XdpDevice>,
 }
 
 impl std::fmt::Debug for SoftDevice {
@@ -410,6 +418,11 @@ impl SoftDevice {
             f.validate()
                 .map_err(|source| SocketError::Faults { ip: cfg.ip, source })?;
         }
+        // The AF_XDP path's neighbour lookup is IPv4 only (/proc/net/arp): refuse IPv6
+        // here, not at the first connection.
+        if cfg.ip.is_ipv6() && matches!(cfg.packet_path, PacketPath::AfXdp { .. }) {
+            return Err(XdpError::from(NeighError::Ipv6Unsupported(cfg.ip)).into());
+        }
         let rx_queues = cfg.rx_queues.max(1);
         let socks = bind_rx_group(cfg.ip, rx_queues)?;
         let rx_buffer_bytes = socks.last().map_or(0, granted_rx_buffer);
@@ -418,6 +431,10 @@ impl SoftDevice {
         let netdev_mtu = cfg
             .netdev_mtu
             .unwrap_or_else(|| interface_mtu(cfg.ip).unwrap_or(1500));
+        let xdp = match &cfg.packet_path {
+            PacketPath::Udp => None,
+            PacketPath::AfXdp { interface } => Some(XdpDevice::open(interface, rx_queues)?),
+        };
         Ok(Arc::new(SoftDevice {
             ip: cfg.ip,
             rx_queues,
@@ -433,6 +450,7 @@ impl SoftDevice {
             cm_agent: Mutex::new(None),
             udp_gso: cfg.udp_gso,
             gso_refused: Default::default(),
+            xdp,
         }))
     }
 
@@ -547,7 +565,25 @@ impl SoftDevice {
             .ok_or(VerbsError::InvalidArgument(
                 "poll group already open or out of range",
             ))?;
-        Ok(Context::new(self.clone(), rx_queue, sock))
+        let xdp = match &self.xdp {
+            None => None,
+            Some(x) => match x.open_queue(rx_queue) {
+                Ok(q) => Some(q),
+                Err(e) => {
+                    tracing::error!("poll group {rx_queue}: {e}");
+                    self.return_socket(rx_queue, sock);
+                    return Err(VerbsError::NoResources(
+                        "an AF_XDP socket for the poll group (see the log for why and the fix)",
+                    ));
+                }
+            },
+        };
+        Ok(Context::new(self.clone(), rx_queue, sock, xdp))
+    }
+
+    /// The AF_XDP path, when the device was opened with [`PacketPath::AfXdp`].
+    pub fn xdp(&self) -> Option<&XdpDevice> {
+        self.xdp.as_ref()
     }
 
     /// Gives poll group `rx_queue`'s receive socket back (its context was dropped); the
@@ -634,6 +670,23 @@ mod tests {
 
     /// Every QPN steers to its poll group (the BPF program's `qpn % n`), stays in
     /// `FIRST_QPN..=MAX_QPN`, and a group wraps within its class at the top.
+    #[test]
+    fn af_xdp_on_ipv6_or_an_unknown_interface_is_refused_naming_the_fix() {
+        let af_xdp = |ip: IpAddr, interface: &str| DeviceConfig {
+            packet_path: PacketPath::AfXdp {
+                interface: interface.into(),
+            },
+            ..DeviceConfig::new(ip)
+        };
+        let e = SoftDevice::open(af_xdp("::1".parse().unwrap(), "lo")).unwrap_err();
+        assert!(e.to_string().contains("IPv4 addresses or the UDP"), "{e}");
+        let e = SoftDevice::open(af_xdp("127.0.0.233".parse().unwrap(), "nosuch0")).unwrap_err();
+        assert!(
+            e.to_string().contains("no interface \"nosuch0\"") && e.to_string().contains("ip link"),
+            "{e}"
+        );
+    }
+
     #[test]
     fn qpns_stay_in_their_class_and_range() {
         for n in [1u32, 2, 3, 5, 7] {

@@ -10,7 +10,8 @@
 //!   librdmacm does it for the verbs provider;
 //! - [`fault`]: seeded drop, duplication, reordering and corruption on receive, for tests;
 //! - [`rx_buffer`]: the receive buffer the kernel granted and the RC windows sized from it;
-//! - [`floor`]: the busy-polled UDP round trip under every round trip of this provider.
+//! - [`floor`]: the busy-polled UDP round trip under every round trip of this provider;
+//! - [`xdp`]: AF_XDP, the packet path past the kernel's UDP stack (root only).
 mod cm_agent;
 pub mod conn;
 mod context;
@@ -21,6 +22,7 @@ mod provider;
 pub mod rx_buffer;
 mod rx_check;
 pub mod socket;
+pub mod xdp;
 
 /// The provider-agnostic handles (`crate::verbs`), re-exported where the soft provider's
 /// own used to be so that `transport::soft::{Cq, Pd, Qp, QpInitAttr, Srq}` keeps naming

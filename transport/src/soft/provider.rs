@@ -74,6 +74,9 @@ fn agent_start_error(e: CmAgentError) -> VerbsError {
             os("setting up the CM agent's UDP socket", &source)
         }
         CmAgentError::Socket(SocketError::OpenFiles(n)) => VerbsError::OpenFiles(n),
+        CmAgentError::Socket(SocketError::AfXdp(_)) => {
+            VerbsError::InvalidArgument("the AF_XDP packet path")
+        }
         CmAgentError::Socket(SocketError::Faults { .. }) => {
             VerbsError::InvalidArgument("fault injection configuration")
         }

@@ -76,6 +76,9 @@ pub enum SocketError {
     /// `RLIMIT_NOFILE` and how to raise it.
     #[error(transparent)]
     OpenFiles(#[from] crate::fdlimit::NofileError),
+    /// The AF_XDP packet path could not be set up (the message names the fix).
+    #[error(transparent)]
+    AfXdp(#[from] super::xdp::XdpError),
     /// The device's fault injection configuration is out of range.
     #[error("fault injection on {ip}: {source}")]
     Faults {

@@ -31,11 +31,15 @@ pub const LINKTYPE_RAW: u32 = 101;
 
 const GLOBAL_HDR_LEN: usize = 24;
 const RECORD_HDR_LEN: usize = 16;
-const ETH_HDR_LEN: usize = 14;
-const ETHERTYPE_IPV4: u16 = 0x0800;
-const ETHERTYPE_IPV6: u16 = 0x86DD;
+/// Ethernet II header length (destination MAC, source MAC, EtherType), bytes.
+pub const ETH_HDR_LEN: usize = 14;
+/// EtherType of IPv4.
+pub const ETHERTYPE_IPV4: u16 = 0x0800;
+/// EtherType of IPv6.
+pub const ETHERTYPE_IPV6: u16 = 0x86DD;
 const ETHERTYPE_VLAN: u16 = 0x8100;
-const IPPROTO_UDP: u8 = 17;
+/// IP protocol number of UDP.
+pub const IPPROTO_UDP: u8 = 17;
 
 /// Why bytes are not a pcap file this reader understands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -179,6 +183,19 @@ impl<'a> Iterator for Frames<'a> {
 }
 
 impl<'a> Frame<'a> {
+    /// An Ethernet II frame that did not come from a file (one received from an
+    /// interface), so that [`Self::udp`] parses it.
+    pub fn ethernet(data: &'a [u8]) -> Frame<'a> {
+        Frame {
+            number: 0,
+            ts_sec: 0,
+            ts_frac: 0,
+            orig_len: data.len() as u32,
+            data,
+            linktype: LINKTYPE_ETHERNET,
+        }
+    }
+
     /// The IPv4 or IPv6 packet in the frame (up to the end of the captured bytes; may
     /// include link-layer padding), or `None` for other frames.
     pub fn ip_packet(&self) -> Option<&'a [u8]> {
