@@ -5,13 +5,14 @@
 //! (128 + its number: 130 for SIGINT, 143 for SIGTERM), with no report; fio has no such
 //! escape.
 //!
-//! The handlers only store to atomics (signal-hook's `flag` module), which is all a
-//! signal handler may safely do; the busy-polling runner reads the flag every turn.
+//! The handlers only touch atomics and `_exit`, which is all a signal handler may
+//! safely do; the busy-polling runner reads the flag every turn. One counter decides
+//! which signal is the first: two signals sent back to back may be handled at the
+//! same time on two threads, and exactly one of them must stop the run.
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use signal_hook::consts::{SIGINT, SIGTERM};
-use signal_hook::flag;
 
 /// fio's exit status after a run stopped by a signal.
 pub const EXIT_STATUS_SIGNALED: u8 = 128;
@@ -33,11 +34,19 @@ impl StopSignals {
     pub fn install() -> std::io::Result<Self> {
         let stop = Arc::new(AtomicBool::new(false));
         let signal = Arc::new(AtomicUsize::new(0));
+        let seen = Arc::new(AtomicUsize::new(0));
         for sig in STOP_SIGNALS {
-            // Registered first, so it sees the flag as the previous signal left it.
-            flag::register_conditional_shutdown(sig, 128 + sig, Arc::clone(&stop))?;
-            flag::register_usize(sig, Arc::clone(&signal), sig as usize)?;
-            flag::register(sig, Arc::clone(&stop))?;
+            let (stop, signal, seen) = (Arc::clone(&stop), Arc::clone(&signal), Arc::clone(&seen));
+            let action = move || {
+                if seen.fetch_add(1, Ordering::SeqCst) > 0 {
+                    signal_hook::low_level::exit(128 + sig);
+                }
+                signal.store(sig as usize, Ordering::SeqCst);
+                stop.store(true, Ordering::SeqCst);
+            };
+            // SAFETY: the action does only atomic operations and `_exit`, both
+            // async-signal-safe, and allocates nothing.
+            unsafe { signal_hook::low_level::register(sig, action) }?;
         }
         Ok(Self { stop, signal })
     }
