@@ -15,8 +15,7 @@ use nvme::fabrics::{
 };
 use nvme::{SglDescriptor, Sqe};
 use nvmf_target::backend::Backend;
-use nvmf_target::rdma::queue::QueueParams;
-use nvmf_target::rdma::sim::{Seen, Sim, SimConfig};
+use nvmf_target::rdma::sim::{loopback_queue_params, Seen, Sim, SimConfig};
 use nvmf_target::subsystem::{Limits, NamespaceEntry, PortInfo, Registry, Subsystem};
 
 const NQN: &str = "nqn.2026-11.io.nvmf-rdma:bench";
@@ -50,18 +49,6 @@ fn connect_data(cntlid: u16) -> Vec<u8> {
     let h = usize::from(CONNECT_DATA_HOSTNQN_OFFSET);
     d[h..h + HOST.len()].copy_from_slice(HOST.as_bytes());
     d
-}
-
-/// Queue parameters as the poll group gives them.
-fn params(qid: u16, sq_size: u16) -> QueueParams {
-    QueueParams {
-        qid,
-        sq_size,
-        remote: IpAddr::V4(Ipv4Addr::LOCALHOST),
-        remote_qpn: 0x20 + u32::from(qid),
-        send_depth: 4 * u32::from(sq_size) + 16,
-        ord: 16,
-    }
 }
 
 /// Delivers `capsule` on `qpn`, carries out what the core asks, and panics unless the
@@ -105,7 +92,7 @@ pub fn connected() -> Target {
         c.extend_from_slice(&connect_data(cntlid));
         c
     };
-    sim.add_queue(ADMIN_QPN, &params(0, 32));
+    sim.add_queue(ADMIN_QPN, &loopback_queue_params(0, 32));
     expect_success(
         &mut sim,
         ADMIN_QPN,
@@ -121,7 +108,7 @@ pub fn connected() -> Target {
         .and_then(|q| q.ctrl.as_ref())
         .expect("admin queue controller")
         .cntlid;
-    sim.add_queue(IO_QPN, &params(1, 128));
+    sim.add_queue(IO_QPN, &loopback_queue_params(1, 128));
     expect_success(
         &mut sim,
         IO_QPN,

@@ -35,8 +35,8 @@ use nvme::{
 use nvmf_target::backend::Backend;
 use nvmf_target::rdma::action::{IoOp, RegionId};
 use nvmf_target::rdma::core::ReqState;
-use nvmf_target::rdma::queue::{Queue, QueueParams};
-use nvmf_target::rdma::sim::{Seen, Sim, SimConfig};
+use nvmf_target::rdma::queue::Queue;
+use nvmf_target::rdma::sim::{loopback_queue_params, Seen, Sim, SimConfig};
 use nvmf_target::rdma::SQE_LEN;
 use nvmf_target::subsystem::{Limits, NamespaceEntry, PortInfo, Registry, Subsystem};
 
@@ -133,18 +133,6 @@ struct CapsuleAnswer {
     keyed_len: Option<u32>,
 }
 
-/// Queue parameters as the poll group gives them.
-fn queue_params(qid: u16, sq_size: u16) -> QueueParams {
-    QueueParams {
-        qid,
-        sq_size,
-        remote: IpAddr::V4(Ipv4Addr::LOCALHOST),
-        remote_qpn: 0x20 + u32::from(qid),
-        send_depth: 4 * u32::from(sq_size) + 16,
-        ord: 16,
-    }
-}
-
 /// Runs one input; panics on a broken invariant.
 pub fn run(data: &[u8]) {
     let Some(ns) = namespace() else {
@@ -163,8 +151,8 @@ pub fn run(data: &[u8]) {
     let Ok(mut sim) = Sim::new(cfg, reg.clone()) else {
         return;
     };
-    sim.add_queue(ADMIN_QPN, &queue_params(0, 32));
-    sim.add_queue(IO_QPN, &queue_params(io_qid, 128));
+    sim.add_queue(ADMIN_QPN, &loopback_queue_params(0, 32));
+    sim.add_queue(IO_QPN, &loopback_queue_params(io_qid, 128));
     let mut h = Harness {
         reg,
         sim,

@@ -71,6 +71,20 @@ pub enum Seen {
     QpError { qpn: u32 },
 }
 
+/// Queue parameters as the poll group gives them, for a host on 127.0.0.1 whose QPN is
+/// `0x20 + qid`: send credits of 4 WRs per SQ entry plus 16, ORD 16 (what the
+/// benches and the fuzzer run the core with).
+pub fn loopback_queue_params(qid: u16, sq_size: u16) -> QueueParams {
+    QueueParams {
+        qid,
+        sq_size,
+        remote: std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
+        remote_qpn: 0x20 + u32::from(qid),
+        send_depth: 4 * u32::from(sq_size) + 16,
+        ord: 16,
+    }
+}
+
 /// A request core over simulated memory (see the module docs).
 pub struct Sim {
     /// The core (declared first: dropped before the memory it points into).
