@@ -334,7 +334,7 @@ pub fn fabrics_connect(peer: &QueuePeer, sqe: &Sqe, data: &[u8], outcome: &Conne
         ),
         ConnectOutcome::Refused { status, dw0 } => {
             let cntlid = d.as_ref().map(|d| d.cntlid());
-            let reason = connect_refusal_words(*status, *dw0, qid, subnqn, cntlid);
+            let reason = connect_refusal_words(*status, *dw0, qid, (subnqn, hostnqn), cntlid);
             tracing::warn!(
                 host_addr = %peer.host_addr,
                 host_qpn = %Hex(peer.host_qpn),
@@ -352,12 +352,13 @@ pub fn fabrics_connect(peer: &QueuePeer, sqe: &Sqe, data: &[u8], outcome: &Conne
 }
 
 /// A refused Fabrics Connect in words, from its status and DW0 (IATTR/IPO, NVMe over
-/// Fabrics 1.1 §3.3) as [`crate::fabrics::connect`] sets them.
+/// Fabrics 1.1 §3.3) as [`crate::fabrics::connect`] sets them, for the Connect of
+/// `hostnqn` to `subnqn`; a refusal the operator can lift names the configuration key.
 pub fn connect_refusal_words(
     status: Status,
     dw0: u32,
     qid: u16,
-    subnqn: &str,
+    (subnqn, hostnqn): (&str, &str),
     cntlid: Option<u16>,
 ) -> String {
     use CommandSpecificStatus as C;
@@ -389,17 +390,17 @@ pub fn connect_refusal_words(
             }
             _ => format!("invalid parameter (DW0 {dw0:#010x})"),
         },
-        Some(C::ConnectInvalidHost) => {
-            "host NQN not allowed by the subsystem (add it to the subsystem's hosts, or allow_any_host)"
-                .to_string()
-        }
+        Some(C::ConnectInvalidHost) => format!(
+            "host NQN {hostnqn:?} is not allowed by subsystem {subnqn}: add it to that \
+             subsystem's `hosts` list in the configuration ([[subsystems]] nqn = \
+             {subnqn:?}, hosts = [{hostnqn:?}]), or set `allow_any_host = true` there"
+        ),
         Some(C::ConnectControllerBusy) => {
             "the queue is already connected, or no controller ID is free".to_string()
         }
         Some(C::ConnectIncompatibleFormat) => "unsupported Connect record format".to_string(),
         _ if status == Status::generic(GenericStatus::CommandSequenceError).with_dnr() => {
-            "the controller is not enabled yet, or this queue ID is already connected"
-                .to_string()
+            "the controller is not enabled yet, or this queue ID is already connected".to_string()
         }
         _ if status == Status::generic(GenericStatus::DataSglLengthInvalid).with_dnr() => {
             "the Connect data is shorter than 1024 bytes".to_string()
@@ -417,15 +418,29 @@ mod tests {
         let invalid = ConnectInvalidParameter::status();
         let sub = ConnectInvalidParameter::SUBNQN.to_dw0();
         assert_eq!(
-            connect_refusal_words(invalid, sub, 0, "nqn.x", Some(0xFFFF)),
+            connect_refusal_words(invalid, sub, 0, ("nqn.x", "nqn.h"), Some(0xFFFF)),
             "unknown subsystem NQN \"nqn.x\""
         );
-        assert!(connect_refusal_words(invalid, sub, 0, DISCOVERY_NQN, None).contains("discovery"));
+        assert!(
+            connect_refusal_words(invalid, sub, 0, (DISCOVERY_NQN, "nqn.h"), None)
+                .contains("discovery")
+        );
         let host = Status::command_specific(CommandSpecificStatus::ConnectInvalidHost).with_dnr();
         let hostnqn = ConnectInvalidParameter::HOSTNQN.to_dw0();
-        assert!(connect_refusal_words(host, hostnqn, 0, "nqn.x", None).contains("not allowed"));
+        let w = connect_refusal_words(host, hostnqn, 0, ("nqn.x", "nqn.h:1"), None);
+        assert!(
+            w.contains("\"nqn.h:1\" is not allowed by subsystem nqn.x"),
+            "{w}"
+        );
+        assert!(
+            w.contains("hosts = [\"nqn.h:1\"]") && w.contains("allow_any_host"),
+            "{w}"
+        );
         let qid = ConnectInvalidParameter::QID.to_dw0();
-        assert!(connect_refusal_words(invalid, qid, 9, "nqn.x", Some(1)).contains("queue ID 9"));
+        assert!(
+            connect_refusal_words(invalid, qid, 9, ("nqn.x", "nqn.h"), Some(1))
+                .contains("queue ID 9")
+        );
     }
 
     #[test]

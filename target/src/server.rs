@@ -167,7 +167,8 @@ pub fn start_on<P: Provider>(cfg: &TargetConfig) -> Result<TargetHandle<P>, Targ
 
 /// [`start_on`], with each listen address's device opened with
 /// `device_config(address, poll groups)` (the soft provider's fault injection, for
-/// one, is set there).
+/// one, is set there). A start that fails removes the namespace files it created
+/// (sparse files that did not exist before), so a failed start leaves nothing behind.
 ///
 /// # Errors
 /// [`TargetError`] naming what failed: a namespace file, the device of an address
@@ -177,6 +178,36 @@ pub fn start_on<P: Provider>(cfg: &TargetConfig) -> Result<TargetHandle<P>, Targ
 pub fn start_with<P: Provider>(
     cfg: &TargetConfig,
     device_config: impl Fn(IpAddr, u32) -> P::DeviceConfig,
+) -> Result<TargetHandle<P>, TargetError> {
+    let mut created = Vec::new();
+    let started = start_recording_created::<P>(cfg, device_config, &mut created);
+    if started.is_err() {
+        remove_created(&created);
+    }
+    started
+}
+
+/// Removes the namespace files a failed start created, and says so.
+fn remove_created(created: &[std::path::PathBuf]) {
+    for path in created {
+        match std::fs::remove_file(path) {
+            Ok(()) => tracing::info!(
+                path = %path.display(),
+                "removed the namespace file this failed start had created"
+            ),
+            Err(e) => tracing::warn!(
+                path = %path.display(),
+                "this failed start created the namespace file but cannot remove it: {e}"
+            ),
+        }
+    }
+}
+
+/// [`start_with`], pushing the path of every namespace file it creates to `created`.
+fn start_recording_created<P: Provider>(
+    cfg: &TargetConfig,
+    device_config: impl Fn(IpAddr, u32) -> P::DeviceConfig,
+    created: &mut Vec<std::path::PathBuf>,
 ) -> Result<TargetHandle<P>, TargetError> {
     if cfg.listen.is_empty() {
         return Err(TargetError::Config("no listen address".into()));
@@ -192,6 +223,9 @@ pub fn start_with<P: Provider>(
                 nsid: n.nsid,
                 source: e,
             })?;
+            if ns.created() {
+                created.push(ns.path().to_path_buf());
+            }
             let file_index = files.len() as u32;
             files.push(ns.fd());
             namespaces.push(NamespaceEntry::new(

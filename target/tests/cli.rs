@@ -55,6 +55,15 @@ fn udp_port_in_use_is_named() {
     );
     // ... and how to get out of it.
     assert!(err.contains("another with --addr"), "{err}");
+    // The sparse file this start created is gone again (issue 16: a failed start
+    // leaves nothing behind) ...
+    assert!(!path.exists(), "{} left behind: {err}", path.display());
+    assert!(err.contains("removed the namespace file"), "{err}");
+    // ... while a file that was there before stays, with its contents.
+    std::fs::write(&path, vec![7u8; 1 << 20]).unwrap();
+    let (code, err) = run(&["--addr", "127.0.0.22", "--file", path.to_str().unwrap()]);
+    assert_ne!(code, 0);
+    assert_eq!(std::fs::read(&path).unwrap(), vec![7u8; 1 << 20], "{err}");
 }
 
 #[test]

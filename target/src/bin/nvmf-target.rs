@@ -200,13 +200,14 @@ fn main() -> ExitCode {
     // Provider selection: the one place the binary names a provider.
     match cfg.provider {
         ProviderKind::Soft if packet_path != PacketPath::Udp => serve_started(
-            nvmf_target::provider::start_with_packet_path(&cfg, packet_path),
+            nvmf_target::provider::start_with_packet_path(&cfg, packet_path.clone()),
             &cfg,
+            &packet_path,
             &sigs,
         ),
-        ProviderKind::Soft => serve::<SoftProvider>(&cfg, &sigs),
+        ProviderKind::Soft => serve::<SoftProvider>(&cfg, &packet_path, &sigs),
         #[cfg(feature = "verbs")]
-        ProviderKind::Verbs => serve::<VerbsProvider>(&cfg, &sigs),
+        ProviderKind::Verbs => serve::<VerbsProvider>(&cfg, &packet_path, &sigs),
         // Refused above (check_built).
         #[cfg(not(feature = "verbs"))]
         ProviderKind::Verbs => ExitCode::FAILURE,
@@ -215,14 +216,29 @@ fn main() -> ExitCode {
 
 /// Runs the target of `cfg` on provider `P` until SIGINT or SIGTERM (blocked in
 /// `sigs`), then stops it.
-fn serve<P: Provider>(cfg: &TargetConfig, sigs: &SigSet) -> ExitCode {
-    serve_started(nvmf_target::start_on::<P>(cfg), cfg, sigs)
+fn serve<P: Provider>(cfg: &TargetConfig, packet_path: &PacketPath, sigs: &SigSet) -> ExitCode {
+    serve_started(nvmf_target::start_on::<P>(cfg), cfg, packet_path, sigs)
+}
+
+/// How RoCEv2 reaches listen address `ip` on provider `kind`, for the "serving" line:
+/// the soft provider's UDP port or AF_XDP interface, or the kernel RDMA device.
+fn transport_words(kind: ProviderKind, packet_path: &PacketPath, ip: IpAddr) -> String {
+    match (kind, packet_path) {
+        (ProviderKind::Verbs, _) => {
+            format!("RoCEv2 on the kernel RDMA device whose RoCE v2 GID is {ip}")
+        }
+        (ProviderKind::Soft, PacketPath::AfXdp { interface }) => {
+            format!("RoCEv2 over AF_XDP on {interface}, {ip} UDP 4791")
+        }
+        (ProviderKind::Soft, _) => format!("RoCEv2 over UDP {ip}:4791"),
+    }
 }
 
 /// [`serve`] a target already started (or not).
 fn serve_started<P: Provider>(
     started: Result<nvmf_target::TargetHandle<P>, nvmf_target::TargetError>,
     cfg: &TargetConfig,
+    packet_path: &PacketPath,
     sigs: &SigSet,
 ) -> ExitCode {
     let target = match started {
@@ -247,19 +263,25 @@ fn serve_started<P: Provider>(
                 trsvcid = l.port(),
                 namespaces = s.namespaces.len(),
                 provider = P::NAME,
-                "serving {} ({} namespace(s)) on rdma traddr={} trsvcid={} ({} provider, RoCEv2 UDP {}:4791, path MTU {})",
+                "serving {} ({} namespace(s)) on rdma traddr={} trsvcid={} ({} provider, {}, path MTU {})",
                 s.nqn,
                 s.namespaces.len(),
                 l.ip(),
                 l.port(),
                 P::NAME,
-                l.ip(),
+                transport_words(cfg.provider, packet_path, l.ip()),
                 mtu
             );
         }
     }
     let sig = sigs.wait();
-    tracing::info!("{:?}, shutting down", sig.ok());
+    tracing::info!(
+        "{}, shutting down",
+        sig.map_or_else(
+            |e| format!("waiting for a signal failed ({e})"),
+            |s| format!("received {s}")
+        )
+    );
     target.shutdown();
     ExitCode::SUCCESS
 }
