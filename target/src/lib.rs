@@ -22,6 +22,7 @@ pub mod capsule;
 pub mod config;
 pub mod controller;
 pub mod discovery;
+pub mod error_log;
 pub mod fabrics;
 pub mod io;
 pub mod logging;
@@ -30,6 +31,7 @@ pub mod oplog;
 pub mod provider;
 pub mod rdma;
 pub mod server;
+pub mod stats;
 pub mod subsystem;
 pub mod uring;
 

@@ -56,7 +56,7 @@ pub struct QueuePeer {
 }
 
 /// Why a queue ended, and who started it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum QueueEnd {
     /// The host disconnected (a CM DREQ, or a REJ of the established connection).
     HostDisconnected,
@@ -76,13 +76,20 @@ pub enum QueueEnd {
     AcceptFailed,
     /// The control thread gave up waiting for the poll group to create the queue.
     SetupAbandoned,
+    /// The host deleted the I/O queue with a Fabrics Disconnect command (NVMe Base
+    /// 2.x §6.4); the target then disconnected its connection.
+    HostFabricsDisconnect,
+    /// The target is shutting down (SIGTERM/SIGINT): its commands were answered first.
+    TargetShutdown,
 }
 
 impl QueueEnd {
     /// Who started the end: `"host"` or `"target"`.
     pub fn initiator(self) -> &'static str {
         match self {
-            QueueEnd::HostDisconnected | QueueEnd::HostRejected => "host",
+            QueueEnd::HostDisconnected
+            | QueueEnd::HostRejected
+            | QueueEnd::HostFabricsDisconnect => "host",
             _ => "target",
         }
     }
@@ -104,12 +111,21 @@ impl QueueEnd {
             }
             QueueEnd::AcceptFailed => "the CM accept could not be sent",
             QueueEnd::SetupAbandoned => "the queue was not ready in time",
+            QueueEnd::HostFabricsDisconnect => {
+                "the host deleted the queue (Fabrics Disconnect); the target disconnected it"
+            }
+            QueueEnd::TargetShutdown => {
+                "the target is shutting down; the queue's commands were answered first"
+            }
         }
     }
 
     /// Whether an operator may have to act (logged at `warn`, else `info`).
     pub fn is_trouble(self) -> bool {
-        !matches!(self, QueueEnd::HostDisconnected)
+        !matches!(
+            self,
+            QueueEnd::HostDisconnected | QueueEnd::HostFabricsDisconnect | QueueEnd::TargetShutdown
+        )
     }
 }
 

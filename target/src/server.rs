@@ -454,7 +454,7 @@ impl<P: Provider> Control<P> {
     fn check_keep_alive(&mut self) {
         let now = Instant::now();
         for ctrl in self.reg.controllers() {
-            if ctrl.kato_expired(now) {
+            if ctrl.keep_alive_sweep(now) {
                 ctrl.set_fatal();
                 // Tear down every queue of that controller (and only those), as nvmet does.
                 let mut qpns = Vec::new();
@@ -501,7 +501,7 @@ impl<P: Provider> Control<P> {
             .collect();
         for id in ids {
             let _ = self.endpoints[ep].cm.disconnect(ConnId(id));
-            self.drop_conn((ep, id), QueueEnd::QpError);
+            self.drop_conn((ep, id), r.why);
         }
     }
 

@@ -191,6 +191,9 @@ pub struct QpErrorReport {
     pub group: u32,
     /// The failed QP.
     pub qpn: u32,
+    /// Why the queue ends: [`QueueEnd::QpError`], or the end the core decided
+    /// ([`action::Action::EndQueue`]).
+    pub why: QueueEnd,
 }
 
 /// Errors setting up a poll group.

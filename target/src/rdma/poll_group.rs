@@ -186,6 +186,7 @@ impl<P: Provider> PollGroup<P> {
             in_capsule_bytes: cfg.in_capsule_bytes,
             max_io_bytes: cfg.max_io_bytes,
             io_slots: ring.capacity() as u32,
+            group: index,
         };
         let core = RequestCore::new(core_cfg, mem, reg, counters.clone())
             .map_err(|e| std::io::Error::other(e.to_string()))?;
@@ -350,6 +351,7 @@ impl<P: Provider> PollGroup<P> {
                     let _ = self.qp_errors.send(QpErrorReport {
                         group: self.index,
                         qpn: qp.qpn(),
+                        why: QueueEnd::QpError,
                     });
                 }
                 AsyncEvent::SrqError { .. }
@@ -678,6 +680,14 @@ impl<P: Provider> PollGroup<P> {
                     let _ = self.qp_errors.send(QpErrorReport {
                         group: self.index,
                         qpn,
+                        why: QueueEnd::QpError,
+                    });
+                }
+                Action::EndQueue { qpn, why } => {
+                    let _ = self.qp_errors.send(QpErrorReport {
+                        group: self.index,
+                        qpn,
+                        why,
                     });
                 }
             }

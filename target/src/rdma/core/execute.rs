@@ -43,6 +43,46 @@ impl RequestCore {
         })
     }
 
+    /// Whether the data slab can ever hold both buffers of a Compare of `len` bytes
+    /// (the host's data and the blocks read): a slab of one MDTS cannot for more than
+    /// half of it, and such a Compare is refused rather than left waiting forever.
+    pub(super) fn media_fits(&self, len: u32) -> bool {
+        let block = (len as usize)
+            .max(super::MIN_DATA_BUFFER)
+            .next_power_of_two();
+        self.pool.capacity() / block >= 2
+    }
+
+    /// A Compare's status once its blocks were read: its data against them
+    /// ([`io::compare_status`]).
+    pub(super) fn compare_media(&self, i: usize) -> Status {
+        let r = &self.reqs[i];
+        let (Some(host), Some(media)) = (self.data_buf(i), r.media) else {
+            return Status::generic(GenericStatus::InternalError);
+        };
+        let media = Buf {
+            region: RegionId::Data,
+            offset: media.offset,
+            len: r.data_len,
+        };
+        io::compare_status(self.bytes(host), self.bytes(media))
+    }
+
+    /// Counts a successful I/O command `cmd` of the namespace at fixed-file index
+    /// `file` in its counters ([`crate::stats`]): reads and Compares, writes.
+    pub(super) fn count_io(&self, file: u32, cmd: IoCommand) {
+        let Some(Some(stats)) = self.ns_stats.get(file as usize) else {
+            return;
+        };
+        match cmd {
+            IoCommand::Read { len, .. } | IoCommand::Compare { len, .. } => {
+                stats.count_read(self.cfg.group, u64::from(len))
+            }
+            IoCommand::Write { len, .. } => stats.count_write(self.cfg.group, u64::from(len)),
+            _ => {}
+        }
+    }
+
     /// The namespace request `i` names on its queue's controller, and the subsystem NQN.
     pub(super) fn namespace_of(&self, i: usize) -> Option<(&NamespaceEntry, &str)> {
         let r = &self.reqs[i];
@@ -112,6 +152,27 @@ impl RequestCore {
                 }
                 Err(st) => self.finish(i, st),
             },
+            Kind::Disconnect => {
+                if let Err(st) = fabrics::disconnect_check(ctrl.as_deref(), &r.sqe) {
+                    self.finish(i, st);
+                    return Exec::Moved;
+                }
+                let Some(q) = self.queues.get_mut(&qpn) else {
+                    self.set_state(i, ReqState::Completed);
+                    return Exec::Moved;
+                };
+                q.closing = true;
+                if q.outstanding() <= 1 {
+                    // Nothing else of the queue is unanswered: its CQE is the last now.
+                    if let Some(ctrl) = q.ctrl.take() {
+                        ctrl.release_queue(q.qid);
+                    }
+                    self.finish(i, Status::SUCCESS);
+                } else {
+                    q.disconnect = Some(i as u32);
+                    self.set_state(i, ReqState::AwaitingEvent);
+                }
+            }
             Kind::PropertySet => {
                 let st = fabrics::property_set_at(ctrl.as_deref(), &r.sqe, now)
                     .err()
@@ -162,6 +223,7 @@ impl RequestCore {
         let file = ns.file_index;
         let (nlb, block_size) = (ns.ns.nlb(), u64::from(ns.ns.block_size()));
         let req = i as u32;
+        self.reqs[i].file = file;
         let op = match cmd {
             IoCommand::Read { offset, .. } => {
                 let Some(buf) = self.data_buf(i) else {
@@ -182,6 +244,18 @@ impl RequestCore {
                     offset,
                     dsync,
                 }
+            }
+            IoCommand::Compare { offset, len } => {
+                let Some(media) = self.reqs[i].media else {
+                    self.finish(i, Status::generic(GenericStatus::InternalError));
+                    return Exec::Moved;
+                };
+                let buf = Buf {
+                    region: RegionId::Data,
+                    offset: media.offset,
+                    len,
+                };
+                IoOp::Read { file, buf, offset }
             }
             IoCommand::Flush => IoOp::Fsync { file },
             IoCommand::WriteZeroes { offset, len, .. } => IoOp::Fallocate {
@@ -275,6 +349,26 @@ impl RequestCore {
             self.actions.push_back(Action::SubmitIo { req, op });
         }
         self.set_state(i, ReqState::Executing);
+    }
+
+    /// Completes the Fabrics Disconnect waiting on queue `qpn` (every other command of
+    /// the queue is answered): the queue leaves its controller, so its queue ID may be
+    /// connected again (NVMe Base 2.x §6.4), and the Disconnect completes with success.
+    pub(super) fn complete_disconnect(&mut self, qpn: u32, now: Instant) {
+        let Some(q) = self.queues.get_mut(&qpn) else {
+            return;
+        };
+        let Some(j) = q.disconnect.take() else {
+            return;
+        };
+        if let Some(ctrl) = q.ctrl.take() {
+            ctrl.release_queue(q.qid);
+        }
+        let j = j as usize;
+        if self.reqs[j].state == ReqState::AwaitingEvent {
+            self.finish(j, Status::SUCCESS);
+            self.advance(j, now);
+        }
     }
 
     /// Completes held Asynchronous Event Requests of queue `qpn` for which its
