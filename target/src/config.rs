@@ -87,6 +87,9 @@ fn default_max_queue_size() -> u16 {
 fn default_kato_ms() -> u32 {
     120_000
 }
+fn default_shutdown_timeout_ms() -> u32 {
+    crate::shutdown::DEFAULT_SHUTDOWN_TIMEOUT_MS
+}
 
 /// The whole daemon configuration.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -149,6 +152,12 @@ pub struct TargetConfig {
     /// it (its SRQ limit event) and hosts' next commands wait (RNR NAK).
     #[serde(default = "default_srq_depth")]
     pub srq_depth: u32,
+    /// The bound of a clean shutdown (SIGTERM/SIGINT) in milliseconds, from 100 to
+    /// 3600000: commands in flight are answered, namespaces flushed and queues
+    /// disconnected within it ([`crate::shutdown`]); what is left then is reported.
+    /// Default 10000.
+    #[serde(default = "default_shutdown_timeout_ms")]
+    pub shutdown_timeout_ms: u32,
 }
 
 /// One listen address (NVMe over Fabrics 1.x Discovery Log Page Entry: TRADDR, TRSVCID).
@@ -444,6 +453,7 @@ impl TargetConfig {
             discovery: true,
             data_slab: None,
             srq_depth: DEFAULT_SRQ_DEPTH,
+            shutdown_timeout_ms: default_shutdown_timeout_ms(),
         }
     }
 
@@ -514,6 +524,14 @@ impl TargetConfig {
                 "srq_depth {} must be from {MIN_SRQ_DEPTH} to {MAX_SRQ_DEPTH} (receive buffers \
                  per poll group; default {DEFAULT_SRQ_DEPTH})",
                 self.srq_depth
+            ));
+        }
+        if !(100..=3_600_000).contains(&self.shutdown_timeout_ms) {
+            return Err(format!(
+                "shutdown_timeout_ms {} must be from 100 to 3600000 (the bound of a clean \
+                 shutdown; default {})",
+                self.shutdown_timeout_ms,
+                default_shutdown_timeout_ms()
             ));
         }
         if self.max_queue_size < 2 {

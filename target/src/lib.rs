@@ -31,6 +31,7 @@ pub mod oplog;
 pub mod provider;
 pub mod rdma;
 pub mod server;
+pub mod shutdown;
 pub mod stats;
 pub mod subsystem;
 pub mod uring;

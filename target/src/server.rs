@@ -11,7 +11,7 @@
 //! on its CQ's completion events); several `trsvcid`s on one address are several CM
 //! listens. The subsystems, controllers and Keep Alive are shared by all, in one
 //! [`Registry`] and one control thread.
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -80,8 +80,22 @@ pub struct TargetHandle<P: Provider = DefaultProvider> {
     groups: Vec<(Sender<GroupCmd>, Option<JoinHandle<()>>)>,
     counters: Vec<Arc<PollGroupCounters>>,
     control: Option<JoinHandle<()>>,
-    stop: Sender<()>,
+    stop: Sender<ControlCmd>,
     listen: Vec<SocketAddr>,
+}
+
+/// What the handle asks of the control thread.
+enum ControlCmd {
+    /// Stop the control thread.
+    Stop,
+    /// Refuse every new connection request (a shutdown began).
+    StopAccepting,
+    /// Disconnect (CM DREQ) every connection and destroy its queue: `queues` gets the
+    /// number, `confirmed` a message once every host answered (DREP) or left.
+    DisconnectAll {
+        queues: Sender<usize>,
+        confirmed: Sender<()>,
+    },
 }
 
 impl<P: Provider> std::fmt::Debug for TargetHandle<P> {
@@ -118,12 +132,60 @@ impl<P: Provider> TargetHandle<P> {
     pub fn poll_group_counters(&self) -> &[Arc<PollGroupCounters>] {
         &self.counters
     }
-    /// Stops the target and waits for its threads.
+    /// Stops the target at once and waits for its threads: connections are not
+    /// drained or disconnected (see [`TargetHandle::shutdown_within`] for that).
     pub fn shutdown(mut self) {
         self.stop_all();
     }
+    /// Shuts the target down cleanly within `bound` (issue 16 item 3): stops accepting
+    /// connections, drains every poll group (commands in flight get their CQEs, later
+    /// ones Command Aborted due to SQ Deletion), flushes every namespace with a
+    /// volatile write cache (`fdatasync`), disconnects every queue (CM DREQ) and waits
+    /// for the hosts' DREPs, then stops every thread. What was not done by `bound`
+    /// is left, and the report says so ([`crate::shutdown::ShutdownReport::clean`]).
+    pub fn shutdown_within(mut self, bound: Duration) -> crate::shutdown::ShutdownReport {
+        let t0 = Instant::now();
+        let deadline = t0 + bound;
+        let mut report = crate::shutdown::ShutdownReport::new(bound);
+        let _ = self.stop.send(ControlCmd::StopAccepting);
+        // Drain: every poll group answers when nothing of it is in flight.
+        let (drained_tx, drained) = channel::unbounded();
+        let mut waiting = 0;
+        for (tx, _) in &self.groups {
+            if tx.send(GroupCmd::Drain(drained_tx.clone())).is_ok() {
+                waiting += 1;
+            }
+        }
+        while waiting > 0 {
+            match drained.recv_deadline(deadline) {
+                Ok(r) => {
+                    report.add_drained(&r);
+                    waiting -= 1;
+                }
+                Err(_) => break,
+            }
+        }
+        report.groups_not_drained = waiting;
+        crate::shutdown::flush_namespaces(&self.reg, deadline, &mut report);
+        // Disconnect every queue; wait for the DREPs (at most a second of the bound).
+        let (queues_tx, queues) = channel::bounded(1);
+        let (confirmed_tx, confirmed) = channel::bounded(1);
+        let asked = self.stop.send(ControlCmd::DisconnectAll {
+            queues: queues_tx,
+            confirmed: confirmed_tx,
+        });
+        if asked.is_ok() {
+            report.queues_disconnected = queues.recv_deadline(deadline).unwrap_or(0);
+            let drep_deadline = deadline.min(Instant::now() + crate::shutdown::DREP_WAIT);
+            report.disconnects_confirmed = confirmed.recv_deadline(drep_deadline).is_ok();
+        }
+        self.stop_all();
+        report.elapsed = t0.elapsed();
+        report
+    }
+
     fn stop_all(&mut self) {
-        let _ = self.stop.send(());
+        let _ = self.stop.send(ControlCmd::Stop);
         if let Some(c) = self.control.take() {
             let _ = c.join();
         }
@@ -340,14 +402,17 @@ fn start_recording_created<P: Provider>(
         });
         devices.push((dev, cm));
     }
-    let (stop_tx, stop_rx) = channel::bounded(1);
+    let (stop_tx, stop_rx) = channel::unbounded();
     let ctl = Control::<P> {
         endpoints,
-        stop: stop_rx,
+        cmds: stop_rx,
         groups: groups.iter().map(|(tx, _)| tx.clone()).collect(),
         reg: reg.clone(),
         conns: HashMap::new(),
         max_queue_size: cfg.max_queue_size,
+        accepting: true,
+        awaiting_drep: HashSet::new(),
+        drep_confirmed: None,
     };
     let control = std::thread::Builder::new()
         .name("nvmf-control".into())
@@ -390,7 +455,7 @@ struct ConnRecord {
 
 /// What woke the control thread.
 enum Input {
-    Stop,
+    Cmd(ControlCmd),
     Tick,
     Event(usize, CmEvent),
     QpError(usize, QpErrorReport),
@@ -398,13 +463,19 @@ enum Input {
 
 struct Control<P: Provider> {
     endpoints: Vec<Endpoint<P>>,
-    stop: Receiver<()>,
+    cmds: Receiver<ControlCmd>,
     /// Every poll group, all endpoints' (global index).
     groups: Vec<Sender<GroupCmd>>,
     reg: Arc<Registry>,
     /// (endpoint, CM connection id) -> its queue.
     conns: HashMap<(usize, u32), ConnRecord>,
     max_queue_size: u16,
+    /// False once a shutdown began: connection requests are refused.
+    accepting: bool,
+    /// Connections the shutdown disconnected whose DREP (or end) has not come yet.
+    awaiting_drep: HashSet<(usize, u32)>,
+    /// Told once `awaiting_drep` is empty.
+    drep_confirmed: Option<Sender<()>>,
 }
 
 impl<P: Provider> Control<P> {
@@ -412,7 +483,11 @@ impl<P: Provider> Control<P> {
         let tick = channel::tick(Duration::from_millis(100));
         loop {
             match self.next_input(&tick) {
-                None | Some(Input::Stop) => return,
+                None | Some(Input::Cmd(ControlCmd::Stop)) => return,
+                Some(Input::Cmd(ControlCmd::StopAccepting)) => self.accepting = false,
+                Some(Input::Cmd(ControlCmd::DisconnectAll { queues, confirmed })) => {
+                    self.disconnect_all(queues, confirmed)
+                }
                 Some(Input::Event(ep, ev)) => self.handle_event(ep, ev),
                 Some(Input::QpError(ep, r)) => self.handle_qp_error(ep, r),
                 Some(Input::Tick) => self.check_keep_alive(),
@@ -424,7 +499,7 @@ impl<P: Provider> Control<P> {
     /// gone.
     fn next_input(&self, tick: &Receiver<Instant>) -> Option<Input> {
         let mut sel = channel::Select::new();
-        let stop = sel.recv(&self.stop);
+        let stop = sel.recv(&self.cmds);
         let ticked = sel.recv(tick);
         let mut sources = Vec::new();
         for (e, ep) in self.endpoints.iter().enumerate() {
@@ -436,8 +511,7 @@ impl<P: Provider> Control<P> {
         let op = sel.select();
         let i = op.index();
         if i == stop {
-            let _ = op.recv(&self.stop);
-            return Some(Input::Stop);
+            return Some(Input::Cmd(op.recv(&self.cmds).unwrap_or(ControlCmd::Stop)));
         }
         if i == ticked {
             let _ = op.recv(tick);
@@ -502,6 +576,30 @@ impl<P: Provider> Control<P> {
         for id in ids {
             let _ = self.endpoints[ep].cm.disconnect(ConnId(id));
             self.drop_conn((ep, id), r.why);
+        }
+    }
+
+    /// The shutdown's last step: a CM DREQ on every connection and its queue destroyed
+    /// (logged as [`QueueEnd::TargetShutdown`]); `queues` gets how many, `confirmed` a
+    /// message once every host answered or left.
+    fn disconnect_all(&mut self, queues: Sender<usize>, confirmed: Sender<()>) {
+        let keys: Vec<(usize, u32)> = self.conns.keys().copied().collect();
+        for &(ep, id) in &keys {
+            let _ = self.endpoints[ep].cm.disconnect(ConnId(id));
+            self.drop_conn((ep, id), QueueEnd::TargetShutdown);
+            self.awaiting_drep.insert((ep, id));
+        }
+        let _ = queues.send(keys.len());
+        self.drep_confirmed = Some(confirmed);
+        self.confirm_dreps();
+    }
+
+    /// Tells the shutdown once no disconnected connection waits for its DREP.
+    fn confirm_dreps(&mut self) {
+        if self.awaiting_drep.is_empty() {
+            if let Some(tx) = self.drep_confirmed.take() {
+                let _ = tx.send(());
+            }
         }
     }
 
@@ -577,6 +675,11 @@ impl<P: Provider> Control<P> {
             }
             // Connections the target ended itself are forgotten already (drop_conn):
             // what is left here was ended by the host.
+            CmEvent::Disconnected { id } | CmEvent::Unreachable { id }
+                if self.awaiting_drep.remove(&(ep, id.0)) =>
+            {
+                self.confirm_dreps()
+            }
             CmEvent::Disconnected { id } => self.drop_conn((ep, id.0), QueueEnd::HostDisconnected),
             CmEvent::Unreachable { id } => self.drop_conn((ep, id.0), QueueEnd::HostUnreachable),
             CmEvent::Rejected { id, .. } => self.drop_conn((ep, id.0), QueueEnd::HostRejected),
@@ -590,6 +693,18 @@ impl<P: Provider> Control<P> {
         let id = req.id;
         let (remote_ip, remote_qpn) = (req.remote_ip, req.remote_qpn);
         let from = (remote_ip, remote_qpn, req.private_data.as_slice());
+        if !self.accepting {
+            tracing::info!(
+                host_addr = %remote_ip,
+                host_qpn = %oplog::Hex(remote_qpn),
+                "refused an RDMA CM connection request: the target is shutting down"
+            );
+            let pd = RdmaCmReject::new(RdmaCmRejectStatus::NoResources);
+            let _ = self.endpoints[ep]
+                .cm
+                .reject(id, zerocopy::IntoBytes::as_bytes(&pd));
+            return;
+        }
         let (nvme_req, sq_size, ord) =
             match self.check_request(&req.private_data, req.responder_resources) {
                 Ok(v) => v,

@@ -343,6 +343,21 @@ impl Backend {
         None
     }
 
+    /// Whether completed writes may sit in a volatile cache until a flush (the page
+    /// cache, a device's write cache): the target advertises a volatile write cache
+    /// (Identify Controller VWC 1) and flushes such namespaces when it shuts down.
+    pub fn has_volatile_cache(&self) -> bool {
+        true
+    }
+
+    /// Makes every completed write durable (`fdatasync`, what a Flush command does).
+    ///
+    /// # Errors
+    /// The operating system's error (EIO: the storage failed).
+    pub fn flush(&self) -> io::Result<()> {
+        self.file.sync_data()
+    }
+
     /// The open file's descriptor (for [`crate::uring::Ring::register_files`]); valid
     /// as long as this back end lives.
     pub fn fd(&self) -> RawFd {

@@ -85,6 +85,11 @@ struct Args {
     /// The interface that holds --addr, for --packet-path af-xdp.
     #[arg(long, value_name = "IFACE")]
     interface: Option<String>,
+    /// The bound of a clean shutdown on SIGTERM/SIGINT in milliseconds (commands in
+    /// flight answered, namespaces flushed, queues disconnected). Overrides a --config
+    /// file's `shutdown_timeout_ms` [default: 10000]
+    #[arg(long, value_name = "MS")]
+    shutdown_timeout_ms: Option<u32>,
     /// Data slab per poll group: memory registered (pinned) for command data, at least
     /// MDTS (1M), e.g. 4M or 64M. Default: sized from RLIMIT_MEMLOCK (`ulimit -l`), 64M
     /// when it allows. Overrides a --config file's `data_slab`.
@@ -160,6 +165,9 @@ fn main() -> ExitCode {
     }
     if let Some(p) = args.provider {
         cfg.provider = p;
+    }
+    if let Some(ms) = args.shutdown_timeout_ms {
+        cfg.shutdown_timeout_ms = ms;
     }
     // The command line's values pass the configuration file's checks, with the same
     // messages.
@@ -275,13 +283,31 @@ fn serve_started<P: Provider>(
         }
     }
     let sig = sigs.wait();
+    let bound = std::time::Duration::from_millis(u64::from(cfg.shutdown_timeout_ms));
     tracing::info!(
-        "{}, shutting down",
+        bound_ms = cfg.shutdown_timeout_ms,
+        "{}, shutting down (within {} ms; a second signal stops at once)",
         sig.map_or_else(
             |e| format!("waiting for a signal failed ({e})"),
             |s| format!("received {s}")
-        )
+        ),
+        cfg.shutdown_timeout_ms
     );
-    target.shutdown();
-    ExitCode::SUCCESS
+    // A second SIGINT/SIGTERM ends the process at once, as fio and nvmf-bench do.
+    let again = *sigs;
+    let _ = std::thread::Builder::new()
+        .name("nvmf-signals".into())
+        .spawn(move || {
+            if let Ok(s) = again.wait() {
+                tracing::warn!("received {s} again: exiting now, without finishing the shutdown");
+                std::process::exit(1);
+            }
+        });
+    let report = target.shutdown_within(bound);
+    report.log();
+    if report.clean() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
 }

@@ -64,7 +64,9 @@ use crate::oplog::{self, QueueEnd};
 use crate::stats::NamespaceStats;
 use crate::subsystem::Registry;
 
+mod drain;
 mod execute;
+pub use drain::{DrainCounts, DRAIN_STATUS};
 use execute::Exec;
 
 /// Smallest data buffer the pool hands out (and the alignment of every buffer).
@@ -302,6 +304,9 @@ pub struct RequestCore {
     disconnect_due: Option<u32>,
     /// Every namespace's counters, by io_uring fixed-file index.
     ns_stats: Vec<Option<Arc<NamespaceStats>>>,
+    /// Shutting down: commands parsed from now on are answered, not run ([`RequestCore::drain`]).
+    draining: bool,
+    drain_counts: DrainCounts,
     trace: Option<Vec<(u32, ReqState)>>,
 }
 
@@ -382,6 +387,8 @@ impl RequestCore {
             events_due: None,
             disconnect_due: None,
             ns_stats,
+            draining: false,
+            drain_counts: DrainCounts::default(),
             trace: None,
         })
     }
@@ -809,6 +816,9 @@ impl RequestCore {
             self.set_state(i, ReqState::Completed);
             return;
         };
+        if self.draining {
+            return self.refuse_while_draining(i);
+        }
         let (kind, dir) = match classify(&r.sqe, q.qid, q.ctrl.as_deref(), self.cfg.max_io_bytes) {
             Ok(v) => v,
             Err(st) => return self.finish(i, st),

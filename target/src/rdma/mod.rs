@@ -160,8 +160,20 @@ pub enum GroupCmd {
         cntlid: u16,
         reply: Sender<Vec<u32>>,
     },
+    /// Drain for a clean shutdown ([`core::RequestCore::drain`]): answer what is in
+    /// flight, refuse what comes; the report goes out once nothing is in flight.
+    Drain(Sender<DrainReport>),
     /// Stop the poll loop.
     Shutdown,
+}
+
+/// A poll group's answer to [`GroupCmd::Drain`]: nothing of it is in flight any more.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DrainReport {
+    /// The poll group's index.
+    pub group: u32,
+    /// What the drain did.
+    pub counts: core::DrainCounts,
 }
 
 /// A new queue: the connection request and what the target decided from its

@@ -29,8 +29,8 @@ use super::core::{CoreConfig, CoreMemory, Region, RequestCore};
 use super::queue::QueueParams;
 use super::wr_id::WrId;
 use super::{
-    GroupCmd, NewQueue, PollGroupConfig, PollGroupCounters, PollGroupError, QpErrorReport,
-    RESP_SLOT, SQE_LEN,
+    DrainReport, GroupCmd, NewQueue, PollGroupConfig, PollGroupCounters, PollGroupError,
+    QpErrorReport, RESP_SLOT, SQE_LEN,
 };
 use crate::oplog::QueueEnd;
 use crate::subsystem::Registry;
@@ -99,6 +99,8 @@ pub struct PollGroup<P: Provider> {
     counters: Arc<PollGroupCounters>,
     wcs: Vec<WorkCompletion>,
     io_done: Vec<(u64, i32)>,
+    /// Draining: where to report once nothing is in flight.
+    drain_reply: Option<Sender<DrainReport>>,
     /// The process budget's charge for the ring's fixed buffers; declared after `ring`,
     /// so it is released after the ring's drop unregistered them.
     _pinned: PinCharge<'static>,
@@ -218,6 +220,7 @@ impl<P: Provider> PollGroup<P> {
             counters,
             wcs: vec![WorkCompletion::new(0, WcStatus::Success, WcOpcode::Recv, 0); 64],
             io_done: Vec::with_capacity(64),
+            drain_reply: None,
             _pinned: pinned,
         };
         for slot in 0..cfg.srq_depth {
@@ -383,6 +386,9 @@ impl<P: Provider> PollGroup<P> {
                 return;
             };
             work += self.poll_once();
+            if self.drain_reply.is_some() {
+                self.report_if_drained();
+            }
             rounds = rounds.wrapping_add(1);
             if rounds.is_multiple_of(ASYNC_EVENT_ROUNDS) {
                 work += self.handle_async_events();
@@ -523,7 +529,27 @@ impl<P: Provider> PollGroup<P> {
             GroupCmd::QueuesOf { cntlid, reply } => {
                 let _ = reply.send(self.core.queues_of(cntlid));
             }
+            GroupCmd::Drain(reply) => {
+                let in_flight = self.core.drain(Instant::now());
+                self.execute_actions(Instant::now());
+                tracing::debug!(poll_group = self.index, in_flight, "draining");
+                self.drain_reply = Some(reply);
+                self.report_if_drained();
+            }
             GroupCmd::Shutdown => {}
+        }
+    }
+
+    /// Draining with nothing in flight: reports it (once).
+    fn report_if_drained(&mut self) {
+        if self.core.in_flight() > 0 {
+            return;
+        }
+        if let Some(reply) = self.drain_reply.take() {
+            let _ = reply.send(DrainReport {
+                group: self.index,
+                counts: self.core.drain_counts(),
+            });
         }
     }
 

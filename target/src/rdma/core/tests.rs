@@ -789,3 +789,35 @@ fn disconnect_on_the_admin_queue_or_with_a_bad_format_is_refused() {
     f.sim.deliver(IO, &read(10, 512), f.now).unwrap();
     assert_eq!(one_response(&f.sim.run(&[], f.now)).0, Status::SUCCESS);
 }
+
+#[test]
+fn a_draining_core_answers_what_is_in_flight_and_aborts_what_comes() {
+    let mut f = default_fixture();
+    // A held AER and a read in io_uring.
+    f.sim
+        .deliver(ADMIN, &Sqe::async_event_request(5).to_array(), f.now)
+        .unwrap();
+    assert!(f.sim.run(&[], f.now).is_empty(), "the AER is held");
+    f.sim.deliver(IO, &read(1, 4096), f.now).unwrap();
+    let a = f.sim.actions();
+    let [Action::SubmitIo { req, .. }] = a[..] else {
+        panic!("{a:?}")
+    };
+    assert_eq!(f.sim.core.drain(f.now), 2);
+    // The AER is answered at once with Command Aborted due to SQ Deletion.
+    let (st, _) = one_response(&f.sim.run(&[], f.now));
+    assert_eq!(st, DRAIN_STATUS);
+    assert!(!st.dnr);
+    // A command that arrives now is answered the same way, not run.
+    f.sim.deliver(IO, &read(2, 4096), f.now).unwrap();
+    let seen = f.sim.run(&[], f.now);
+    assert_eq!(one_response(&seen).0, DRAIN_STATUS);
+    assert!(!seen.iter().any(|s| matches!(s, Seen::Io { .. })));
+    assert_eq!(f.sim.core.in_flight(), 1, "the read is still in io_uring");
+    // The read in flight completes normally; then nothing is in flight.
+    f.sim.core.io_completed(req, 4096, f.now);
+    assert_eq!(one_response(&f.sim.run(&[], f.now)).0, Status::SUCCESS);
+    assert_eq!(f.sim.core.in_flight(), 0);
+    let c = f.sim.core.drain_counts();
+    assert_eq!((c.in_flight_at_start, c.aborted), (2, 2));
+}
