@@ -199,14 +199,34 @@ pub struct SubsystemConfig {
     pub namespaces: Vec<NamespaceConfig>,
 }
 
-/// One namespace, backed by a file or a block device ([`crate::backend`]).
+/// What backs a namespace (`backend` of a namespace in the configuration).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NamespaceBackend {
+    /// A file or block device at `path` (the default).
+    #[default]
+    File,
+    /// No storage: reads return zeroes, writes are dropped (Linux null_blk, SPDK's
+    /// Null bdev), for measuring the fabric alone; `size` is required, no `path`.
+    Null,
+    /// `size` bytes of the target's memory, lost when it exits; no `path`.
+    Ram,
+}
+
+/// One namespace, backed by a file or a block device ([`crate::backend`]), or by no
+/// storage or memory (`backend = "null"` / `"ram"`, [`crate::backend::memory`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NamespaceConfig {
     /// Namespace ID: 1 to 0xFFFFFFFE, unique within the subsystem.
     pub nsid: u32,
+    /// `"file"` (the default), `"null"` or `"ram"`.
+    #[serde(default)]
+    pub backend: NamespaceBackend,
     /// Backing file (created sparse at `size` when missing; its directory must exist)
     /// or block device (opened with O_EXCL: not mounted, not in use elsewhere).
+    /// Required for `backend = "file"`, refused for the others.
+    #[serde(default)]
     pub path: PathBuf,
     /// Size for creating a missing file: bytes, or "1G", "512M", "4KiB" (powers of
     /// 1024); written as a string or an integer. Without it the file must exist. A
@@ -440,6 +460,7 @@ impl TargetConfig {
                 serial: None,
                 namespaces: vec![NamespaceConfig {
                     nsid: 1,
+                    backend: NamespaceBackend::File,
                     path: path.to_path_buf(),
                     size: Some(size_bytes.to_string()),
                     block_size: None,
@@ -591,14 +612,43 @@ impl TargetConfig {
                 if !nsids.insert(n.nsid) {
                     return Err(format!("{at}: nsid {} is used twice", n.nsid));
                 }
-                if n.path.as_os_str().is_empty() {
-                    return Err(format!("{at}: path is empty"));
-                }
-                if !paths.insert(n.path.as_path()) {
-                    return Err(format!(
-                        "{at}: path {} backs two namespaces",
-                        n.path.display()
-                    ));
+                match n.backend {
+                    NamespaceBackend::File => {
+                        if n.path.as_os_str().is_empty() {
+                            return Err(format!(
+                                "{at}: path is empty (a file or block device, or backend = \"null\" / \"ram\")"
+                            ));
+                        }
+                        if !paths.insert(n.path.as_path()) {
+                            return Err(format!(
+                                "{at}: path {} backs two namespaces",
+                                n.path.display()
+                            ));
+                        }
+                    }
+                    NamespaceBackend::Null | NamespaceBackend::Ram => {
+                        let kind = if n.backend == NamespaceBackend::Null {
+                            "null"
+                        } else {
+                            "ram"
+                        };
+                        if !n.path.as_os_str().is_empty() {
+                            return Err(format!(
+                                "{at}: backend = \"{kind}\" has no file: remove path {}",
+                                n.path.display()
+                            ));
+                        }
+                        if n.size.is_none() {
+                            return Err(format!(
+                                "{at}: backend = \"{kind}\" needs a size, e.g. size = \"1G\""
+                            ));
+                        }
+                        if n.direct {
+                            return Err(format!(
+                                "{at}: direct = true is for files and block devices, not backend = \"{kind}\""
+                            ));
+                        }
+                    }
                 }
                 if let Some(b) = n.block_size {
                     if !b.is_power_of_two() || !(512..=4096).contains(&b) {
@@ -707,6 +757,33 @@ nqn = "nqn.2026-11.io.example:a"
         assert_eq!(s1.hosts.len(), 1);
         assert_eq!(s1.namespaces[0].block_size, Some(4096));
         assert_eq!(s1.namespaces[0].size_bytes(), Ok(Some(256 << 20)));
+    }
+
+    #[test]
+    fn null_and_ram_namespaces_need_a_size_and_no_path() {
+        let ok = with_ns(
+            "[[subsystems.namespaces]]\nnsid = 1\nbackend = \"null\"\nsize = \"1G\"\n\
+             [[subsystems.namespaces]]\nnsid = 2\nbackend = \"ram\"\nsize = \"64M\"\n",
+        );
+        let c = TargetConfig::from_toml_str(&ok).unwrap();
+        let ns = &c.subsystems[0].namespaces;
+        assert_eq!(
+            (ns[0].backend, ns[1].backend),
+            (NamespaceBackend::Null, NamespaceBackend::Ram)
+        );
+        assert_eq!(c.shutdown_timeout_ms, 10_000);
+        let e = invalid(&with_ns(
+            "[[subsystems.namespaces]]\nnsid = 1\nbackend = \"ram\"\n",
+        ));
+        assert!(e.contains("needs a size"), "{e}");
+        let e = invalid(&with_ns(
+            "[[subsystems.namespaces]]\nnsid = 1\nbackend = \"null\"\nsize = 4096\npath = \"/x\"\n",
+        ));
+        assert!(e.contains("has no file"), "{e}");
+        let e = invalid(&with_ns("[[subsystems.namespaces]]\nnsid = 1\n"));
+        assert!(e.contains("path is empty"), "{e}");
+        let e = invalid(&format!("shutdown_timeout_ms = 5\n{MINIMAL}"));
+        assert!(e.contains("shutdown_timeout_ms 5"), "{e}");
     }
 
     #[test]

@@ -24,8 +24,8 @@ use transport::cm::{CmEvent, ConnId};
 use transport::verbs::connection::{ConnError, ConnRequest};
 use transport::verbs::{CmOf, ConnectionManager, Device, DeviceOf, Provider};
 
-use crate::backend::Backend;
-use crate::config::TargetConfig;
+use crate::backend::{Backend, BackendKind};
+use crate::config::{NamespaceBackend, TargetConfig};
 use crate::oplog::{self, QueueEnd, QueuePeer};
 use crate::provider::DefaultProvider;
 use crate::rdma::{
@@ -280,7 +280,19 @@ fn start_recording_created<P: Provider>(
         let mut namespaces = Vec::new();
         for n in &s.namespaces {
             let opts = n.options().map_err(TargetError::Config)?;
-            let ns = Backend::open_with(&n.path, &opts).map_err(|e| TargetError::Namespace {
+            let opened = match n.backend {
+                NamespaceBackend::File => Backend::open_with(&n.path, &opts),
+                NamespaceBackend::Null | NamespaceBackend::Ram => Backend::open_memory(
+                    if n.backend == NamespaceBackend::Ram {
+                        BackendKind::Ram
+                    } else {
+                        BackendKind::Null
+                    },
+                    opts.create_size_bytes.unwrap_or(0),
+                    opts.block_size,
+                ),
+            };
+            let ns = opened.map_err(|e| TargetError::Namespace {
                 nqn: s.nqn.clone(),
                 nsid: n.nsid,
                 source: e,

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use nix::sys::signal::{SigSet, Signal};
-use nvmf_target::config::TargetConfig;
+use nvmf_target::config::{NamespaceBackend, TargetConfig};
 use nvmf_target::logging::{self, LogFormat};
 use nvmf_target::provider::SoftProvider;
 #[cfg(feature = "verbs")]
@@ -54,6 +54,14 @@ struct Args {
     /// device (opened exclusively; its size is its own).
     #[arg(long, default_value = "nvmf-target.img")]
     file: PathBuf,
+    /// Namespace 1 is a null namespace of SIZE instead of a file: reads return zeroes,
+    /// writes are dropped (as Linux null_blk), to measure the fabric alone.
+    #[arg(long, value_name = "SIZE", conflicts_with_all = ["file", "ram", "config"])]
+    null: Option<String>,
+    /// Namespace 1 is SIZE bytes of the target's memory instead of a file (lost when it
+    /// exits).
+    #[arg(long, value_name = "SIZE", conflicts_with_all = ["file", "config"])]
+    ram: Option<String>,
     /// Size of the backing file when it has to be created (e.g. 1G, 512M).
     #[arg(long, default_value = "1G")]
     size: String,
@@ -133,9 +141,19 @@ fn main() -> ExitCode {
             if let Some(l) = c.listen.first_mut() {
                 l.trsvcid = args.port;
             }
+            let memory = match (&args.null, &args.ram) {
+                (Some(size), _) => Some((NamespaceBackend::Null, size)),
+                (_, Some(size)) => Some((NamespaceBackend::Ram, size)),
+                _ => None,
+            };
             for s in &mut c.subsystems {
                 for n in &mut s.namespaces {
                     n.block_size = args.block_size;
+                    if let Some((backend, size)) = memory {
+                        n.backend = backend;
+                        n.path = PathBuf::new();
+                        n.size = Some(size.clone());
+                    }
                 }
             }
             c

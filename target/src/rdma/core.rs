@@ -304,6 +304,9 @@ pub struct RequestCore {
     disconnect_due: Option<u32>,
     /// Every namespace's counters, by io_uring fixed-file index.
     ns_stats: Vec<Option<Arc<NamespaceStats>>>,
+    /// The null and RAM namespaces, by io_uring fixed-file index: served here, without
+    /// io_uring ([`crate::backend::memory`]). Never changed after construction.
+    in_memory: Vec<Option<Arc<crate::backend::Backend>>>,
     /// Shutting down: commands parsed from now on are answered, not run ([`RequestCore::drain`]).
     draining: bool,
     drain_counts: DrainCounts,
@@ -362,12 +365,17 @@ impl RequestCore {
         let pool =
             unsafe { BufferPool::new(mem.data.ptr, mem.data.len, MIN_DATA_BUFFER, max_block) }?;
         let mut ns_stats: Vec<Option<Arc<NamespaceStats>>> = Vec::new();
+        let mut in_memory = Vec::new();
         for ns in reg.subsystems.iter().flat_map(|s| s.namespaces.iter()) {
             let at = ns.file_index as usize;
             if ns_stats.len() <= at {
                 ns_stats.resize(at + 1, None);
+                in_memory.resize(at + 1, None);
             }
             ns_stats[at] = Some(ns.stats.clone());
+            if ns.ns.memory().is_some() {
+                in_memory[at] = Some(ns.ns.clone());
+            }
         }
         Ok(RequestCore {
             cfg,
@@ -387,6 +395,7 @@ impl RequestCore {
             events_due: None,
             disconnect_due: None,
             ns_stats,
+            in_memory,
             draining: false,
             drain_counts: DrainCounts::default(),
             trace: None,

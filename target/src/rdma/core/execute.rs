@@ -5,12 +5,14 @@
 //! Management all of its ranges at once. Also the lookups they share: the request's
 //! data buffer, its namespace, write-through.
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Instant;
 
 use nvme::status::{GenericStatus, Status};
 
 use super::{Data, ReqState, RequestCore};
 use crate::admin::{self, AdminOutcome};
+use crate::backend::memory::MemoryStore;
 use crate::capsule::Kind;
 use crate::fabrics::{self, ConnectOutcome};
 use crate::io::{self, IoCommand};
@@ -224,6 +226,17 @@ impl RequestCore {
         let (nlb, block_size) = (ns.ns.nlb(), u64::from(ns.ns.block_size()));
         let req = i as u32;
         self.reqs[i].file = file;
+        if let Some(Some(b)) = self.in_memory.get(file as usize) {
+            let b: *const crate::backend::Backend = Arc::as_ptr(b);
+            // SAFETY: the Arc stays in `self.in_memory`, which is never changed after
+            // construction, for as long as the core lives; the pointer only lets the
+            // store be used while the request's buffers are borrowed mutably.
+            let store = unsafe { (*b).memory() };
+            if let Some(store) = store {
+                self.execute_in_memory(i, cmd, store, nlb);
+                return Exec::Moved;
+            }
+        }
         let op = match cmd {
             IoCommand::Read { offset, .. } => {
                 let Some(buf) = self.data_buf(i) else {
@@ -284,6 +297,62 @@ impl RequestCore {
         }
         self.submit(i, req, std::iter::once(op), 1);
         Exec::Moved
+    }
+
+    /// Runs I/O command `cmd` of request `i` on a null or RAM namespace (`store`, of
+    /// `nlb` blocks): a copy between its data buffer and the memory, in this poll
+    /// group, completing at once.
+    fn execute_in_memory(&mut self, i: usize, cmd: IoCommand, store: &MemoryStore, nlb: u64) {
+        let status = match cmd {
+            IoCommand::Read { offset, .. } => {
+                if let Some(buf) = self.data_buf(i) {
+                    store.read(offset, self.bytes_mut(buf));
+                }
+                Status::SUCCESS
+            }
+            IoCommand::Write { offset, .. } => {
+                if let Some(buf) = self.data_buf(i) {
+                    store.write(offset, self.bytes(buf));
+                }
+                Status::SUCCESS
+            }
+            IoCommand::Compare { offset, len } => match self.reqs[i].media {
+                Some(m) => {
+                    let media = Buf {
+                        region: RegionId::Data,
+                        offset: m.offset,
+                        len,
+                    };
+                    store.read(offset, self.bytes_mut(media));
+                    self.compare_media(i)
+                }
+                None => Status::generic(GenericStatus::InternalError),
+            },
+            IoCommand::Flush => Status::SUCCESS,
+            IoCommand::WriteZeroes { offset, len, .. } => {
+                store.zero(offset, len);
+                Status::SUCCESS
+            }
+            IoCommand::DatasetManagement { ranges, deallocate } => {
+                let block = self
+                    .namespace_of(i)
+                    .map_or(512, |(ns, _)| u64::from(ns.ns.block_size()));
+                match (deallocate, self.data_buf(i)) {
+                    (false, _) => Status::SUCCESS,
+                    (true, None) => Status::generic(GenericStatus::DataSglLengthInvalid).with_dnr(),
+                    (true, Some(buf)) => match io::parse_dsm_ranges(self.bytes(buf), ranges, nlb) {
+                        Ok(list) => {
+                            for r in list {
+                                store.zero(r.slba * block, u64::from(r.nlb) * block);
+                            }
+                            Status::SUCCESS
+                        }
+                        Err(st) => st,
+                    },
+                }
+            }
+        };
+        self.finish(i, status);
     }
 
     /// Dataset Management: with the Deallocate attribute, one hole punched per range of
