@@ -158,6 +158,12 @@ pub struct TargetConfig {
     /// Default 10000.
     #[serde(default = "default_shutdown_timeout_ms")]
     pub shutdown_timeout_ms: u32,
+    /// CPUs the poll groups are pinned to, as SPDK's core mask: a list (`[0, 1]`), a
+    /// string of numbers and ranges (`"0-3,6"`) or a hexadecimal mask (`"0x3"`); poll
+    /// group `k` (over every listen address) runs on the `k % n`-th ([`crate::cpus`]).
+    /// Each must be one the process may run on. Absent (the default): not pinned.
+    #[serde(default)]
+    pub cpus: Option<crate::cpus::CpuList>,
 }
 
 /// One listen address (NVMe over Fabrics 1.x Discovery Log Page Entry: TRADDR, TRSVCID).
@@ -169,6 +175,13 @@ pub struct ListenAddr {
     /// RDMA CM port (TRSVCID). Default 4420.
     #[serde(default = "default_trsvcid")]
     pub trsvcid: u16,
+    /// IPv4 ToS / IPv6 traffic class of the queues connected through this port, for
+    /// PFC priority mapping (RoCE deployments map a DSCP to a lossless class): the DSCP
+    /// shifted left by 2, e.g. 0x60 for DSCP 24 or 0x68 for 26; the ECN bits (1:0)
+    /// stay the transport's (ECT(0)) and must be 0 here. Absent: the host's request's
+    /// traffic class (0 from Linux). Soft provider only.
+    #[serde(default)]
+    pub tos: Option<u8>,
 }
 
 impl ListenAddr {
@@ -451,6 +464,7 @@ impl TargetConfig {
             listen: vec![ListenAddr {
                 addr,
                 trsvcid: DEFAULT_TRSVCID,
+                tos: None,
             }],
             poll_groups: default_poll_groups(),
             subsystems: vec![SubsystemConfig {
@@ -475,6 +489,7 @@ impl TargetConfig {
             data_slab: None,
             srq_depth: DEFAULT_SRQ_DEPTH,
             shutdown_timeout_ms: default_shutdown_timeout_ms(),
+            cpus: None,
         }
     }
 
@@ -507,7 +522,26 @@ impl TargetConfig {
             if l.trsvcid == 0 {
                 return Err(format!("listen[{i}] ({}): trsvcid 0 is not a port", l.addr));
             }
-            if let Some(j) = self.listen[..i].iter().position(|e| e == l) {
+            if let Some(tos) = l.tos {
+                if tos & transport::soft::ECN_MASK != 0 {
+                    return Err(format!(
+                        "listen[{i}] ({l}): tos {tos:#04x} sets the ECN bits (1:0), which \
+                         stay the transport's: give the DSCP shifted left by 2, e.g. {:#04x}",
+                        tos & !transport::soft::ECN_MASK
+                    ));
+                }
+                if self.provider == ProviderKind::Verbs {
+                    return Err(format!(
+                        "listen[{i}] ({l}): tos is an option of the soft provider; on a \
+                         kernel RDMA device set the RoCE traffic class with rdma_cm's \
+                         default_roce_tos (`cma_roce_tos -d <device> -t {tos}`)"
+                    ));
+                }
+            }
+            if let Some(j) = self.listen[..i]
+                .iter()
+                .position(|e| e.socket_addr() == l.socket_addr())
+            {
                 return Err(format!(
                     "listen[{i}] ({l}): the same address and trsvcid as listen[{j}]; remove one"
                 ));
@@ -784,6 +818,23 @@ nqn = "nqn.2026-11.io.example:a"
         assert!(e.contains("path is empty"), "{e}");
         let e = invalid(&format!("shutdown_timeout_ms = 5\n{MINIMAL}"));
         assert!(e.contains("shutdown_timeout_ms 5"), "{e}");
+    }
+
+    #[test]
+    fn cpus_and_tos_are_read_and_checked() {
+        let c = TargetConfig::from_toml_str(&format!("cpus = [1, 0]\n{MINIMAL}")).unwrap();
+        assert_eq!(c.cpus.unwrap().0, [1, 0]);
+        let c = TargetConfig::from_toml_str(&format!("cpus = \"0x5\"\n{MINIMAL}")).unwrap();
+        assert_eq!(c.cpus.unwrap().0, [0, 2]);
+        let e = TargetConfig::from_toml_str(&format!("cpus = [1, 1]\n{MINIMAL}")).unwrap_err();
+        assert!(e.to_string().contains("twice"), "{e}");
+        let tos = "[[listen]]\naddr = \"10.0.0.1\"\ntrsvcid = 4421\ntos = 0x60\n";
+        let c = TargetConfig::from_toml_str(&format!("{MINIMAL}{tos}")).unwrap();
+        assert_eq!((c.listen[1].tos, c.listen[0].tos), (Some(0x60), None));
+        let e = invalid(&format!("{MINIMAL}{}", tos.replace("0x60", "0x63")));
+        assert!(e.contains("ECN bits") && e.contains("0x60"), "{e}");
+        let e = invalid(&format!("provider = \"verbs\"\n{MINIMAL}{tos}"));
+        assert!(e.contains("cma_roce_tos"), "{e}");
     }
 
     #[test]

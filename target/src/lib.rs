@@ -21,6 +21,7 @@ pub mod buffers;
 pub mod capsule;
 pub mod config;
 pub mod controller;
+pub mod cpus;
 pub mod discovery;
 pub mod error_log;
 pub mod fabrics;

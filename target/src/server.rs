@@ -274,6 +274,9 @@ fn start_recording_created<P: Provider>(
     if cfg.listen.is_empty() {
         return Err(TargetError::Config("no listen address".into()));
     }
+    if let Some(cpus) = &cfg.cpus {
+        cpus.check_allowed().map_err(TargetError::Config)?;
+    }
     let mut files = Vec::new();
     let mut subsystems = Vec::new();
     for s in &cfg.subsystems {
@@ -380,9 +383,27 @@ fn start_recording_created<P: Provider>(
                 c.clone(),
             );
             let errs = qp_err_tx.clone();
+            let global = first_group + index as usize;
+            let cpu = cfg.cpus.as_ref().map(|c| c.for_group(global));
             let h = std::thread::Builder::new()
-                .name(format!("nvmf-pg{}", first_group + index as usize))
+                .name(format!("nvmf-pg{global}"))
                 .spawn(move || {
+                    // Pinned before the poll group allocates: its memory is then
+                    // first touched on that CPU's node.
+                    if let Some(cpu) = cpu {
+                        match crate::cpus::pin_current_thread(cpu) {
+                            Ok(()) => tracing::info!(
+                                poll_group = global,
+                                cpu,
+                                "poll group pinned to CPU {cpu}"
+                            ),
+                            Err(e) => tracing::warn!(
+                                poll_group = global,
+                                cpu,
+                                "pinning the poll group to CPU {cpu}: {e}"
+                            ),
+                        }
+                    }
                     match PollGroup::<P>::new(&dev2, cm2, index, gcfg, reg2, &files2, rx, errs, c2)
                     {
                         Ok(g) => {
@@ -403,8 +424,15 @@ fn start_recording_created<P: Provider>(
             groups.push((tx, Some(h)));
             counters.push(c);
         }
+        let tos = cfg
+            .listen
+            .iter()
+            .filter(|l| l.addr == ip)
+            .filter_map(|l| l.tos.map(|t| (l.trsvcid, t)))
+            .collect();
         endpoints.push(Endpoint::<P> {
             cm: cm.clone(),
+            tos,
             events,
             qp_errors,
             _qp_errors_open: qp_err_tx,
@@ -445,6 +473,8 @@ fn start_recording_created<P: Provider>(
 /// of each listened port, and its poll groups (global indices `first_group..`).
 struct Endpoint<P: Provider> {
     cm: CmOf<P>,
+    /// The traffic class of each listened port that sets one (`tos`).
+    tos: Vec<(u16, u8)>,
     events: Vec<Receiver<CmEvent>>,
     /// Its poll groups' reports of QPs gone to the error state (group indices local).
     qp_errors: Receiver<QpErrorReport>,
@@ -724,6 +754,8 @@ impl<P: Provider> Control<P> {
             };
         let qid = nvme_req.qid();
         let e = &mut self.endpoints[ep];
+        let port_tos = e.tos.iter().find(|(port, _)| *port == req.local_port);
+        let tos = port_tos.map_or(req.traffic_class, |&(_, t)| t);
         let g = e.first_group
             + if qid == 0 {
                 0
@@ -733,7 +765,11 @@ impl<P: Provider> Control<P> {
         e.next_group += 1;
         let (rtx, rrx) = channel::bounded(1);
         let nq = NewQueue {
-            req: req.clone(),
+            // A port's traffic class replaces the request's on the queue's path.
+            req: ConnRequest {
+                traffic_class: tos,
+                ..req.clone()
+            },
             qid,
             sq_size: sq_size as u16,
             ord,

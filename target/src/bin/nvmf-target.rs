@@ -73,6 +73,10 @@ struct Args {
     /// too: it sets `direct = true` on each namespace).
     #[arg(long)]
     direct: bool,
+    /// CPUs to pin the poll groups to, as SPDK's core mask: "0,1", "0-3" or "0x3"
+    /// (poll group k on the k-th, round robin). Overrides a --config file's `cpus`.
+    #[arg(long, value_name = "LIST")]
+    cpus: Option<String>,
     /// Poll groups (busy-polling threads, one per core you give the target; at least 1).
     #[arg(long, default_value_t = 1)]
     poll_groups: usize,
@@ -186,6 +190,15 @@ fn main() -> ExitCode {
     }
     if let Some(ms) = args.shutdown_timeout_ms {
         cfg.shutdown_timeout_ms = ms;
+    }
+    if let Some(list) = &args.cpus {
+        match nvmf_target::cpus::CpuList::parse(list) {
+            Ok(c) => cfg.cpus = Some(c),
+            Err(e) => {
+                eprintln!("nvmf-target: --{e}");
+                return ExitCode::FAILURE;
+            }
+        }
     }
     // The command line's values pass the configuration file's checks, with the same
     // messages.
