@@ -171,6 +171,10 @@ pub struct CoreConfig {
     /// The poll group's index (which slot of the namespaces' counters it counts in,
     /// [`crate::stats`]).
     pub group: u32,
+    /// Receive buffers beyond the SRQ's, `srq_depth..srq_depth + admin_slots`: the
+    /// admin queues' own (an SQE each, no in-capsule data, as nvmet-rdma's admin
+    /// commands), so I/O filling the SRQ never starves a Keep Alive.
+    pub admin_slots: u32,
 }
 
 /// Why a core could not be built.
@@ -339,14 +343,15 @@ impl RequestCore {
         counters: Arc<PollGroupCounters>,
     ) -> Result<RequestCore, CoreError> {
         let n = cfg.srq_depth as usize;
+        let slots = n + cfg.admin_slots as usize;
         for (what, r, need) in [
-            ("SQE", mem.sqes, n * SQE_LEN),
+            ("SQE", mem.sqes, slots * SQE_LEN),
             (
                 "in-capsule",
                 mem.in_capsule,
                 n * cfg.in_capsule_bytes as usize,
             ),
-            ("response", mem.responses, n * RESP_SLOT),
+            ("response", mem.responses, slots * RESP_SLOT),
             ("data", mem.data, cfg.max_io_bytes as usize),
         ] {
             if r.len < need {
@@ -382,7 +387,7 @@ impl RequestCore {
             mem,
             reg,
             pool,
-            reqs: vec![Request::free(); n],
+            reqs: vec![Request::free(); slots],
             queues: HashMap::new(),
             next_queue_id: 1,
             need_buffer: VecDeque::new(),
@@ -583,8 +588,13 @@ impl RequestCore {
         sqe.copy_from_slice(unsafe {
             std::slice::from_raw_parts(self.mem.sqes.ptr.add(sqe_at), SQE_LEN)
         });
-        let in_capsule_len =
-            (byte_len as usize - SQE_LEN).min(self.cfg.in_capsule_bytes as usize) as u32;
+        // An admin queue's own buffer holds the SQE alone.
+        let room = if slot < self.cfg.srq_depth {
+            self.cfg.in_capsule_bytes as usize
+        } else {
+            0
+        };
+        let in_capsule_len = (byte_len as usize - SQE_LEN).min(room) as u32;
         self.reqs[i] = Request {
             qpn,
             queue,

@@ -27,6 +27,7 @@ use transport::verbs::connection::{AcceptToken, ConnRequest};
 use crate::oplog::QueueEnd;
 
 pub mod action;
+pub mod admin_recv;
 pub mod core;
 pub mod poll_group;
 pub mod queue;
@@ -60,6 +61,9 @@ pub struct PollGroupConfig {
     pub data_slab_bytes: usize,
     /// Largest data transfer of one command (MDTS).
     pub max_io_bytes: u32,
+    /// Admin queues with receive buffers of their own in the first poll group of an
+    /// address ([`admin_recv`]; more share the SRQ).
+    pub admin_queues: u32,
     /// io_uring submission queue entries.
     pub ring_entries: u32,
     /// How long a poll group busy-polls with nothing to do before it arms its CQ and
@@ -75,6 +79,7 @@ impl Default for PollGroupConfig {
             in_capsule_bytes: 4096,
             data_slab_bytes: crate::memory::DEFAULT_DATA_SLAB_BYTES as usize,
             max_io_bytes: 1 << 20,
+            admin_queues: admin_recv::DEFAULT_ADMIN_QUEUES,
             ring_entries: 512,
             idle_spin: DEFAULT_IDLE_SPIN,
         }
@@ -93,11 +98,11 @@ impl PollGroupConfig {
     }
 
     /// Bytes of the other registered regions, in whole pages: the SQE slots
-    /// (`srq_depth x 64`) and the response slots (`srq_depth x RESP_SLOT`). Only a
-    /// provider whose registration pins (verbs) pins them.
+    /// (`x 64`) and the response slots (`x RESP_SLOT`) of the SRQ's buffers and the
+    /// admin queues' own. Only a provider whose registration pins (verbs) pins them.
     pub fn other_mr_bytes(&self) -> usize {
         let page = transport::memlock::page_size() as usize;
-        let n = self.srq_depth as usize;
+        let n = (self.srq_depth + self.admin_queues * admin_recv::ADMIN_QUEUE_BUFFERS) as usize;
         (n * SQE_LEN).div_ceil(page) * page + (n * RESP_SLOT).div_ceil(page) * page
     }
 }
@@ -111,6 +116,8 @@ pub struct PollGroupCounters {
     pub sq_overflows: AtomicU64,
     /// Distinct QPs that drew receive buffers from the group's SRQ.
     pub srq_qps: AtomicU64,
+    /// Admin queues that got receive buffers of their own (not the SRQ's).
+    pub admin_own_buffers: AtomicU64,
     /// Host writes whose data came in the capsule.
     pub in_capsule_writes: AtomicU64,
     /// Host writes whose data the target pulled by RDMA READ.

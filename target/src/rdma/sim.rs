@@ -149,6 +149,7 @@ impl Sim {
                 max_io_bytes: cfg.max_io_bytes,
                 io_slots: cfg.io_slots,
                 group: 0,
+                admin_slots: 0,
             },
             mem,
             reg,
