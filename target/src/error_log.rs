@@ -18,8 +18,22 @@ pub const ERROR_LOG_SLOTS: usize = 128;
 /// Parameter Error Location when the failing field is not known (FFFFh).
 pub const NO_ERROR_LOCATION: u16 = 0xFFFF;
 
-/// Transport Type of the entries: RDMA (NVMe over Fabrics TRTYPE 1).
+/// Transport Type of an entry for an error the transport caused: RDMA (NVMe over
+/// Fabrics TRTYPE 1); other errors carry 0, "not transport related" (as nvmet's; a
+/// differential run of nvme-cli showed `error-log` calling an LBA Out of Range an
+/// "RDMA Transport error" otherwise).
 pub const TRTYPE_RDMA: u8 = 1;
+
+/// The Transport Type an error `status` gets: RDMA for a data transfer the transport
+/// failed (Data Transfer Error, Transient Transport Error), else 0.
+pub fn error_trtype(status: Status) -> u8 {
+    match status.as_generic() {
+        Some(GenericStatus::DataTransferError | GenericStatus::TransientTransportError) => {
+            TRTYPE_RDMA
+        }
+        _ => 0,
+    }
+}
 
 /// The entries of one controller (see the module docs).
 #[derive(Debug)]
@@ -82,7 +96,7 @@ impl ErrorLog {
             parameter_error_location: U16::new(error_location(status)),
             lba: U64::new(command_lba(qid, sqe)),
             nsid: U32::new(sqe.nsid()),
-            trtype: TRTYPE_RDMA,
+            trtype: error_trtype(status),
             ..ErrorLogEntry::default()
         };
         let at = ((self.count - 1) % ERROR_LOG_SLOTS as u64) as usize;
@@ -137,17 +151,23 @@ mod tests {
         assert_eq!((older.sqid.get(), older.cid.get()), (1, 7));
         assert_eq!((older.lba.get(), older.nsid.get()), (1000, 1));
         assert_eq!(older.parameter_error_location.get(), 40);
-        assert_eq!(older.trtype, TRTYPE_RDMA);
+        assert_eq!(older.trtype, 0, "not transport related");
+        log.record(
+            1,
+            &Sqe::flush(1, 1),
+            Status::generic(GenericStatus::DataTransferError),
+        );
+        assert_eq!(entry(&log.page(), 0).trtype, TRTYPE_RDMA);
         assert_eq!(entry(&page, 2).error_count.get(), 0);
         // 200 errors: the last 128 are kept, 200 first, 73 last.
-        for cid in 0..198u16 {
+        for cid in 0..197u16 {
             log.record(1, &Sqe::flush(cid, 1), lba_range);
         }
         assert_eq!(log.count(), 200);
         let page = log.page();
         assert_eq!(entry(&page, 0).error_count.get(), 200);
         assert_eq!(entry(&page, 127).error_count.get(), 73);
-        assert_eq!(entry(&page, 0).cid.get(), 197);
+        assert_eq!(entry(&page, 0).cid.get(), 196);
         assert_eq!(entry(&page, 0).lba.get(), 0, "Flush names no LBA");
     }
 }
