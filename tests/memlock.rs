@@ -80,7 +80,8 @@ fn become_limited_user() {
 fn child() {
     become_limited_user();
     let dir = std::env::temp_dir();
-    let scratch = tempfile::tempdir().unwrap_or_else(|e| {
+    // The targets make their directories in it: fail early, saying why, if it is not writable.
+    let _scratch = tempfile::tempdir().unwrap_or_else(|e| {
         panic!(
             "cannot create a directory in {} as uid {}: {e} (set TMPDIR to a world-writable directory)",
             dir.display(),

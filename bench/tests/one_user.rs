@@ -179,6 +179,10 @@ fn two_targets_and_an_embedded_bench_of_one_user() {
     // its 2 MiB receive region), the second finds no room beside it.
     let a = start_target("127.0.60.2", &dir.path().join("a.img"));
     let b = start_target("127.0.60.4", &dir.path().join("b.img"));
+    eprintln!(
+        "io_uring fixed buffers: first target {}, second target {}",
+        a.fixed, b.fixed
+    );
     assert!(
         b.fixed < 2,
         "the second target registered all its buffers beside the first's 7 MiB under an \

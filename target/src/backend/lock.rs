@@ -53,7 +53,7 @@ pub(crate) enum LockError {
     Os(std::io::Error),
 }
 
-/// How long [`lock`] waits for a lock whose holder has exited: a target killed with
+/// How long a namespace open waits for a file lock whose holder has exited: a target killed with
 /// SIGKILL leaves its io_uring ring (which holds the namespace file as a fixed file) to
 /// the kernel's deferred teardown, and the lock goes with the file shortly after.
 pub const EXITED_HOLDER_WAIT: Duration = Duration::from_secs(3);
