@@ -24,6 +24,7 @@ fn memory_ns(nsid: u32, backend: NamespaceBackend) -> NamespaceConfig {
         size: Some("16M".into()),
         block_size: None,
         direct: false,
+        read_only: false,
     }
 }
 

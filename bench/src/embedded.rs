@@ -111,14 +111,16 @@ impl EmbeddedTarget {
     }
 
     /// Lays out a `size`-byte namespace file in `dir` (unlinked) and starts the target
-    /// on it, with `faults` injected on its device. `name` prefixes the layout message
-    /// (the job name, as fio's "Laying out IO file").
+    /// on it, with a `data_slab`-byte data slab (`None`: sized from RLIMIT_MEMLOCK) and
+    /// `faults` injected on its device. `name` prefixes the layout message (the job
+    /// name, as fio's "Laying out IO file").
     ///
     /// Errors: a message naming what failed (file, layout, addresses, target).
     pub fn start(
         dir: &Path,
         size: u64,
         name: &str,
+        data_slab: Option<u64>,
         faults: Option<FaultConfig>,
         stop: Option<&AtomicBool>,
     ) -> Result<Self, String> {
@@ -140,10 +142,21 @@ impl EmbeddedTarget {
         let mut last_err = String::new();
         for pair in 0..16u8 {
             let tip = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2 + 2 * pair));
-            let cfg = TargetConfig::default_for(tip, EMBEDDED_NQN, &path, size);
+            let host_ip = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 3 + 2 * pair));
+            // The host's address must be free too (another run's host, or a remote
+            // benchmark's --host-traddr, may hold it while its target address is free).
+            if let Err(e) = std::net::UdpSocket::bind((host_ip, transport::wire::ROCE_V2_UDP_DPORT))
+            {
+                last_err = format!("the host address {host_ip}: UDP 4791: {e}");
+                continue;
+            }
+            let mut cfg = TargetConfig::default_for(tip, EMBEDDED_NQN, &path, size);
+            cfg.data_slab = data_slab;
+            if let Err(e) = cfg.validate_as("--data-slab") {
+                return Err(format!("embedded target: {e}"));
+            }
             match nvmf_target::start_with_faults(&cfg, faults) {
                 Ok(target) => {
-                    let host_ip = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 3 + 2 * pair));
                     return Ok(EmbeddedTarget {
                         target,
                         host_ip,
@@ -151,6 +164,13 @@ impl EmbeddedTarget {
                     });
                 }
                 Err(e @ nvmf_target::TargetError::Device { .. }) => last_err = e.to_string(),
+                // The target's advice names its configuration keys; here it is a flag.
+                Err(nvmf_target::TargetError::Memlock(e)) => {
+                    return Err(format!(
+                        "embedded target: {}",
+                        e.with_smaller(Some("a smaller --data-slab (at least 1M)"))
+                    ))
+                }
                 Err(e) => return Err(format!("embedded target: {e}")),
             }
         }

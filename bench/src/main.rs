@@ -53,6 +53,7 @@ fn plan(args: &BenchArgs) -> Result<Plan, String> {
     args.check_provider().map_err(|e| e.to_string())?;
     // --inject-*: on the embedded target's device and the host's (refused with --traddr).
     let faults = args.fault_config().map_err(|e| e.to_string())?;
+    args.embedded_data_slab().map_err(|e| e.to_string())?;
     if args.baseline && args.traddr.is_some() {
         return Err(
             "--baseline measures the floor between this run's two local addresses \
@@ -187,6 +188,7 @@ fn bench_soft(args: &BenchArgs, plan: Plan, signals: &StopSignals) -> ExitCode {
                 &dir,
                 args.embedded_size,
                 &args.name,
+                args.data_slab,
                 faults,
                 Some(signals.flag()),
             ) {

@@ -316,6 +316,15 @@ pub struct BenchArgs {
     #[arg(long = "embedded-dir", alias = "embedded_dir")]
     pub embedded_dir: Option<PathBuf>,
 
+    /// The embedded target's data slab (nvmf-target --data-slab): the memory its poll
+    /// group serves command data from, at least one MDTS (1M), e.g. 4M. It is
+    /// registered (pinned) with io_uring when RLIMIT_MEMLOCK leaves room beside what
+    /// this user's other processes hold, and used unregistered otherwise (one log line
+    /// says so and what it costs). Default: sized from RLIMIT_MEMLOCK, 64M when it
+    /// allows. Embedded target only.
+    #[arg(long = "data-slab", alias = "data_slab", value_name = "SIZE", value_parser = parse_size)]
+    pub data_slab: Option<u64>,
+
     /// Before the jobs, measure the floor on this run's addresses: the busy-polled UDP
     /// round trip (64 B and 4 KiB) and a local io_uring 4 KiB read of the embedded
     /// target's file; the report then gives the fabric's overhead (read clat p50 minus
@@ -438,6 +447,12 @@ pub enum OptionsError {
          soft RDMA device and the host's); drop --traddr or the --inject-* options"
     )]
     InjectWithRemoteTarget,
+    /// `--data-slab` with `--traddr`: it sizes the embedded target's memory.
+    #[error(
+        "--data-slab sizes the embedded target's data slab, so it needs the embedded target: \
+         drop --traddr or --data-slab (a remote nvmf-target takes --data-slab itself)"
+    )]
+    DataSlabWithRemoteTarget,
     /// `--provider verbs` in a build without the verbs provider.
     #[error(
         "--provider verbs: this nvmf-bench was built without the verbs provider; build it \
@@ -656,6 +671,16 @@ impl BenchArgs {
             ramp_time: self.ramp_time,
             verify: self.verify,
             ..RunOptions::default()
+        }
+    }
+
+    /// The embedded target's `--data-slab`.
+    ///
+    /// Errors: [`OptionsError::DataSlabWithRemoteTarget`] with `--traddr`.
+    pub fn embedded_data_slab(&self) -> Result<Option<u64>, OptionsError> {
+        match (self.data_slab, &self.traddr) {
+            (Some(_), Some(_)) => Err(OptionsError::DataSlabWithRemoteTarget),
+            (slab, _) => Ok(slab),
         }
     }
 

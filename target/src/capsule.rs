@@ -75,6 +75,16 @@ pub fn classify(
         .namespace(sqe.nsid())
         .ok_or(Status::generic(GenericStatus::InvalidNamespaceOrFormat).with_dnr())?;
     let cmd = io::decode(sqe, ns.ns.nlb(), ns.ns.block_size(), max_io_bytes)?;
+    // A read-only namespace serves reads and flushes; anything else would change it
+    // (nvmet_io_cmd_check_access: the same status, no DNR).
+    if ns.ns.is_read_only()
+        && !matches!(
+            cmd,
+            IoCommand::Read { .. } | IoCommand::Compare { .. } | IoCommand::Flush
+        )
+    {
+        return Err(Status::generic(GenericStatus::NamespaceWriteProtected));
+    }
     let dir = match (cmd.host_to_controller_len(), cmd.controller_to_host_len()) {
         (0, 0) => DataDirection::None,
         (h, 0) => DataDirection::HostToController(h as usize),

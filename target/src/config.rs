@@ -255,6 +255,13 @@ pub struct NamespaceConfig {
     /// must then be at least the storage's O_DIRECT alignment.
     #[serde(default)]
     pub direct: bool,
+    /// Serve the namespace read-only (default false): the file is opened for reading
+    /// under a shared lock (other read-only targets may serve it too, a read-write one
+    /// may not), must exist, and Write, Write Zeroes and Dataset Management are
+    /// answered Namespace is Write Protected; Identify Namespace shows it write
+    /// protected (NSATTR bit 0).
+    #[serde(default)]
+    pub read_only: bool,
 }
 
 impl NamespaceConfig {
@@ -267,6 +274,7 @@ impl NamespaceConfig {
             create_size_bytes: self.size_bytes()?,
             block_size: self.block_size,
             direct: self.direct,
+            read_only: self.read_only,
         })
     }
 
@@ -479,6 +487,7 @@ impl TargetConfig {
                     size: Some(size_bytes.to_string()),
                     block_size: None,
                     direct: false,
+                    read_only: false,
                 }],
             }],
             inline_data_size: default_inline_data_size(),
@@ -869,7 +878,8 @@ nqn = "nqn.2026-11.io.example:a"
             Ok(crate::backend::NamespaceOptions {
                 create_size_bytes: None,
                 block_size: None,
-                direct: true
+                direct: true,
+                read_only: false,
             })
         );
     }

@@ -293,6 +293,7 @@ fn start_recording_created<P: Provider>(
                     },
                     opts.create_size_bytes.unwrap_or(0),
                     opts.block_size,
+                    opts.read_only,
                 ),
             };
             let ns = opened.map_err(|e| TargetError::Namespace {
@@ -327,8 +328,9 @@ fn start_recording_created<P: Provider>(
         max_io_bytes: cfg.mdts_bytes,
         ..PollGroupConfig::default()
     };
-    gcfg.data_slab_bytes =
-        crate::memory::plan_for(cfg, &gcfg, P::PINS_REGISTERED_MEMORY)?.data_slab_bytes as usize;
+    let plan = crate::memory::plan_for(cfg, &gcfg, P::PINS_REGISTERED_MEMORY)?;
+    gcfg.data_slab_bytes = plan.data_slab_bytes as usize;
+    gcfg.io_uring_fixed = plan.io_uring_fixed;
     let limits = Limits {
         max_queue_size: cfg.max_queue_size,
         max_io_queues: 64,

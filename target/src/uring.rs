@@ -3,7 +3,9 @@
 //! A [`Ring`] belongs to one poll group thread (DESIGN principle 2): no locks, no
 //! SQPOLL (it costs a core; this host has two). The data slab is registered as fixed
 //! buffer(s), so reads land directly in the same memory the transport sends from
-//! (DESIGN principle 3), and namespace files are registered as fixed files.
+//! (DESIGN principle 3), and namespace files are registered as fixed files. Memory that
+//! `RLIMIT_MEMLOCK` leaves no room to register is used as plain buffers
+//! ([`Ring::add_plain_buffers`]): the same buffer indices, plain `READ`/`WRITE` SQEs.
 //!
 //! # Back-pressure
 //! The ring has one *slot* per submission queue entry. A queued operation holds its
@@ -99,6 +101,10 @@ struct Slot {
     user_data: u64,
     file_index: u32,
     buf_index: u16,
+    /// Reads and writes: `buf_index` is a registered (fixed) buffer, so the SQE is
+    /// `READ_FIXED`/`WRITE_FIXED`; otherwise a plain `READ`/`WRITE` (a plain buffer, see
+    /// [`Ring::add_plain_buffers`]).
+    fixed: bool,
     /// Buffer address (reads and writes) as an integer, so the ring stays `Send`.
     addr: usize,
     /// Bytes asked for (reads, writes, fsync range unused), or fallocate mode.
@@ -117,6 +123,7 @@ const IDLE: Slot = Slot {
     user_data: 0,
     file_index: 0,
     buf_index: 0,
+    fixed: false,
     addr: 0,
     len: 0,
     offset: 0,
@@ -131,25 +138,32 @@ impl Slot {
     fn sqe(&self, index: usize) -> squeue::Entry {
         let fd = types::Fixed(self.file_index);
         let done = self.done;
+        let (addr, len, offset) = (
+            self.addr + done as usize,
+            self.len - done,
+            self.offset + u64::from(done),
+        );
         let entry = match self.op {
-            Op::Read => opcode::ReadFixed::new(
-                fd,
-                (self.addr + done as usize) as *mut u8,
-                self.len - done,
-                self.buf_index,
-            )
-            .offset(self.offset + u64::from(done))
-            .rw_flags(self.flags)
-            .build(),
-            Op::Write => opcode::WriteFixed::new(
-                fd,
-                (self.addr + done as usize) as *const u8,
-                self.len - done,
-                self.buf_index,
-            )
-            .offset(self.offset + u64::from(done))
-            .rw_flags(self.flags)
-            .build(),
+            Op::Read if self.fixed => {
+                opcode::ReadFixed::new(fd, addr as *mut u8, len, self.buf_index)
+                    .offset(offset)
+                    .rw_flags(self.flags)
+                    .build()
+            }
+            Op::Read => opcode::Read::new(fd, addr as *mut u8, len)
+                .offset(offset)
+                .rw_flags(self.flags)
+                .build(),
+            Op::Write if self.fixed => {
+                opcode::WriteFixed::new(fd, addr as *const u8, len, self.buf_index)
+                    .offset(offset)
+                    .rw_flags(self.flags)
+                    .build()
+            }
+            Op::Write => opcode::Write::new(fd, addr as *const u8, len)
+                .offset(offset)
+                .rw_flags(self.flags)
+                .build(),
             Op::Fsync => opcode::Fsync::new(fd)
                 .flags(types::FsyncFlags::from_bits_truncate(self.flags as u32))
                 .build(),
@@ -179,7 +193,11 @@ pub struct Ring {
     features: RingFeatures,
     /// Created with IORING_SETUP_R_DISABLED and not enabled yet.
     disabled: bool,
+    /// Buffers `0..buffers_registered` are registered with the kernel (fixed).
     buffers_registered: usize,
+    /// Buffers `buffers_registered..` are plain memory (address, length), read and
+    /// written with plain `READ`/`WRITE` SQEs ([`Ring::add_plain_buffers`]).
+    plain_buffers: Vec<(usize, usize)>,
     files_registered: usize,
 }
 
@@ -248,6 +266,7 @@ impl Ring {
             },
             disabled: single_issuer,
             buffers_registered: 0,
+            plain_buffers: Vec::new(),
             files_registered: 0,
         })
     }
@@ -260,7 +279,8 @@ impl Ring {
     ///
     /// # Errors
     /// `InvalidInput` for no regions, more than [`MAX_FIXED_BUFFERS`], an empty or
-    /// over-1-GiB region, or a null address; `EBUSY` when buffers are already registered;
+    /// over-1-GiB region, or a null address, or when plain buffers were added already
+    /// (they follow the fixed ones); `EBUSY` when buffers are already registered;
     /// `ENOMEM` when the pinned memory exceeds `RLIMIT_MEMLOCK` (without
     /// `CAP_IPC_LOCK`); other `io_uring_register(2)` errors.
     ///
@@ -280,6 +300,9 @@ impl Ring {
         if regions.is_empty() || regions.len() > MAX_FIXED_BUFFERS {
             return invalid("fixed buffers: between 1 and 16384 regions");
         }
+        if !self.plain_buffers.is_empty() {
+            return invalid("fixed buffers: register them before adding plain buffers");
+        }
         let mut iovecs = Vec::with_capacity(regions.len());
         for &(base, len) in regions {
             if base.is_null() || len == 0 || len > MAX_FIXED_BUFFER_LEN {
@@ -296,6 +319,40 @@ impl Ring {
         Ok(())
     }
 
+    /// Adds `regions` as plain buffers: buffer indices
+    /// `buffers_registered()..buffers_registered() + regions.len()` in
+    /// [`Ring::read_fixed`] and [`Ring::write_fixed`], in order, after the registered
+    /// ones. Nothing is pinned: the kernel looks the pages up for each operation (plain
+    /// `IORING_OP_READ`/`IORING_OP_WRITE`), which costs a little per I/O and nothing
+    /// against `RLIMIT_MEMLOCK`. This is the fallback for memory the limit leaves no
+    /// room to register (see `crate::memory`). As the kernel does for a fixed buffer,
+    /// the ring checks each operation against its region and fails one that leaves it
+    /// with `-EFAULT`.
+    ///
+    /// # Errors
+    /// `InvalidInput` for an empty region or a null address, or more than
+    /// [`MAX_FIXED_BUFFERS`] buffers in all.
+    ///
+    /// # Safety
+    /// As [`Ring::register_buffers`]: each region must be valid, writable memory that
+    /// stays mapped while the ring lives, with no Rust reference held to bytes that an
+    /// operation in flight names.
+    pub unsafe fn add_plain_buffers(&mut self, regions: &[(*mut u8, usize)]) -> io::Result<()> {
+        if self.buffers_registered + self.plain_buffers.len() + regions.len() > MAX_FIXED_BUFFERS
+            || regions
+                .iter()
+                .any(|&(base, len)| base.is_null() || len == 0)
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "plain buffers: non-null, non-empty regions, at most 16384 buffers in all",
+            ));
+        }
+        self.plain_buffers
+            .extend(regions.iter().map(|&(base, len)| (base as usize, len)));
+        Ok(())
+    }
+
     /// Registers `fds` as fixed files `0..fds.len()` (`file_index` in the queueing
     /// functions). The ring holds its own references: closing an fd afterwards does not
     /// affect the registered file.
@@ -309,11 +366,13 @@ impl Ring {
         Ok(())
     }
 
-    /// Unregisters the fixed buffers. Operations still in flight keep their pages.
+    /// Unregisters the fixed buffers, and forgets the plain ones (their indices followed
+    /// the fixed ones). Operations still in flight keep their pages.
     ///
     /// # Errors
     /// `ENXIO` when none are registered.
     pub fn unregister_buffers(&mut self) -> io::Result<()> {
+        self.plain_buffers.clear();
         self.ring.submitter().unregister_buffers()?;
         self.buffers_registered = 0;
         Ok(())
@@ -330,8 +389,9 @@ impl Ring {
     }
 
     /// Queues a read of `len` bytes at byte `offset` of fixed file `file_index` into
-    /// `ptr`, which must lie, with `len`, inside fixed buffer `buf_index` (the kernel
-    /// checks, and fails the operation with `-EFAULT` otherwise).
+    /// `ptr`, which must lie, with `len`, inside buffer `buf_index`, registered or plain
+    /// (the kernel, or for a plain buffer the ring, checks, and fails the operation with
+    /// `-EFAULT` otherwise).
     ///
     /// The completion's `res` is the number of bytes read (less than `len` at end of
     /// file, see the module docs) or `-errno`.
@@ -565,16 +625,34 @@ impl Ring {
         delivered
     }
 
-    fn queue(&mut self, slot: Slot) -> Result<(), RingFull> {
+    fn queue(&mut self, mut slot: Slot) -> Result<(), RingFull> {
         let Some(index) = self.free_slots.pop() else {
             return Err(RingFull);
         };
         let index = index as usize;
+        if matches!(slot.op, Op::Read | Op::Write) {
+            let buf = usize::from(slot.buf_index);
+            slot.fixed = buf < self.buffers_registered;
+            if !slot.fixed {
+                let inside = self
+                    .plain_buffers
+                    .get(buf - self.buffers_registered)
+                    .is_some_and(|&(base, len)| {
+                        slot.addr >= base && slot.addr + slot.len as usize <= base + len
+                    });
+                if !inside {
+                    // Outside its buffer, or no such buffer: a null address makes the
+                    // kernel fail it with -EFAULT, as it fails a fixed one.
+                    slot.addr = 0;
+                }
+            }
+        }
         self.slots[index] = slot;
         let sqe = slot.sqe(index);
         // SAFETY: buffers named by the SQE are fixed buffers, checked by the kernel
-        // against the regions registered under `register_buffers`' contract; fsync and
-        // fallocate carry no memory.
+        // against the regions registered under `register_buffers`' contract, or plain
+        // buffers checked above against the regions of `add_plain_buffers`' contract;
+        // fsync and fallocate carry no memory.
         if unsafe { self.ring.submission().push(&sqe) }.is_err() {
             // Cannot happen (one SQ entry per slot); keep the state consistent anyway.
             self.slots[index] = IDLE;
@@ -603,6 +681,11 @@ impl Ring {
     /// Number of fixed buffers registered.
     pub fn buffers_registered(&self) -> usize {
         self.buffers_registered
+    }
+
+    /// Number of plain (unregistered) buffers, after the registered ones.
+    pub fn plain_buffers(&self) -> usize {
+        self.plain_buffers.len()
     }
 
     /// Number of fixed files registered.
@@ -739,6 +822,48 @@ mod tests {
         let f = ring.features();
         eprintln!("ring features: {f:?}");
         assert!(Ring::new(0).is_err());
+    }
+
+    /// The fallback when RLIMIT_MEMLOCK leaves no room: the slab as a plain buffer after
+    /// a registered one, same calls, nothing pinned for it; an operation outside its
+    /// region fails with -EFAULT as a fixed one would.
+    #[test]
+    fn plain_buffers_read_and_write_without_pinning() {
+        let file = temp_file(0);
+        let (_pinned, mut ring, fixed) = setup(file.as_file(), 16);
+        let plain = Slab::new(SLAB).unwrap();
+        let before = transport::memlock::vm_pin_bytes().unwrap();
+        // SAFETY: the slab outlives the ring's operations (all complete below).
+        unsafe { ring.add_plain_buffers(&[(plain.as_ptr(), plain.len())]) }.unwrap();
+        assert_eq!((ring.buffers_registered(), ring.plain_buffers()), (1, 1));
+        assert_eq!(
+            transport::memlock::vm_pin_bytes().unwrap(),
+            before,
+            "plain buffers pin nothing"
+        );
+        let data = pattern(8192, 3);
+        slab_fill(&plain, 4096, &data);
+        ring.write_fixed(0, 1, plain.as_ptr().wrapping_add(4096), 8192, 0, false, 1)
+            .unwrap();
+        assert_eq!(complete(&mut ring, 1), vec![(1, 8192)]);
+        ring.read_fixed(0, 1, plain.as_ptr().wrapping_add(SLAB / 2), 8192, 0, 2)
+            .unwrap();
+        assert_eq!(complete(&mut ring, 1), vec![(2, 8192)]);
+        assert_eq!(slab_bytes(&plain, SLAB / 2, 8192), data);
+        // The registered buffer still works beside it.
+        ring.read_fixed(0, 0, fixed.as_ptr(), 8192, 0, 3).unwrap();
+        assert_eq!(complete(&mut ring, 1), vec![(3, 8192)]);
+        assert_eq!(slab_bytes(&fixed, 0, 8192), data);
+        // Past the plain region's end, or a buffer index that does not exist.
+        ring.read_fixed(0, 1, plain.as_ptr().wrapping_add(SLAB - 4096), 8192, 0, 4)
+            .unwrap();
+        assert_eq!(complete(&mut ring, 1), vec![(4, -libc::EFAULT)]);
+        ring.read_fixed(0, 2, plain.as_ptr(), 4096, 0, 5).unwrap();
+        assert_eq!(complete(&mut ring, 1), vec![(5, -libc::EFAULT)]);
+        // Fixed buffers cannot follow plain ones.
+        // SAFETY: refused before anything is registered.
+        let e = unsafe { ring.register_buffers(&[(plain.as_ptr(), 4096)]) }.unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
     }
 
     #[test]

@@ -322,3 +322,184 @@ fn null_namespace_from_the_command_line_serves_without_a_file() {
     assert_ne!(code, 0);
     assert!(err.contains("--null") && err.contains("--file"), "{err}");
 }
+
+/// Issue 20: with --config, the flags that describe the default subsystem are refused
+/// by name (nothing is created); the flags that tune the whole target override the
+/// file, each with a log line.
+#[test]
+fn config_refuses_subsystem_flags_and_logs_overrides() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("x.img");
+    let toml = dir.path().join("target.toml");
+    // A namespace in a missing directory: the target stops after reading the flags.
+    let ns = dir.path().join("missing/ns.img");
+    std::fs::write(
+        &toml,
+        format!(
+            "poll_groups = 1\n[[listen]]\naddr = \"127.0.61.2\"\n[[subsystems]]\n\
+             nqn = \"nqn.2026-11.io.example:cfg\"\n[[subsystems.namespaces]]\nnsid = 1\n\
+             path = \"{}\"\nsize = \"16M\"\n",
+            ns.display()
+        ),
+    )
+    .unwrap();
+    let t = toml.to_str().unwrap();
+    let (code, err) = run(&[
+        "--config",
+        t,
+        "--addr",
+        "127.0.61.4",
+        "--file",
+        img.to_str().unwrap(),
+        "--nqn",
+        "nqn.x:y",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    for want in ["--addr, --nqn, --file", "cannot be given with --config", t] {
+        assert!(err.contains(want), "missing {want:?}: {err}");
+    }
+    assert!(!img.exists(), "nothing created");
+    let (code, err) = run(&["--config", t, "--size", "1G", "--port", "4421"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--port, --size"), "{err}");
+    // Overrides are applied and said.
+    let (code, err) = run(&[
+        "--config",
+        t,
+        "--poll-groups",
+        "2",
+        "--mdts",
+        "128K",
+        "--data-slab",
+        "4M",
+    ]);
+    assert_ne!(code, 0);
+    for want in [
+        "--poll-groups 2 overrides the configuration file's poll_groups",
+        "--mdts 131072 overrides the configuration file's mdts_bytes",
+        "--data-slab 4M overrides the configuration file's data_slab",
+        "parent directory",
+    ] {
+        assert!(err.contains(want), "missing {want:?}: {err}");
+    }
+    let (_, help) = {
+        let out = Command::new(env!("CARGO_BIN_EXE_nvmf-target"))
+            .arg("--help")
+            .output()
+            .unwrap();
+        (0, String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    assert!(
+        help.contains("are refused") && help.contains("override"),
+        "{help}"
+    );
+}
+
+/// A started target, its stderr read until it serves; killed on drop.
+struct Serving(std::process::Child);
+
+impl Serving {
+    fn start(args: &[&str]) -> Serving {
+        use std::io::{BufRead, BufReader};
+        let mut child = Command::new(env!("CARGO_BIN_EXE_nvmf-target"))
+            .args(args)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("nvmf-target starts");
+        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        loop {
+            match lines.next() {
+                Some(Ok(l)) if l.contains("serving") => break,
+                Some(Ok(_)) => {}
+                _ => {
+                    let _ = child.kill();
+                    panic!("nvmf-target {args:?} ended before serving");
+                }
+            }
+        }
+        // Keep draining stderr so the target never blocks on it.
+        std::thread::spawn(move || lines.for_each(drop));
+        Serving(child)
+    }
+}
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Issue 20: two targets on one file: the second is refused, naming the file and the
+/// first target's PID.
+#[test]
+fn a_second_target_on_the_same_file_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("ns.img");
+    let p = img.to_str().unwrap();
+    let first = Serving::start(&["--addr", "127.0.61.6", "--file", p, "--size", "16M"]);
+    let (code, err) = run(&["--addr", "127.0.61.8", "--file", p]);
+    assert_ne!(code, 0);
+    let pid = format!("(pid {})", first.0.id());
+    for want in [p, "in use", pid.as_str(), "exclusive"] {
+        assert!(err.contains(want), "missing {want:?}: {err}");
+    }
+    // Once the first has gone (SIGKILL: its io_uring ring, which holds the file, is torn
+    // down by the kernel a moment later), the file is free again.
+    drop(first);
+    let again = Serving::start(&["--addr", "127.0.61.8", "--file", p]);
+    drop(again);
+}
+
+/// Issue 20: a namespace file in a directory this user cannot write names the
+/// directory and the permission. As root the child runs without the capabilities that
+/// bypass file modes (dropped from its bounding set), in a directory root does not own.
+#[test]
+fn an_unwritable_directory_is_named() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    let dir = tempfile::tempdir().unwrap();
+    let locked = dir.path().join("locked");
+    std::fs::create_dir(&locked).unwrap();
+    let root = nix::unistd::geteuid().is_root();
+    if root {
+        nix::unistd::chown(&locked, Some(nix::unistd::Uid::from_raw(65534)), None).unwrap();
+        std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o755)).unwrap();
+    } else {
+        std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o555)).unwrap();
+    }
+    let img = locked.join("ns.img");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_nvmf-target"));
+    cmd.args(["--addr", "127.0.61.10", "--file"])
+        .arg(&img)
+        .args(["--size", "16M"]);
+    if root {
+        // SAFETY: only prctl between fork and exec.
+        unsafe {
+            cmd.pre_exec(|| {
+                // CAP_DAC_OVERRIDE 1, CAP_DAC_READ_SEARCH 2, CAP_FOWNER 3.
+                for cap in [1, 2, 3] {
+                    if libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
+                Ok(())
+            })
+        };
+    }
+    let out = cmd.output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    let locked_s = locked.display().to_string();
+    for want in [
+        img.display().to_string().as_str(),
+        "permission denied",
+        &format!("directory {locked_s}"),
+        "no write permission",
+        "creating the file",
+    ] {
+        assert!(err.contains(want), "missing {want:?}: {err}");
+    }
+    std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o755)).unwrap();
+}

@@ -137,6 +137,99 @@ pub fn vm_pin_bytes() -> Option<u64> {
     parse_vm_pin(&std::fs::read_to_string("/proc/self/status").ok()?)
 }
 
+/// A process of this user that holds pinned memory.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PinHolder {
+    /// Its process ID.
+    pub pid: u32,
+    /// Its command name (`Name` in `/proc/<pid>/status`, at most 15 bytes).
+    pub name: String,
+    /// Bytes it has pinned (`VmPin`).
+    pub bytes: u64,
+}
+
+/// What the other processes of this user (same real uid, the user io_uring charges)
+/// have pinned, as far as `/proc` shows it: their `VmPin`, which counts their io_uring
+/// fixed buffers (the kernel charges those to the user, summed over all of its
+/// processes, and checks the sum against the registering process's `RLIMIT_MEMLOCK`)
+/// and their RDMA registrations. Processes in another PID namespace or hidden by
+/// `hidepid` are not seen, and a ring closed a moment ago may still be charged, so the
+/// user's real total can be higher.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OtherPins {
+    /// The processes with a non-zero `VmPin`, largest first.
+    pub holders: Vec<PinHolder>,
+}
+
+impl OtherPins {
+    /// Scans `/proc` for this user's other processes (see the type's docs). Processes
+    /// that cannot be read (gone, or not ours) are skipped.
+    pub fn of_this_user() -> OtherPins {
+        let me = std::process::id();
+        let uid = nix::unistd::getuid().as_raw();
+        let Ok(dir) = std::fs::read_dir("/proc") else {
+            return OtherPins::default();
+        };
+        let mut holders: Vec<PinHolder> = dir
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|&pid| pid != me)
+            .filter_map(|pid| {
+                let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+                parse_pin_holder(pid, &status, uid)
+            })
+            .collect();
+        holders.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.pid.cmp(&b.pid)));
+        OtherPins { holders }
+    }
+
+    /// Bytes they hold together.
+    pub fn total_bytes(&self) -> u64 {
+        self.holders.iter().map(|h| h.bytes).sum()
+    }
+
+    /// "other processes of this user hold 7 MiB (nvmf-target pid 4242: 7 MiB)", or, when
+    /// none is visible, that they are not visible here.
+    pub fn describe(&self) -> String {
+        if self.holders.is_empty() {
+            return "no other process of this user that /proc shows holds pinned memory, so \
+                    processes out of sight (another PID namespace) or rings closed a moment ago \
+                    hold the rest"
+                .to_string();
+        }
+        const SHOWN: usize = 4;
+        let mut list: Vec<String> = self
+            .holders
+            .iter()
+            .take(SHOWN)
+            .map(|h| format!("{} pid {}: {}", h.name, h.pid, Bytes(h.bytes)))
+            .collect();
+        if self.holders.len() > SHOWN {
+            list.push(format!("{} more", self.holders.len() - SHOWN));
+        }
+        format!(
+            "other processes of this user hold {} ({})",
+            Bytes(self.total_bytes()),
+            list.join(", ")
+        )
+    }
+}
+
+/// The [`PinHolder`] that `/proc/<pid>/status` text describes, when its real uid is
+/// `uid` and its `VmPin` is not zero.
+fn parse_pin_holder(pid: u32, status: &str, uid: u32) -> Option<PinHolder> {
+    let real_uid: u32 = status_field(status, "Uid")?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
+    let bytes = parse_vm_pin(status)?;
+    (real_uid == uid && bytes > 0).then(|| PinHolder {
+        pid,
+        name: status_field(status, "Name").unwrap_or("?").to_string(),
+        bytes,
+    })
+}
+
 /// The system page size in bytes (4096 when sysconf cannot tell).
 pub fn page_size() -> u64 {
     match nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE) {
@@ -183,10 +276,11 @@ pub enum MemlockError {
     /// io_uring charges every process of the user together, so others hold the rest
     /// (or a ring closed a moment ago is still being torn down).
     #[error(
-        "{what}: the kernel refused to pin {} (ENOMEM): this process has {} pinned of RLIMIT_MEMLOCK \
-         {limit}, and io_uring charges all processes of uid {uid} together, so other processes of \
-         this user hold the rest. Stop them, or {}",
-        Bytes(*needed), Bytes(*pinned), lowercase_first(&how_to_fix(*pinned + *needed, smaller.as_deref()))
+        "{what}: the kernel refused to pin {} (ENOMEM): io_uring charges all processes of uid \
+         {uid} together against RLIMIT_MEMLOCK ({limit}); this process has {} pinned and {}. \
+         Stop them, or {}",
+        Bytes(*needed), Bytes(*pinned), others.describe(),
+        lowercase_first(&how_to_fix(*pinned + others.total_bytes() + *needed, smaller.as_deref()))
     )]
     KernelRefused {
         /// What was to be pinned.
@@ -199,6 +293,8 @@ pub enum MemlockError {
         needed: u64,
         /// The user the kernel charges.
         uid: u32,
+        /// What this user's other processes hold, as far as `/proc` shows it.
+        others: OtherPins,
         /// How to need less, for the message.
         smaller: Option<String>,
     },
@@ -246,6 +342,7 @@ impl Clone for MemlockError {
                 pinned,
                 needed,
                 uid,
+                others,
                 smaller,
             } => MemlockError::KernelRefused {
                 what: what.clone(),
@@ -253,6 +350,7 @@ impl Clone for MemlockError {
                 pinned: *pinned,
                 needed: *needed,
                 uid: *uid,
+                others: others.clone(),
                 smaller: smaller.clone(),
             },
             MemlockError::Register { what, source } => MemlockError::Register {
@@ -291,6 +389,7 @@ impl PartialEq for MemlockError {
                     pinned: c,
                     needed: d,
                     uid: u,
+                    others: o,
                     smaller: e,
                 },
                 KernelRefused {
@@ -299,9 +398,10 @@ impl PartialEq for MemlockError {
                     pinned: c2,
                     needed: d2,
                     uid: u2,
+                    others: o2,
                     smaller: e2,
                 },
-            ) => (a, b, c, d, u, e) == (a2, b2, c2, d2, u2, e2),
+            ) => (a, b, c, d, u, o, e) == (a2, b2, c2, d2, u2, o2, e2),
             (
                 Register { what: a, source: s },
                 Register {
@@ -320,6 +420,21 @@ impl PartialEq for MemlockError {
 }
 
 impl Eq for MemlockError {}
+
+impl MemlockError {
+    /// The same error with `smaller` as its "how to pin less" advice: a program gives the
+    /// options it has itself (`nvmf-target --data-slab`), in place of the library's
+    /// configuration keys. `None` drops the advice.
+    #[must_use]
+    pub fn with_smaller(mut self, hint: Option<&str>) -> MemlockError {
+        match &mut self {
+            MemlockError::OverLimit { smaller, .. }
+            | MemlockError::KernelRefused { smaller, .. } => *smaller = hint.map(str::to_string),
+            MemlockError::Register { .. } => {}
+        }
+        self
+    }
+}
 
 fn lowercase_first(s: &str) -> String {
     let mut c = s.chars();
@@ -455,6 +570,11 @@ impl PinBudget {
                     pinned: *pinned,
                     needed: estimate,
                     uid: nix::unistd::getuid().as_raw(),
+                    others: if measure {
+                        OtherPins::of_this_user()
+                    } else {
+                        OtherPins::default()
+                    },
                     smaller: smaller.map(str::to_string),
                 })
             }
@@ -567,6 +687,90 @@ mod tests {
     }
 
     #[test]
+    fn other_processes_pins_are_parsed_and_described() {
+        let status = "Name:\tnvmf-target\nUid:\t1003\t1003\t1003\t1003\nVmPin:\t    7168 kB\n";
+        assert_eq!(
+            parse_pin_holder(4242, status, 1003),
+            Some(PinHolder {
+                pid: 4242,
+                name: "nvmf-target".into(),
+                bytes: 7 * MIB
+            })
+        );
+        assert_eq!(parse_pin_holder(4242, status, 0), None, "another user's");
+        let none = "Name:\tsh\nUid:\t1003\t1003\t1003\t1003\nVmPin:\t       0 kB\n";
+        assert_eq!(parse_pin_holder(1, none, 1003), None, "pins nothing");
+        // A kernel thread has no VmPin line.
+        assert_eq!(
+            parse_pin_holder(2, "Name:\tkthreadd\nUid:\t0\t0\t0\t0\n", 0),
+            None
+        );
+        let o = OtherPins {
+            holders: vec![
+                PinHolder {
+                    pid: 7,
+                    name: "nvmf-target".into(),
+                    bytes: 7 * MIB,
+                },
+                PinHolder {
+                    pid: 9,
+                    name: "nvmf-bench".into(),
+                    bytes: MIB,
+                },
+            ],
+        };
+        assert_eq!(o.total_bytes(), 8 * MIB);
+        assert_eq!(
+            o.describe(),
+            "other processes of this user hold 8 MiB (nvmf-target pid 7: 7 MiB, nvmf-bench pid 9: 1 MiB)"
+        );
+        assert!(OtherPins::default().describe().contains("not"));
+        // The scan runs and never lists this process.
+        let me = std::process::id();
+        assert!(OtherPins::of_this_user()
+            .holders
+            .iter()
+            .all(|h| h.pid != me));
+    }
+
+    #[test]
+    fn refused_pins_count_the_others_in_the_fix() {
+        let e = MemlockError::KernelRefused {
+            what: "poll group 0: io_uring fixed buffers".into(),
+            limit: MemlockLimit::Bytes(8 * MIB),
+            pinned: 0,
+            needed: 7 * MIB,
+            uid: 1003,
+            others: OtherPins {
+                holders: vec![PinHolder {
+                    pid: 7,
+                    name: "nvmf-target".into(),
+                    bytes: 7 * MIB,
+                }],
+            },
+            smaller: Some("a smaller --data-slab".into()),
+        };
+        let msg = e.to_string();
+        for want in [
+            "refused to pin 7 MiB",
+            "uid 1003",
+            "RLIMIT_MEMLOCK (8 MiB)",
+            "nvmf-target pid 7: 7 MiB",
+            // 7 MiB held by the other process + 7 MiB needed here.
+            "ulimit -l 14336",
+            "a smaller --data-slab",
+        ] {
+            assert!(msg.contains(want), "missing {want:?} in: {msg}");
+        }
+        let plain = e.clone().with_smaller(None).to_string();
+        assert!(!plain.contains("pin less"), "{plain}");
+        assert!(e
+            .with_smaller(Some("--data-slab 1M"))
+            .to_string()
+            .contains("--data-slab 1M"));
+    }
+
+    #[test]
     fn spans_count_whole_pages() {
         let p = page_size() as usize;
         assert_eq!(pinned_span_bytes(0x10000, 0), 0);
@@ -624,7 +828,7 @@ mod tests {
             .unwrap_err();
         let msg = e.to_string();
         assert!(matches!(e, MemlockError::KernelRefused { needed, .. } if needed == MIB));
-        assert!(msg.contains("other processes of this user"), "{msg}");
+        assert!(msg.contains("all processes of uid"), "{msg}");
         assert!(msg.contains("fewer poll groups"), "{msg}");
         let e = b
             .pin_with("bad", MIB, None, || {

@@ -164,14 +164,22 @@ pub fn identify_controller(reg: &Registry, ctrl: &Controller) -> IdentifyControl
 
 /// The Identify Namespace structure of `ns` (NVM Command Set 1.x §4.1.5.1):
 /// NSZE = NCAP = NUSE = blocks, one LBA format (LBADS = log2 of the block size),
-/// NMIC shared, DLFEAT 09h, NGUID.
+/// NMIC shared, DLFEAT 09h, NGUID; NSATTR bit 0 (write protected) for a read-only
+/// namespace, as nvmet sets it.
 pub fn identify_namespace(ns: &NamespaceEntry) -> IdentifyNamespace {
     let mut id = IdentifyNamespace::new(ns.ns.nlb(), ns.ns.lbads());
     id.nmic = NMIC_SHARED;
     id.dlfeat = DLFEAT;
     id.nguid = ns.nguid;
+    if ns.ns.is_read_only() {
+        id.nsattr |= NSATTR_WRITE_PROTECTED;
+    }
     id
 }
+
+/// Identify Namespace NSATTR bit 0: the namespace is write protected (NVM Command Set
+/// 1.x §4.1.5.1).
+pub const NSATTR_WRITE_PROTECTED: u8 = 1;
 
 /// The Namespace Identification Descriptor list of `ns` (NVMe Base 2.x §5.17.2.3), in
 /// nvmet's order: UUID (NIDT 3), NGUID (NIDT 2), CSI 0 (NIDT 4); then zeros.

@@ -26,7 +26,9 @@ pub mod log_page;
 #[cfg(test)]
 mod tests;
 
-pub use identify::{identify_controller, identify_namespace, mdts, namespace_descriptors};
+pub use identify::{
+    identify_controller, identify_namespace, mdts, namespace_descriptors, NSATTR_WRITE_PROTECTED,
+};
 
 /// Which data a command moves and how many bytes the command itself asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -38,8 +38,8 @@ pub fn logical_block_size(file: &File) -> io::Result<u32> {
     u32::try_from(lbs).map_err(|_| io::Error::other(format!("BLKSSZGET returned {lbs}")))
 }
 
-/// Opens the block device at `path` read-write with `O_EXCL` (and O_DIRECT with
-/// `opts.direct`). The namespace's block size is `opts.block_size` when given (at least
+/// Opens the block device at `path` read-write (read-only with `opts.read_only`) with
+/// `O_EXCL` (and O_DIRECT with `opts.direct`). The namespace's block size is `opts.block_size` when given (at least
 /// the device's logical block size), else the device's; a size asked for is ignored
 /// (logged when it differs). A trailing part smaller than a block is not used.
 ///
@@ -54,14 +54,14 @@ pub(crate) fn open(path: &Path, opts: &NamespaceOptions) -> Result<Opened, Names
     }
     let file = OpenOptions::new()
         .read(true)
-        .write(true)
+        .write(!opts.read_only)
         .custom_flags(flags)
         .open(path)
         .map_err(|e| match e.raw_os_error() {
             Some(libc::EBUSY) => NamespaceError::Busy {
                 path: path.to_path_buf(),
             },
-            _ => open_error(path, "open", e, opts.direct),
+            _ => open_error(path, "open", e, opts),
         })?;
     let io_err = |op, source| NamespaceError::Io {
         path: path.to_path_buf(),

@@ -1,22 +1,26 @@
-//! Regular files as namespaces (Linux nvmet's `io-cmd-file.c`): opened read-write,
-//! created sparse when missing and a size is given.
+//! Regular files as namespaces (Linux nvmet's `io-cmd-file.c`): opened read-write (or
+//! read-only for a read-only namespace), created sparse when missing and a size is
+//! given, and locked for as long as they are served ([`super::lock`]).
 use std::fs::OpenOptions;
 use std::io;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
-use super::{check_size, open_error, NamespaceError, NamespaceOptions, Opened};
+use super::{check_size, lock_file, open_error, NamespaceError, NamespaceOptions, Opened};
 
 /// Opens the regular file at `path` (`exists`: it was found), or creates it when it is
 /// missing and `opts.create_size_bytes` is given: only if its parent directory exists,
 /// with mode 0644, sized with `ftruncate` so it takes no blocks until written. An
 /// existing file keeps its size (a different size asked for is logged). The block size
-/// is `opts.block_size` or 512; the size must be a whole number of blocks.
+/// is `opts.block_size` or 512; the size must be a whole number of blocks. The open
+/// file is locked: exclusively, or shared when `opts.read_only` (which also opens it
+/// read-only; a read-only namespace is never created).
 ///
 /// # Errors
-/// [`NamespaceError`]: `NotFound` (no size), `ParentMissing`, `PermissionDenied`,
-/// `DirectUnsupported` (O_DIRECT refused with `EINVAL`), `SizeNotMultiple`, `Empty`,
-/// `Io`.
+/// [`NamespaceError`]: `NotFound` (no size, or read-only and missing), `ParentMissing`,
+/// `PermissionDenied` (naming the path that refused and the access needed), `Locked`
+/// (another process serves the file), `DirectUnsupported` (O_DIRECT refused with
+/// `EINVAL`), `SizeNotMultiple`, `Empty`, `Io`.
 pub(crate) fn open(
     path: &Path,
     opts: &NamespaceOptions,
@@ -28,16 +32,19 @@ pub(crate) fn open(
         check_size(path, size, block_size)?;
     }
     let mut oo = OpenOptions::new();
-    oo.read(true).write(true);
+    oo.read(true).write(!opts.read_only);
     if opts.direct {
         oo.custom_flags(libc::O_DIRECT);
     }
     let mut created = false;
     let file = if exists {
-        oo.open(path)
-            .map_err(|e| open_error(path, "open", e, opts.direct))?
+        let file = oo
+            .open(path)
+            .map_err(|e| open_error(path, "open", e, opts))?;
+        lock_file(path, &file, opts.read_only)?;
+        file
     } else {
-        let Some(size) = opts.create_size_bytes else {
+        let Some(size) = opts.create_size_bytes.filter(|_| !opts.read_only) else {
             return Err(NamespaceError::NotFound { path: path_buf });
         };
         let parent = match path.parent() {
@@ -54,7 +61,9 @@ pub(crate) fn open(
             .create_new(true)
             .mode(0o644)
             .open(path)
-            .map_err(|e| open_error(path, "create", e, opts.direct))?;
+            .map_err(|e| open_error(path, "create", e, opts))?;
+        // Created by this open, so no other target had it: the lock is free.
+        lock_file(path, &file, false)?;
         file.set_len(size).map_err(|source| NamespaceError::Io {
             path: path_buf.clone(),
             op: "set size",

@@ -32,9 +32,13 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+mod access;
 pub mod block;
 pub mod file;
+pub mod lock;
 pub mod memory;
+
+pub use lock::LockHolder;
 
 /// Shortest interval between two I/O error log lines of one namespace
 /// ([`Backend::error_log_due`]).
@@ -76,13 +80,33 @@ pub enum NamespaceError {
         /// What it is instead.
         kind: &'static str,
     },
-    /// The file cannot be opened for reading and writing.
-    #[error("namespace file {}: permission denied (it must be readable and writable): {source}", path.display())]
+    /// The file cannot be opened (or created) with the access the namespace needs:
+    /// `reason` names the path that refused it (the file, or a directory on the way)
+    /// and the permission that is missing.
+    #[error("namespace file {}: permission denied: {reason} ({source})", path.display())]
     PermissionDenied {
         /// The namespace path.
         path: PathBuf,
+        /// Which path refused which access, and the fix.
+        reason: String,
         /// The operating system's error.
         source: io::Error,
+    },
+    /// Another process serves the file: it holds the file's lock (see [`lock`]).
+    #[error(
+        "namespace file {}: in use: {}, so another target (or another program) serves this \
+         file already: stop it, or give this target another file{}",
+        path.display(),
+        holder.as_ref().map_or_else(|| "another process holds its lock".to_string(), |h| h.to_string()),
+        if *read_only { "" } else { " (read-only namespaces may share one file)" }
+    )]
+    Locked {
+        /// The namespace path.
+        path: PathBuf,
+        /// The process holding the lock, when `/proc/locks` names it.
+        holder: Option<LockHolder>,
+        /// This namespace asked for the shared (read-only) lock.
+        read_only: bool,
     },
     /// The block device is open exclusively elsewhere: mounted, in use by another
     /// target (nvmet or another nvmf-target), a RAID or device-mapper member.
@@ -165,6 +189,11 @@ pub struct NamespaceOptions {
     pub block_size: Option<u32>,
     /// Open with O_DIRECT (bypass the page cache). Default false.
     pub direct: bool,
+    /// Serve the namespace read-only: the file or device is opened for reading only,
+    /// a file under a shared lock (other read-only targets may share it, a read-write
+    /// one may not), and commands that would change it are answered Namespace is Write
+    /// Protected. Default false.
+    pub read_only: bool,
 }
 
 /// What a namespace is backed by.
@@ -190,6 +219,7 @@ pub struct Backend {
     size_bytes: u64,
     block_size: u32,
     direct: bool,
+    read_only: bool,
     /// Memory alignment O_DIRECT needs (1 without O_DIRECT).
     dio_mem_align: u32,
     created: bool,
@@ -245,6 +275,7 @@ impl Backend {
                 create_size_bytes,
                 block_size: Some(block_size),
                 direct: false,
+                read_only: false,
             },
         )
     }
@@ -271,7 +302,7 @@ impl Backend {
         let meta = match std::fs::metadata(path) {
             Ok(m) => Some(m),
             Err(e) if e.kind() == io::ErrorKind::NotFound => None,
-            Err(e) => return Err(open_error(path, "stat", e, opts.direct)),
+            Err(e) => return Err(open_error(path, "stat", e, opts)),
         };
         let (kind, opened) = match &meta {
             Some(m) if m.file_type().is_block_device() => {
@@ -321,6 +352,7 @@ impl Backend {
             size_bytes: opened.size_bytes,
             block_size: opened.block_size,
             direct: opts.direct,
+            read_only: opts.read_only,
             dio_mem_align,
             created: opened.created,
             opened: Instant::now(),
@@ -331,7 +363,8 @@ impl Backend {
     }
 
     /// A null (`kind` [`BackendKind::Null`]) or RAM ([`BackendKind::Ram`]) namespace of
-    /// `size_bytes` in blocks of `block_size` (512 unless given), served by the poll
+    /// `size_bytes` in blocks of `block_size` (512 unless given; `read_only`: writes
+    /// are answered Namespace is Write Protected), served by the poll
     /// groups without io_uring ([`memory`]). Its file is `/dev/null` (an io_uring fixed
     /// file that is never used), its path the words "null namespace" or "RAM
     /// namespace".
@@ -344,6 +377,7 @@ impl Backend {
         kind: BackendKind,
         size_bytes: u64,
         block_size: Option<u32>,
+        read_only: bool,
     ) -> Result<Backend, NamespaceError> {
         let path = PathBuf::from(match kind {
             BackendKind::Ram => "RAM namespace",
@@ -381,6 +415,7 @@ impl Backend {
             size_bytes,
             block_size,
             direct: false,
+            read_only,
             dio_mem_align: 1,
             created: false,
             opened: Instant::now(),
@@ -486,6 +521,11 @@ impl Backend {
         self.direct
     }
 
+    /// Whether the namespace is served read-only ([`NamespaceOptions::read_only`]).
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
+    }
+
     /// Alignment in bytes that I/O memory must have (O_DIRECT: statx
     /// `stx_dio_mem_align`, or the logical block size where the kernel does not say; 1
     /// without O_DIRECT).
@@ -566,16 +606,53 @@ fn check_size(path: &Path, size: u64, block_size: u32) -> Result<(), NamespaceEr
     Ok(())
 }
 
-fn open_error(path: &Path, op: &'static str, source: io::Error, direct: bool) -> NamespaceError {
-    let path = path.to_path_buf();
+/// The [`NamespaceError`] for `source`, the error of `op` ("open", "create", "stat")
+/// on `path` opened with `opts`.
+fn open_error(
+    path: &Path,
+    op: &'static str,
+    source: io::Error,
+    opts: &NamespaceOptions,
+) -> NamespaceError {
+    let need = match (op, opts.read_only) {
+        ("create", _) => access::Need::Create,
+        (_, true) => access::Need::Read,
+        (_, false) => access::Need::ReadWrite,
+    };
+    let path_buf = path.to_path_buf();
+    let path = path_buf;
     match source.kind() {
-        io::ErrorKind::PermissionDenied => NamespaceError::PermissionDenied { path, source },
+        io::ErrorKind::PermissionDenied => NamespaceError::PermissionDenied {
+            reason: access::explain(&path, need),
+            path,
+            source,
+        },
         io::ErrorKind::NotFound if op == "open" => NamespaceError::NotFound { path },
-        _ if direct && source.raw_os_error() == Some(libc::EINVAL) => {
+        _ if opts.direct && source.raw_os_error() == Some(libc::EINVAL) => {
             NamespaceError::DirectUnsupported { path }
         }
         _ => NamespaceError::Io { path, op, source },
     }
+}
+
+/// Takes a file namespace's lock ([`lock`]): shared when `read_only`, else exclusive.
+///
+/// # Errors
+/// [`NamespaceError::Locked`] when another open file holds a conflicting lock;
+/// [`NamespaceError::Io`] when `flock` fails otherwise.
+fn lock_file(path: &Path, file: &File, read_only: bool) -> Result<(), NamespaceError> {
+    lock::lock(file, read_only).map_err(|e| match e {
+        lock::LockError::Held(holder) => NamespaceError::Locked {
+            path: path.to_path_buf(),
+            holder,
+            read_only,
+        },
+        lock::LockError::Os(source) => NamespaceError::Io {
+            path: path.to_path_buf(),
+            op: "flock",
+            source,
+        },
+    })
 }
 
 #[cfg(test)]
@@ -621,8 +698,59 @@ mod tests {
         let ns = Backend::open(&path, None, 4096).unwrap();
         assert!(!ns.created());
         assert_eq!(ns.nlb(), (1 << 30) / 4096);
+        drop(ns);
         let ns = Backend::open(&path, Some(4096), 4096).unwrap();
         assert_eq!(ns.size_bytes(), 1 << 30, "existing size wins");
+    }
+
+    /// A second open of a served file is refused, naming the file and the holder;
+    /// read-only namespaces share a file, but not with a read-write one.
+    #[test]
+    fn a_served_file_is_locked() {
+        let dir = temp_dir();
+        let path = dir.path().join("shared.img");
+        let rw = Backend::open(&path, Some(1 << 20), 512).unwrap();
+        let err = Backend::open(&path, None, 512).unwrap_err();
+        assert!(matches!(err, NamespaceError::Locked { .. }), "{err}");
+        let msg = err.to_string();
+        let me = format!("(pid {})", std::process::id());
+        for want in [path.display().to_string(), me.clone(), "exclusive".into()] {
+            assert!(msg.contains(&want), "missing {want:?}: {msg}");
+        }
+        let ro = NamespaceOptions {
+            read_only: true,
+            ..NamespaceOptions::default()
+        };
+        assert!(matches!(
+            Backend::open_with(&path, &ro),
+            Err(NamespaceError::Locked {
+                read_only: true,
+                ..
+            })
+        ));
+        drop(rw);
+        let a = Backend::open_with(&path, &ro).unwrap();
+        let b = Backend::open_with(&path, &ro).unwrap();
+        assert!(a.is_read_only() && b.is_read_only());
+        // SAFETY: fcntl F_GETFL on an fd we own.
+        let flags = unsafe { libc::fcntl(a.fd(), libc::F_GETFL) };
+        assert_eq!(flags & libc::O_ACCMODE, libc::O_RDONLY);
+        let err = Backend::open(&path, None, 512).unwrap_err();
+        assert!(
+            err.to_string().contains("a shared (read-only) lock"),
+            "{err}"
+        );
+        // A read-only namespace is never created.
+        let absent = dir.path().join("absent.img");
+        let ro_create = NamespaceOptions {
+            create_size_bytes: Some(1 << 20),
+            ..ro
+        };
+        assert!(matches!(
+            Backend::open_with(&absent, &ro_create),
+            Err(NamespaceError::NotFound { .. })
+        ));
+        assert!(!absent.exists());
     }
 
     #[test]
@@ -785,6 +913,7 @@ mod tests {
             create_size_bytes: Some(1 << 20),
             block_size: Some(4096),
             direct: true,
+            read_only: false,
         };
         let ns = Backend::open_with(&path, &opts).unwrap();
         assert!(ns.is_direct());
@@ -793,6 +922,7 @@ mod tests {
         assert_ne!(flags & libc::O_DIRECT, 0);
         assert_eq!(ns.kind(), BackendKind::File);
         assert!(ns.dio_mem_align().is_power_of_two() && ns.dio_mem_align() <= 4096);
+        drop(ns);
         let ns = Backend::open(&path, None, 4096).unwrap();
         // SAFETY: as above.
         let flags = unsafe { libc::fcntl(ns.fd(), libc::F_GETFL) };

@@ -2,6 +2,12 @@
 //! (RoCEv2: the userspace soft provider, or with `--provider verbs` a kernel RDMA
 //! device). With `--config` it reads a TOML file (see target/examples/target.toml);
 //! without, it serves one subsystem on one file or block device.
+//!
+//! Flags and `--config`: the flags that describe the one default subsystem
+//! (`--addr`, `--port`, `--nqn`, `--file`, `--size`, `--block-size`) are refused with
+//! `--config`, naming them (the file describes the subsystems and listen addresses);
+//! the flags that tune the whole target (`--provider`, `--poll-groups`, `--mdts`,
+//! `--data-slab`, `--direct`) override the file, each with a log line.
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -24,11 +30,18 @@ enum PacketPathArg {
     AfXdp,
 }
 
+/// The flags that describe the default subsystem, which `--config` replaces.
+const SUBSYSTEM_FLAGS: [&str; 6] = ["addr", "port", "nqn", "file", "size", "block_size"];
+
 #[derive(Parser, Debug)]
 #[command(
     name = "nvmf-target",
     version,
-    about = "NVMe over Fabrics target on RDMA (RoCEv2: the userspace soft provider, or a kernel RDMA device with --provider verbs)"
+    about = "NVMe over Fabrics target on RDMA (RoCEv2: the userspace soft provider, or a kernel RDMA device with --provider verbs)",
+    after_help = "With --config FILE the file describes the subsystems, namespaces and listen \
+                  addresses: --addr, --port, --nqn, --file, --size and --block-size are refused \
+                  with it (put them in the file). --provider, --poll-groups, --mdts, --data-slab \
+                  and --direct override the file's values, each with a log line."
 )]
 struct Args {
     /// RDMA provider: soft (userspace RoCEv2 over UDP, no RDMA hardware needed) or
@@ -37,7 +50,8 @@ struct Args {
     /// `provider` [default: soft]
     #[arg(long, value_enum)]
     provider: Option<ProviderKind>,
-    /// TOML configuration file (subsystems, namespaces, listen addresses).
+    /// TOML configuration file (subsystems, namespaces, listen addresses); see below
+    /// for the flags it replaces.
     #[arg(long, short)]
     config: Option<PathBuf>,
     /// Address to listen on (soft: RoCEv2 on UDP 4791 of this address; verbs: the RDMA
@@ -77,9 +91,10 @@ struct Args {
     /// (poll group k on the k-th, round robin). Overrides a --config file's `cpus`.
     #[arg(long, value_name = "LIST")]
     cpus: Option<String>,
-    /// Poll groups (busy-polling threads, one per core you give the target; at least 1).
-    #[arg(long, default_value_t = 1)]
-    poll_groups: usize,
+    /// Poll groups (busy-polling threads, one per core you give the target; at least 1)
+    /// [default: 1]. Overrides a --config file's `poll_groups`.
+    #[arg(long)]
+    poll_groups: Option<usize>,
     /// Largest data transfer of one command (MDTS): a power of two from 8K to 8M, e.g.
     /// 128K or 1M (default 1M). With --config, overrides the file's `mdts_bytes`.
     #[arg(long, value_name = "SIZE")]
@@ -109,9 +124,44 @@ struct Args {
     data_slab: Option<String>,
 }
 
+/// Whether `id` was given on the command line (not just defaulted).
+fn given(matches: &clap::ArgMatches, id: &str) -> bool {
+    matches.value_source(id) == Some(clap::parser::ValueSource::CommandLine)
+}
+
+/// The refusal of subsystem flags beside `--config`, naming them; `None` when there are
+/// none.
+fn refuse_subsystem_flags(matches: &clap::ArgMatches, config: &std::path::Path) -> Option<String> {
+    let flags: Vec<String> = SUBSYSTEM_FLAGS
+        .iter()
+        .filter(|id| given(matches, id))
+        .map(|id| format!("--{}", id.replace('_', "-")))
+        .collect();
+    (!flags.is_empty()).then(|| {
+        format!(
+            "{} cannot be given with --config {}: the configuration file describes the \
+             subsystems, namespaces and listen addresses. Put them in the file (its `listen` \
+             and `subsystems` entries, see target/examples/target.toml), or drop --config",
+            flags.join(", "),
+            config.display()
+        )
+    })
+}
+
 fn main() -> ExitCode {
-    let args = Args::parse();
+    use clap::{CommandFactory, FromArgMatches};
+    let matches = Args::command().get_matches();
+    let args = match Args::from_arg_matches(&matches) {
+        Ok(a) => a,
+        Err(e) => e.exit(),
+    };
     logging::init(args.log_format, "info");
+    if let Some(config) = &args.config {
+        if let Some(msg) = refuse_subsystem_flags(&matches, config) {
+            eprintln!("nvmf-target: {msg}");
+            return ExitCode::from(2);
+        }
+    }
     // The soft provider opens a UDP socket per QP: allow as many as the hard limit does.
     if let Err(e) = transport::fdlimit::raise_soft_to_hard() {
         tracing::warn!("cannot raise the open-file limit RLIMIT_NOFILE to its hard limit: {e}");
@@ -122,6 +172,13 @@ fn main() -> ExitCode {
         Some(Err(e)) => {
             eprintln!("nvmf-target: --mdts: {e}");
             return ExitCode::FAILURE;
+        }
+    };
+    let from_file = args.config.is_some();
+    // A flag that overrides the configuration file says so.
+    let overrides = |flag: &str, value: &dyn std::fmt::Display, key: &str| {
+        if from_file {
+            tracing::info!("{flag} {value} overrides the configuration file's {key}");
         }
     };
     let mut cfg = match &args.config {
@@ -141,7 +198,6 @@ fn main() -> ExitCode {
                 }
             };
             let mut c = TargetConfig::default_for(args.addr, &args.nqn, &args.file, size);
-            c.poll_groups = args.poll_groups;
             if let Some(l) = c.listen.first_mut() {
                 l.trsvcid = args.port;
             }
@@ -163,10 +219,16 @@ fn main() -> ExitCode {
             c
         }
     };
+    if let Some(n) = args.poll_groups {
+        overrides("--poll-groups", &n, "poll_groups");
+        cfg.poll_groups = n;
+    }
     if let Some(m) = mdts {
+        overrides("--mdts", &m, "mdts_bytes");
         cfg.mdts_bytes = m;
     }
     if args.direct {
+        overrides("--direct", &"", "direct (every namespace)");
         for n in cfg
             .subsystems
             .iter_mut()
@@ -178,7 +240,10 @@ fn main() -> ExitCode {
     // --data-slab applies with or without --config (it overrides the file's data_slab).
     if let Some(slab) = &args.data_slab {
         match nvmf_target::config::parse_size(slab) {
-            Ok(b) => cfg.data_slab = Some(b),
+            Ok(b) => {
+                overrides("--data-slab", slab, "data_slab");
+                cfg.data_slab = Some(b)
+            }
             Err(e) => {
                 eprintln!("nvmf-target: --data-slab {slab}: {e}");
                 return ExitCode::FAILURE;
@@ -186,6 +251,7 @@ fn main() -> ExitCode {
         }
     }
     if let Some(p) = args.provider {
+        overrides("--provider", &format!("{p:?}").to_lowercase(), "provider");
         cfg.provider = p;
     }
     if let Some(ms) = args.shutdown_timeout_ms {
@@ -253,6 +319,10 @@ fn main() -> ExitCode {
     }
 }
 
+/// How this program pins less: its flags and the configuration's keys.
+const PIN_LESS: &str = "a smaller --data-slab (data_slab in a --config file; at least MDTS, \
+                        --mdts), fewer --poll-groups, or a smaller inline_data_size (--config file)";
+
 /// Runs the target of `cfg` on provider `P` until SIGINT or SIGTERM (blocked in
 /// `sigs`), then stops it.
 fn serve<P: Provider>(cfg: &TargetConfig, packet_path: &PacketPath, sigs: &SigSet) -> ExitCode {
@@ -282,6 +352,11 @@ fn serve_started<P: Provider>(
 ) -> ExitCode {
     let target = match started {
         Ok(t) => t,
+        // The library's advice names configuration keys; this program has flags too.
+        Err(nvmf_target::TargetError::Memlock(e)) => {
+            eprintln!("nvmf-target: {}", e.with_smaller(Some(PIN_LESS)));
+            return ExitCode::FAILURE;
+        }
         Err(e) => {
             eprintln!("nvmf-target: {e}");
             return ExitCode::FAILURE;

@@ -59,6 +59,10 @@ pub struct PollGroupConfig {
     pub in_capsule_bytes: u32,
     /// Bytes of the registered data slab ([`crate::memory::plan`] sizes it).
     pub data_slab_bytes: usize,
+    /// Register the data slab and the receive region with io_uring as fixed buffers
+    /// ([`crate::memory::MemoryPlan::io_uring_fixed`]); otherwise, or when the kernel
+    /// refuses, the ring uses them as plain buffers.
+    pub io_uring_fixed: bool,
     /// Largest data transfer of one command (MDTS).
     pub max_io_bytes: u32,
     /// Admin queues with receive buffers of their own in the first poll group of an
@@ -78,6 +82,7 @@ impl Default for PollGroupConfig {
             srq_depth: 512,
             in_capsule_bytes: 4096,
             data_slab_bytes: crate::memory::DEFAULT_DATA_SLAB_BYTES as usize,
+            io_uring_fixed: true,
             max_io_bytes: 1 << 20,
             admin_queues: admin_recv::DEFAULT_ADMIN_QUEUES,
             ring_entries: 512,
@@ -150,6 +155,10 @@ pub struct PollGroupCounters {
     /// Times the poll group armed its CQ and slept in `Context::wait` (idle longer
     /// than [`PollGroupConfig::idle_spin`] with nothing in flight).
     pub sleeps: AtomicU64,
+    /// Of the data slab and the receive region, how many io_uring registered as fixed
+    /// buffers (2, or 1 when there is no receive region); the others serve as plain
+    /// buffers because `RLIMIT_MEMLOCK` left no room ([`crate::memory`]). Set at start.
+    pub io_uring_fixed_buffers: AtomicU64,
 }
 
 /// What the control thread asks of a poll group.

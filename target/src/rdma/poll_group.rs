@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam::channel::{Receiver, Sender};
-use transport::memlock::{pinned_span_bytes, Bytes, PinBudget, PinCharge};
+use transport::memlock::{pinned_span_bytes, Bytes, MemlockError, PinBudget, PinCharge};
 use transport::verbs::connection::AcceptToken;
 use transport::verbs::{
     AccessFlags, AsyncEvent, CmOf, ConnectionManager, Context, ContextOf, Cq, Device, DeviceOf,
@@ -112,9 +112,84 @@ pub struct PollGroup<P: Provider> {
     io_done: Vec<(u64, i32)>,
     /// Draining: where to report once nothing is in flight.
     drain_reply: Option<Sender<DrainReport>>,
-    /// The process budget's charge for the ring's fixed buffers; declared after `ring`,
-    /// so it is released after the ring's drop unregistered them.
-    _pinned: PinCharge<'static>,
+    /// The process budget's charge for the ring's fixed buffers (none when they are
+    /// plain buffers); declared after `ring`, so it is released after the ring's drop
+    /// unregistered them.
+    _pinned: Option<PinCharge<'static>>,
+}
+
+/// Gives `ring` the poll group's buffers (`regions`: the data slab, then the receive
+/// region if any) as buffer indices 0 and 1. With `fixed` (the memory plan's
+/// `io_uring_fixed`) it registers them all; when the kernel refuses (`ENOMEM`: other
+/// processes of the user hold the rest of `RLIMIT_MEMLOCK`, or this process's budget is
+/// used up since the plan), the data slab alone; then none. What is not registered
+/// serves as plain buffers, and one warning line says so, why, and the fix.
+///
+/// # Errors
+/// A registration error other than the limit (`MemlockError::Register`), or
+/// `InvalidInput` from the ring for a bad region.
+fn register_buffers(
+    ring: &mut Ring,
+    regions: &[(*mut u8, usize)],
+    fixed: bool,
+    index: u32,
+) -> Result<Option<PinCharge<'static>>, PollGroupError> {
+    let mut refused = None;
+    let mut charge = None;
+    let mut registered = 0;
+    let attempts = if fixed { regions.len() } else { 0 };
+    for n in (1..=attempts).rev() {
+        let part = &regions[..n];
+        let estimate = part
+            .iter()
+            .map(|&(p, len)| pinned_span_bytes(p as usize, len))
+            .sum();
+        let what = match n {
+            1 => format!(
+                "io_uring fixed buffers (data slab {})",
+                Bytes(regions[0].1 as u64)
+            ),
+            _ => format!(
+                "io_uring fixed buffers (data slab {} + receive region {})",
+                Bytes(regions[0].1 as u64),
+                Bytes(regions[1].1 as u64)
+            ),
+        };
+        let attempt = PinBudget::process().pin_with(
+            &what,
+            estimate,
+            None,
+            // SAFETY: the kernel keeps the registered pages pinned until the ring drops
+            // (and unregisters) them, so no fixed read or write can reach freed memory.
+            || unsafe { ring.register_buffers(part) },
+        );
+        match attempt {
+            Ok(((), c)) => {
+                charge = Some(c);
+                registered = n;
+                break;
+            }
+            Err(e @ (MemlockError::KernelRefused { .. } | MemlockError::OverLimit { .. })) => {
+                refused.get_or_insert(e);
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    // SAFETY: the regions are the poll group's MRs, which outlive the ring (dropped
+    // before them); the request core hands out raw pointers into them only.
+    unsafe { ring.add_plain_buffers(&regions[registered..]) }?;
+    if let Some(e) = refused {
+        let kept = match registered {
+            0 => "nothing is registered",
+            _ => "only the data slab is registered",
+        };
+        tracing::warn!(
+            "poll group {index}: {}; {kept}, the rest serves as plain buffers, so {}",
+            e,
+            crate::memory::PLAIN_BUFFER_COST
+        );
+    }
+    Ok(charge)
 }
 
 fn region<M: MemoryRegion>(mr: &M) -> Region {
@@ -166,23 +241,10 @@ impl<P: Provider> PollGroup<P> {
         if let Some(mr) = &in_capsule_mr {
             regions.push((mr.as_ptr(), mr.len()));
         }
-        let estimate = regions
-            .iter()
-            .map(|&(p, len)| pinned_span_bytes(p as usize, len))
-            .sum();
-        let what = format!(
-            "io_uring fixed buffers (data slab {} + receive region {})",
-            Bytes(data_mr.len() as u64),
-            Bytes(cfg.recv_region_bytes() as u64)
-        );
-        let ((), pinned) = PinBudget::process().pin_with(
-            &what,
-            estimate,
-            Some(crate::memory::PIN_LESS_HINT),
-            // SAFETY: the kernel keeps the registered pages pinned until the ring drops
-            // (and unregisters) them, so no fixed read or write can reach freed memory.
-            || unsafe { ring.register_buffers(&regions) },
-        )?;
+        let pinned = register_buffers(&mut ring, &regions, cfg.io_uring_fixed, index)?;
+        counters
+            .io_uring_fixed_buffers
+            .store(ring.buffers_registered() as u64, Ordering::Relaxed);
         if !files.is_empty() {
             ring.register_files(files)?;
         }
