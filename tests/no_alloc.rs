@@ -22,6 +22,7 @@ use common::*;
 use nvme::Sqe;
 use nvmf_initiator::capsule::DataDir;
 use nvmf_initiator::queue::{NvmeRdmaQueue, QueueCompletion};
+use nvmf_initiator::IoBuf;
 
 /// Counts allocations (alloc, alloc_zeroed, realloc) per thread while `WATCH` is set,
 /// and keeps the backtraces of each thread's first few.
@@ -133,10 +134,12 @@ const MIX: [(usize, bool, usize); 5] = [
 
 /// Runs `count` commands of `size` bytes at depth `depth` on `q` over the first
 /// `span` bytes of the namespace; allocates nothing itself (`out` is reused, the
-/// write data is the slot's buffer as the previous command left it).
+/// buffers go round between `free` and the queue, a write's data is what the buffer
+/// held before).
 fn run_ios(
     q: &mut NvmeRdmaQueue,
     out: &mut Vec<QueueCompletion>,
+    free: &mut Vec<IoBuf>,
     (size, write, depth): (usize, bool, usize),
     count: usize,
 ) {
@@ -151,26 +154,30 @@ fn run_ios(
         );
         while issued < count && inflight < depth && q.can_submit() {
             let slba = (issued as u64 * u64::from(blocks) * 7) % (span_blocks - u64::from(blocks));
+            let mut buf = free.pop().expect("a buffer per command in flight");
+            assert!(buf.set_len(size));
             let r = if write {
                 q.submit(
                     Sqe::write(0, 1, slba, blocks - 1, false),
                     DataDir::HostToController { len: size },
+                    Some(buf),
                 )
             } else {
                 q.submit(
                     Sqe::read(0, 1, slba, blocks - 1, false),
                     DataDir::ControllerToHost { len: size },
+                    Some(buf),
                 )
             };
-            r.expect("submit");
+            r.map_err(|e| e.error).expect("submit");
             issued += 1;
             inflight += 1;
         }
-        out.clear();
         q.poll(out);
-        for c in out.iter() {
+        for c in out.drain(..) {
             let ok = c.result.as_ref().is_ok_and(|cqe| cqe.status().is_success());
             assert!(ok, "{size} B, QD{depth}: command {} failed", c.cid);
+            free.push(c.buf.expect("the buffer comes back"));
             done += 1;
             inflight -= 1;
         }
@@ -184,12 +191,18 @@ fn io_after_warm_up_allocates_nothing() {
     // No Keep Alive: a controller timer is not the data path.
     opts.kato_ms = 0;
     let mut host = nvmf_initiator::SyncHost::connect(&opts).expect("host connects");
+    let pool = host.pool().clone();
     let q = &mut host.io_queues()[0];
     let mut out = Vec::with_capacity(256);
+    // One pool buffer per command in flight, of the largest size; a command's buffer
+    // is a truncated view of it, so the whole block goes round.
+    let mut free: Vec<IoBuf> = (0..32)
+        .map(|_| pool.try_alloc(128 << 10).unwrap().expect("pool space"))
+        .collect();
     // Warm-up: every table, queue and buffer grows to its working size.
     for _ in 0..2 {
         for w in MIX {
-            run_ios(q, &mut out, w, 400);
+            run_ios(q, &mut out, &mut free, w, 400);
         }
     }
     const N: usize = 400;
@@ -208,7 +221,7 @@ fn io_after_warm_up_allocates_nothing() {
     TRACES.lock().unwrap_or_else(|e| e.into_inner()).clear();
     WATCH.store(true, Ordering::SeqCst);
     for w in MIX {
-        run_ios(q, &mut out, w, N);
+        run_ios(q, &mut out, &mut free, w, N);
     }
     WATCH.store(false, Ordering::SeqCst);
     let threads = per_thread();

@@ -174,7 +174,7 @@ impl<P: Provider> Host<P> {
             .spawn(move || {
                 let host = match dev {
                     Some(d) => SyncHost::<P>::connect_on(&d, &opts),
-                    None => SyncHost::<P>::open_and_connect(&opts),
+                    None => SyncHost::<P>::connect_with_options(&opts, &P::Options::default()),
                 };
                 match host {
                     Ok(h) => {
@@ -583,17 +583,10 @@ impl<P: Provider> PollThread<P> {
                 else {
                     continue;
                 };
-                let r = c.result.map(|_| {
-                    let q = if i == 0 {
-                        self.controller.admin_queue_mut()
-                    } else {
-                        &mut self.queues[i - 1]
-                    };
-                    if cmd.read_len > 0 {
-                        q.buffer(c.cid)[..cmd.read_len].to_vec()
-                    } else {
-                        Vec::new()
-                    }
+                let buf = c.buf;
+                let r = c.result.map(|_| match buf {
+                    Some(b) if cmd.read_len > 0 => b[..cmd.read_len].to_vec(),
+                    _ => Vec::new(),
                 });
                 let _ = cmd.reply.send(r);
             }
@@ -609,7 +602,8 @@ impl<P: Provider> PollThread<P> {
         match self
             .controller
             .admin_queue_mut()
-            .submit(Sqe::keep_alive(0), DataDir::None)
+            .submit(Sqe::keep_alive(0), DataDir::None, None)
+            .map_err(|e| e.error)
         {
             Ok(cid) => {
                 self.keep_alive_cid = Some(cid);
