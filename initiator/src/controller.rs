@@ -397,6 +397,45 @@ impl<P: Provider> Controller<P> {
         Ok((cqe, out))
     }
 
+    /// Runs one admin command with the caller's buffer (`None` for no data; from this
+    /// controller's pool) and waits up to `timeout`: the passthrough form. Returns the
+    /// CQE and the buffer. Errors: the command's; [`HostError::Timeout`].
+    pub fn admin_command_buf(
+        &mut self,
+        sqe: Sqe,
+        data: DataDir,
+        buf: Option<IoBuf>,
+        timeout: Duration,
+    ) -> Result<(Cqe, Option<IoBuf>), HostError> {
+        let deadline = Instant::now() + timeout;
+        let q = &mut self.admin;
+        while !q.can_submit() && !q.is_dead() && Instant::now() < deadline {
+            q.poll(&mut self.stray);
+            q.wait(Duration::from_millis(1));
+        }
+        let cid = q.submit(sqe, data, buf)?;
+        let mut got = Vec::new();
+        loop {
+            q.poll(&mut got);
+            for c in got.drain(..) {
+                if c.cid == cid {
+                    return c.result.map(|cqe| (cqe, c.buf));
+                }
+                self.stray.push(c);
+            }
+            if Instant::now() >= deadline {
+                let name = crate::queue::command_name(0, sqe.opcode(), sqe.fctype());
+                return Err(HostError::Timeout(format!("{name} on queue 0")));
+            }
+            q.wait(Duration::from_millis(1));
+        }
+    }
+
+    /// The timeout of one admin command (`ControllerOptions::admin_timeout`).
+    pub fn admin_timeout(&self) -> Duration {
+        self.opts.admin_timeout
+    }
+
     /// Property Get (NVMe over Fabrics 1.1 §3.4): the property's value (4 or 8 bytes,
     /// from CQE DW0/DW1).
     pub fn property_get(&mut self, property: Property) -> Result<u64, HostError> {

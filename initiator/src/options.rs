@@ -146,6 +146,20 @@ pub fn parse_uuid(s: &str) -> Option<[u8; 16]> {
     Some(out)
 }
 
+/// Who polls the async [`crate::Host`]'s queues and wakes the tasks whose commands
+/// completed (see [`crate::host`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Completions {
+    /// Dedicated poll threads ([`HostOptions::poll_threads`]) poll the queues and wake
+    /// each waiting task directly.
+    #[default]
+    PollThread,
+    /// The awaiting tasks poll their queue themselves from the tokio runtime (no
+    /// thread of the library on the data path; the runtime's worker busy-polls while a
+    /// command is outstanding).
+    Runtime,
+}
+
 /// Options of a host connection (one controller, one admin queue, `io_queues` I/O
 /// queues), for [`crate::Host::connect`] and [`crate::SyncHost::connect`].
 #[derive(Clone, Debug)]
@@ -181,6 +195,11 @@ pub struct HostOptions {
     /// the device has them, else the pool's own rkey (logged as a warning: weaker
     /// isolation). See [`RemoteAccess`].
     pub remote_access: Option<RemoteAccess>,
+    /// Who polls the async host's queues (default [`Completions::PollThread`]).
+    pub completions: Completions,
+    /// Poll threads of [`Completions::PollThread`] (default 1): I/O queue `i` is polled
+    /// by thread `i % poll_threads` (named `nvmf-poll<t>`).
+    pub poll_threads: u16,
     /// How long connecting a queue (CM exchange, Fabrics Connect) may take (5 s).
     pub connect_timeout: Duration,
     /// How long an admin command may take (default 10 s).
@@ -205,6 +224,8 @@ impl HostOptions {
             max_io_bytes: 1 << 20,
             buffer_pool_bytes: None,
             remote_access: None,
+            completions: Completions::default(),
+            poll_threads: 1,
             connect_timeout: Duration::from_secs(5),
             admin_timeout: Duration::from_secs(10),
         }

@@ -21,6 +21,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam::channel::{self, Sender, TryRecvError};
+use parking_lot::Mutex;
 use transport::soft::SoftProvider;
 use transport::verbs::{Device, DeviceOf, Provider};
 
@@ -254,13 +255,17 @@ pub fn register_pool<P: Provider>(
 /// timers).
 const ADMIN_TICK: Duration = Duration::from_millis(20);
 
-/// A thread that owns the [`Controller`] and sends Keep Alive every KATO/2 (blocking
+/// A thread that keeps the [`Controller`] and sends Keep Alive every KATO/2 (blocking
 /// waits on the admin queue's poll group, no busy polling; its transport is driven
 /// every 20 ms at most) until [`AdminKeeper::shutdown`]. A failed Keep Alive ends the
-/// thread and declares the controller dead in [`AdminKeeper::health`].
+/// thread and declares the controller dead in [`AdminKeeper::health`]. Others run
+/// admin commands through [`AdminKeeper::with_controller`] meanwhile (the thread hands
+/// the controller over between its ticks).
 pub struct AdminKeeper<P: Provider = SoftProvider> {
     stop: Option<Sender<()>>,
-    thread: Option<JoinHandle<(Controller<P>, Option<HostError>)>>,
+    thread: Option<JoinHandle<Option<HostError>>>,
+    /// Shared with the thread; taken back at shutdown.
+    controller: Arc<Mutex<Controller<P>>>,
     health: ControllerHealth,
 }
 
@@ -272,24 +277,28 @@ impl<P: Provider> std::fmt::Debug for AdminKeeper<P> {
 
 impl<P: Provider> AdminKeeper<P> {
     /// Starts the thread.
-    pub fn start(mut controller: Controller<P>) -> Self {
+    pub fn start(controller: Controller<P>) -> Self {
         let (stop, stopped) = channel::bounded::<()>(1);
         let health = ControllerHealth::new();
         let declare = health.clone();
+        let controller = Arc::new(Mutex::new(controller));
+        let shared = controller.clone();
         let thread = std::thread::Builder::new()
             .name("nvmf-admin".into())
             .spawn(move || {
-                let interval = controller
+                let interval = shared
+                    .lock()
                     .keep_alive_interval()
                     .unwrap_or(Duration::from_secs(3600));
                 let mut next_keep_alive = Instant::now() + interval;
                 loop {
+                    let mut c = shared.lock();
                     // Between Keep Alives the admin QP still needs its transport
                     // driven: ACKs to send, retransmissions, timers. Otherwise, under
                     // loss, the target's admin QP may run out of retries waiting for an
                     // ACK this host only sends at the next Keep Alive. The wait wakes
                     // for packets and RC timers (soft) or completions (verbs).
-                    let q = controller.admin_queue_mut();
+                    let q = c.admin_queue_mut();
                     q.progress();
                     let wait = next_keep_alive
                         .saturating_duration_since(Instant::now())
@@ -298,22 +307,22 @@ impl<P: Provider> AdminKeeper<P> {
                     q.wait(wait);
                     // Completions of commands nobody waits for (none expected).
                     q.poll(&mut Vec::new());
-                    match stopped.try_recv() {
-                        Err(TryRecvError::Empty) => {
-                            if Instant::now() < next_keep_alive {
-                                continue;
-                            }
-                            next_keep_alive = Instant::now() + interval;
-                            if controller.keep_alive_interval().is_none() {
-                                continue;
-                            }
-                            if let Err(e) = controller.keep_alive() {
-                                tracing::warn!("Keep Alive failed: {e}");
-                                declare.declare_dead(format!("Keep Alive failed: {e}"));
-                                return (controller, Some(e));
-                            }
+                    let due = Instant::now() >= next_keep_alive;
+                    if due && c.keep_alive_interval().is_some() {
+                        next_keep_alive = Instant::now() + interval;
+                        if let Err(e) = c.keep_alive() {
+                            tracing::warn!("Keep Alive failed: {e}");
+                            declare.declare_dead(format!("Keep Alive failed: {e}"));
+                            return Some(e);
                         }
-                        _ => return (controller, None),
+                    } else if due {
+                        next_keep_alive = Instant::now() + interval;
+                    }
+                    // Whoever waits for the controller gets it now.
+                    parking_lot::MutexGuard::unlock_fair(c);
+                    match stopped.try_recv() {
+                        Err(TryRecvError::Empty) => {}
+                        _ => return None,
                     }
                 }
             })
@@ -321,6 +330,7 @@ impl<P: Provider> AdminKeeper<P> {
         AdminKeeper {
             stop: Some(stop),
             thread,
+            controller,
             health,
         }
     }
@@ -331,14 +341,39 @@ impl<P: Provider> AdminKeeper<P> {
         &self.health
     }
 
+    /// Runs `f` on the controller (an admin command: blocking), between the keeper's
+    /// ticks (waits 20 ms at most for one to end).
+    pub fn with_controller<R>(&self, f: impl FnOnce(&mut Controller<P>) -> R) -> R {
+        f(&mut self.controller.lock())
+    }
+
+    /// The controller, shared (for a caller that runs admin commands from other
+    /// threads, e.g. the async [`crate::Host`]).
+    pub fn controller(&self) -> &Arc<Mutex<Controller<P>>> {
+        &self.controller
+    }
+
     /// Stops the thread and shuts the controller down after disconnecting
     /// `io_queues`. Returns a Keep Alive failure seen earlier, or the shutdown's error.
     pub fn shutdown(mut self, io_queues: Vec<NvmeRdmaQueue<P>>) -> Result<(), HostError> {
         drop(self.stop.take());
-        let Some(t) = self.thread.take() else {
-            return Err(HostError::Disconnected);
+        let ka_err = match self.thread.take() {
+            Some(t) => t.join().map_err(|_| HostError::Disconnected)?,
+            None => None,
         };
-        let (controller, ka_err) = t.join().map_err(|_| HostError::Disconnected)?;
+        // The thread has ended: the only other holders are callers of `controller()`.
+        let shared = Arc::clone(&self.controller);
+        drop(self);
+        let controller = match Arc::try_unwrap(shared) {
+            Ok(m) => m.into_inner(),
+            Err(_) => {
+                return Err(HostError::InvalidArgument(
+                    "the controller is still shared (AdminKeeper::controller): drop those \
+                     handles before shutdown"
+                        .into(),
+                ))
+            }
+        };
         let r = controller.shutdown(io_queues);
         match ka_err {
             Some(e) => Err(e),
