@@ -36,6 +36,10 @@ struct Args {
     /// The target's address.
     #[arg(long, default_value = "127.0.0.2")]
     addr: Ipv4Addr,
+    /// Exit non-zero unless the goals of issue 15 hold: at most 256 KiB registered and
+    /// 512 KiB resident per added I/O queue, and all the queues within 2 GiB resident.
+    #[arg(long)]
+    check: bool,
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -182,6 +186,8 @@ fn main() -> ExitCode {
             s2.registered / 1024,
             per(s0.registered, s1.registered, s2.registered) / 1024.0
         );
+        let rss_per = per(s0.rss_kib, s1.rss_kib, s2.rss_kib);
+        let reg_per = per(s0.registered, s1.registered, s2.registered) / 1024.0;
         let mut total = 1 + u32::from(args.queues);
         let mut n = 2;
         while total < args.total {
@@ -202,6 +208,29 @@ fn main() -> ExitCode {
         );
         for h in hosts {
             let _ = h.disconnect();
+        }
+        if args.check {
+            let mut failed = Vec::new();
+            if reg_per > 256.0 {
+                failed.push(format!(
+                    "{reg_per:.1} KiB registered per added queue (goal 256)"
+                ));
+            }
+            if rss_per > 512.0 {
+                failed.push(format!(
+                    "{rss_per:.1} KiB resident per added queue (goal 512)"
+                ));
+            }
+            if s.rss_kib > 2 << 20 {
+                failed.push(format!(
+                    "{} KiB resident for {total} queues (goal 2 GiB)",
+                    s.rss_kib
+                ));
+            }
+            if !failed.is_empty() {
+                return Err(format!("over the goals: {}", failed.join("; ")));
+            }
+            println!("within the goals (256 KiB registered, 512 KiB resident per queue; 2 GiB)");
         }
         Ok(())
     };
