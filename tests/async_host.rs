@@ -131,13 +131,13 @@ fn exercise(mode: Completions, target: u8, host_ip: u8) {
 
         // A per-call timeout that cannot be met: Timeout, and the host goes on.
         let b = host.alloc(1 << 20).await.unwrap();
-        match ns
+        // (It may complete in time; when it does not, the error is Timeout.)
+        if let Err(e) = ns
             .with_timeout(Duration::from_nanos(1))
             .read_buf(0, b)
             .await
         {
-            Err(e) => assert!(matches!(e.error, HostError::Timeout(_)), "{e}"),
-            Ok(_) => {} // It did complete in time: nothing to check.
+            assert!(matches!(e.error, HostError::Timeout(_)), "{e}");
         }
         ns.read(8, &mut got[..512]).await.unwrap();
         assert_eq!(&got[..512], &pattern(0, 512, 1)[..]);

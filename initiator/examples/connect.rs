@@ -33,7 +33,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             "namespace {nsid}: {} blocks of {} bytes ({} MiB)",
             ns.nlb,
             ns.block_size,
-            ns.nlb * u64::from(ns.block_size) >> 20
+            (ns.nlb * u64::from(ns.block_size)) >> 20
         );
     }
     host.disconnect().await.map_err(|e: HostError| e.into())

@@ -378,14 +378,11 @@ impl<P: Provider> Drop for CmdFuture<'_, P> {
             return;
         }
         let mut st = self.queue.records[usize::from(self.rec)].lock();
-        match std::mem::replace(&mut *st, RecState::Abandoned) {
-            RecState::Done(r) => {
-                *st = RecState::Free;
-                drop(st);
-                drop(r);
-                self.queue.release(self.rec);
-            }
-            _ => {}
+        if let RecState::Done(r) = std::mem::replace(&mut *st, RecState::Abandoned) {
+            *st = RecState::Free;
+            drop(st);
+            drop(r);
+            self.queue.release(self.rec);
         }
     }
 }
@@ -653,7 +650,7 @@ impl<P: Provider> Host<P> {
         offset: u64,
         len: usize,
     ) -> Result<Vec<u8>, HostError> {
-        if len == 0 || len % 4 != 0 || offset % 4 != 0 {
+        if len == 0 || !len.is_multiple_of(4) || !offset.is_multiple_of(4) {
             return Err(HostError::InvalidArgument(format!(
                 "Get Log Page of {len} bytes at offset {offset}: both must be whole dwords \
                  (multiples of 4), the length at least 4"

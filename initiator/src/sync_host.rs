@@ -227,7 +227,7 @@ pub fn register_pool<P: Provider>(
         budget.available_bytes(),
         budget.limit().bytes(),
         reserve as u64,
-        opts.max_io_bytes.min(1 << 20).max(POOL_CHUNK_BYTES),
+        opts.max_io_bytes.clamp(POOL_CHUNK_BYTES, 1 << 20),
     )
     .map_err(HostError::Memlock)?;
     let access = match opts.remote_access {

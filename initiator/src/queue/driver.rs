@@ -143,6 +143,9 @@ impl<P: Provider> NvmeRdmaQueue<P> {
     /// reads or writes `buf` itself (or the capsule SEND gathers it). Errors, with
     /// `buf` handed back: [`QueueError::Full`] (poll and retry), [`QueueError::TooLarge`],
     /// [`QueueError::ShortBuffer`], [`QueueError::Dead`], [`QueueError::Verbs`].
+    // The error carries the buffer back by value: no allocation on the data path
+    // (`Full` is routine there), so it is not boxed.
+    #[allow(clippy::result_large_err)]
     pub fn submit(
         &mut self,
         sqe: Sqe,
@@ -181,6 +184,9 @@ impl<P: Provider> NvmeRdmaQueue<P> {
 
     /// Like [`submit`](Self::submit) in the slot the caller chose (e.g. a bench tag):
     /// [`QueueError::BadCid`] if `cid` is out of range or in use.
+    // The error carries the buffer back by value: no allocation on the data path
+    // (`Full` is routine there), so it is not boxed.
+    #[allow(clippy::result_large_err)]
     pub fn submit_cid(
         &mut self,
         cid: u16,
@@ -236,6 +242,9 @@ impl<P: Provider> NvmeRdmaQueue<P> {
 
     /// Writes a submission's SQE, posts its bind and SEND, and lets the core commit or
     /// undo it; a committed command holds `buf` until it completes.
+    // The error carries the buffer back by value: no allocation on the data path
+    // (`Full` is routine there), so it is not boxed.
+    #[allow(clippy::result_large_err)]
     fn execute(&mut self, s: Submission, buf: Option<IoBuf>) -> Result<u16, SubmitError> {
         if s.turns_on_deferred_acks() {
             // From the first I/O command on, ACKs for what `poll` receives leave with
