@@ -187,3 +187,45 @@ fn a_small_pool_is_back_pressure_not_failure() {
         host.disconnect().await.unwrap();
     });
 }
+
+/// Without memory windows (as on an RNIC that has none) every command carries the
+/// pool's own rkey: I/O works the same, zero-copy, and the target never invalidates it.
+#[test]
+fn the_pools_rkey_where_there_are_no_windows() {
+    let t = start_target(100, 16 << 20);
+    let mut opts = host_options(&t, 101, 1, 16);
+    opts.remote_access = Some(nvmf_initiator::RemoteAccess::RegionKey);
+    runtime().block_on(async move {
+        let host = Host::connect(opts).await.expect("host connects");
+        assert_eq!(
+            host.pool().remote_access(),
+            nvmf_initiator::RemoteAccess::RegionKey
+        );
+        let ns = host.namespace(1).await.unwrap();
+        for (i, len) in [4096usize, 65536, 2 << 20].into_iter().enumerate() {
+            let mut b = host.alloc(len).await.unwrap();
+            b.copy_from_slice(&pattern(i as u64, len, 9));
+            let mut b = ns.write_buf(4096 * i as u64, b, false).await.unwrap();
+            b.fill(0);
+            let b = ns.read_buf(4096 * i as u64, b).await.unwrap();
+            assert!(b[..] == pattern(i as u64, len, 9)[..], "{len} bytes");
+        }
+        host.disconnect().await.unwrap();
+    });
+}
+
+/// A pool that cannot hold one command's data is refused at connect, saying so.
+#[test]
+fn a_pool_too_small_for_one_command_is_refused() {
+    let t = start_target(102, 16 << 20);
+    let mut opts = host_options(&t, 103, 1, 16);
+    opts.buffer_pool_bytes = Some(64 << 10);
+    runtime().block_on(async move {
+        let e = Host::connect(opts).await.unwrap_err();
+        assert!(
+            matches!(&e, HostError::Memlock(m) if m.contains("cannot hold one I/O")),
+            "{e}"
+        );
+    });
+    drop(t);
+}

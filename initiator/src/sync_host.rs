@@ -232,18 +232,23 @@ pub fn register_pool<P: Provider>(
     .map_err(HostError::Memlock)?;
     let access = match opts.remote_access {
         Some(a) => a,
-        None if dev.caps().max_mw == 0 => {
-            tracing::warn!(
-                device = %dev.ip(),
-                "the RDMA device has no memory windows: the target reaches this host's \
-                 buffers through the buffer pool's own rkey, which covers the whole pool \
-                 (weaker isolation than a window per command: a faulty target could \
-                 read or write any buffer of the pool, not only its command's)"
-            );
-            RemoteAccess::RegionKey
-        }
+        None if dev.caps().max_mw == 0 => RemoteAccess::RegionKey,
         None => RemoteAccess::Windows,
     };
+    if access == RemoteAccess::RegionKey {
+        tracing::warn!(
+            device = %dev.ip(),
+            "{}: the target reaches this host's buffers through the buffer pool's own \
+             rkey, which covers the whole pool (weaker isolation than a memory window per \
+             command: a faulty target could read or write any buffer of the pool, not only \
+             its command's)",
+            if opts.remote_access.is_some() {
+                "HostOptions::remote_access asks for the pool's rkey"
+            } else {
+                "the RDMA device has no memory windows"
+            }
+        );
+    }
     BufferPool::register::<P>(dev, pd, bytes, access).map_err(|e| match e {
         transport::verbs::VerbsError::Memlock(m) => HostError::Memlock(m.to_string()),
         e => HostError::Device(format!("registering the {bytes}-byte buffer pool: {e}")),
