@@ -32,4 +32,4 @@ pub use cm_agent::*;
 pub use context::*;
 pub use device::*;
 pub use fault::{FaultConfig, FaultConfigError, FaultCounters, FaultCountersSnapshot};
-pub use provider::SoftProvider;
+pub use provider::{SoftOptions, SoftProvider};
