@@ -8,7 +8,7 @@ use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use nvme::{Cqe, Sqe};
-use nvmf_initiator::queue::core::{MrSpan, QueueMemory, WrId, WrKind};
+use nvmf_initiator::queue::core::{BufSpan, MrSpan, QueueMemory, RemoteKeys, WrId, WrKind};
 use nvmf_initiator::queue::{QueueCompletion, QueueConfig, QueueCore};
 use nvmf_initiator::DataDir;
 use transport::verbs::{WcOpcode, WcStatus, WorkCompletion};
@@ -21,13 +21,20 @@ fn core() -> QueueCore {
     cfg.in_capsule_bytes = 4096;
     let span = |addr, lkey| MrSpan { addr, lkey };
     let mem = QueueMemory {
-        data: span(0x7f00_0000_0000, 1),
-        stride: QueueMemory::stride_for(MAX_IO),
         sqe: span(0x7f00_1000_0000, 2),
         rsp: span(0x7f00_2000_0000, 3),
     };
     let keys: Vec<u32> = (1..=u32::from(DEPTH)).map(|i| i << 8).collect();
-    QueueCore::new(&cfg, mem, &keys).unwrap()
+    QueueCore::new(&cfg, mem, RemoteKeys::Windows(&keys)).unwrap()
+}
+
+/// A pool buffer's span (the data lives in the host's pool, not in the queue).
+fn data_buf(len: usize) -> Option<BufSpan> {
+    Some(BufSpan {
+        addr: 0x7f00_0000_0000,
+        len,
+        lkey: 1,
+    })
 }
 
 fn wc(kind: WrKind, index: u16, op: WcOpcode) -> WorkCompletion {
@@ -56,7 +63,12 @@ fn one(
     buf: u16,
     out: &mut Vec<QueueCompletion>,
 ) {
-    let s = c.submit(sqe, data).unwrap();
+    let buf_span = if data.is_empty() {
+        None
+    } else {
+        data_buf(data.len())
+    };
+    let s = c.submit(sqe, data, buf_span).unwrap();
     let cid = c.submitted(black_box(s), Ok(())).unwrap();
     let key = c.window_key(cid);
     c.handle_wc(&wc(WrKind::Send, cid, WcOpcode::Send), None, out);

@@ -49,14 +49,14 @@ fn write(q: &mut NvmeRdmaQueue, block: usize, offset: u64, data: &[u8]) {
 /// Reads `len` bytes at byte `offset`.
 fn read(q: &mut NvmeRdmaQueue, block: usize, offset: u64, len: usize) -> Vec<u8> {
     let nlb = (len / block) as u16;
-    let (cid, r) = run(
+    let (buf, r) = run(
         q,
         Sqe::read(0, 1, offset / block as u64, nlb - 1, false),
         DataDir::ControllerToHost { len },
         &[],
     );
     assert!(r.expect("read").status().is_success());
-    q.buffer(cid)[..len].to_vec()
+    buf.as_deref().expect("data buffer")[..len].to_vec()
 }
 
 /// `len` bytes at `offset` of the file or device at `path`, read through a descriptor

@@ -84,14 +84,14 @@ fn write_ok(q: &mut NvmeRdmaQueue, slba: u64, data: &[u8]) {
 /// Reads `len` bytes at `slba` on `q`.
 fn read_ok(q: &mut NvmeRdmaQueue, slba: u64, len: usize) -> Vec<u8> {
     let nlb = (len / BLOCK) as u16;
-    let (cid, r) = run(
+    let (buf, r) = run(
         q,
         Sqe::read(0, 1, slba, nlb - 1, false),
         DataDir::ControllerToHost { len },
         &[],
     );
     r.expect("read");
-    q.buffer(cid)[..len].to_vec()
+    buf.as_deref().expect("data buffer")[..len].to_vec()
 }
 
 /// Test 6 of the issue: a fresh connection from 127.0.0.`local` writes and reads back
@@ -152,13 +152,16 @@ fn unsupported_opcodes_are_invalid_command_opcode() {
             |b| b[..4096].fill(0xAA),
         )
         .unwrap();
+    let (r, buf) = wait_buf(q, cid);
     refused(
-        wait(q, cid),
+        r,
         generic(GenericStatus::InvalidOpcode),
         "I/O opcode 7Eh with data",
     );
     assert!(
-        q.buffer(cid)[..4096].iter().all(|&b| b == 0xAA),
+        buf.as_deref().expect("data buffer")[..4096]
+            .iter()
+            .all(|&b| b == 0xAA),
         "no data written to the host"
     );
     assert_eq!(counter(&t, |c| &c.rdma_write_reads), writes);
@@ -213,7 +216,8 @@ fn malformed_capsules_are_refused_or_dropped() {
     let mut read = Sqe::read(0, 1, 0, 7, false);
     read.set_psdt(PSDT_PRP);
     let mut prp = [0u8; 16];
-    prp[..8].copy_from_slice(&q.buffer_addr(0).to_le_bytes());
+    let spare = pool_buf(q, 4096);
+    prp[..8].copy_from_slice(&spare.addr().to_le_bytes());
     read.set_sgl(SglDescriptor::from_array(prp));
     assert_eq!(read.flags(), 0x00);
     refused(
@@ -297,7 +301,8 @@ fn bad_sgls_are_refused_before_data_moves() {
     let before = errors(&t);
     let rdma_reads = counter(&t, |c| &c.rdma_read_writes);
     let rdma_writes = counter(&t, |c| &c.rdma_write_reads);
-    let addr = q.buffer_addr(0);
+    let spare = pool_buf(q, 4096);
+    let addr = spare.addr();
 
     // Descriptor types the target does not take: Segment (20h), Last Segment (30h),
     // Bit Bucket (10h), Data Block Address (00h, no memory addresses over RDMA), a
@@ -327,20 +332,25 @@ fn bad_sgls_are_refused_before_data_moves() {
 
     // Keyed SGL of 512 bytes for a read of 8 blocks (4096): Data SGL Length Invalid,
     // nothing written to host memory (the window covers 512 bytes only anyway).
+    let mut b = pool_buf(q, 4096);
+    b.fill(0xAA);
     let cid = q
-        .submit_with(
+        .submit(
             Sqe::read(0, 1, 0, 7, false),
             DataDir::ControllerToHost { len: 512 },
-            |b| b[..4096].fill(0xAA),
+            Some(b),
         )
         .unwrap();
+    let (r, buf) = wait_buf(q, cid);
     refused(
-        wait(q, cid),
+        r,
         generic(GenericStatus::DataSglLengthInvalid),
         "keyed SGL shorter than a read",
     );
     assert!(
-        q.buffer(cid)[..4096].iter().all(|&b| b == 0xAA),
+        buf.as_deref().expect("data buffer")[..4096]
+            .iter()
+            .all(|&b| b == 0xAA),
         "nothing written to the host"
     );
     // Keyed SGL (40h, no invalidate; the key is never bound) of 512 bytes for a write
@@ -590,10 +600,13 @@ fn connect_errors_name_the_offending_field() {
 
     // Admin Connect to an unknown subsystem: SCT 1h, SC 82h, DNR, DW0 IATTR 1, IPO 256
     // (SUBNQN of the Connect data) = 00010100h, as nvmet answers.
+    let (pd, pool) = test_pool(&dev);
     let mut aq = NvmeRdmaQueue::connect(
         dev.open_context(0).unwrap(),
         &cm,
         QueueConfig::new(0, 32, 4096, target),
+        pd,
+        &pool,
     )
     .unwrap();
     let dw0 = refused(
@@ -648,13 +661,13 @@ fn connect_errors_name_the_offending_field() {
     }
 
     // A real controller, then I/O queue 1 connected at the RDMA level only.
-    let mut ctrl =
-        Controller::connect(dev.open_context(1).unwrap(), &cm, opts.clone()).expect("controller");
+    let mut ctrl = Controller::connect(dev.open_context(1).unwrap(), &cm, opts.clone(), pd, &pool)
+        .expect("controller");
     assert!(ctrl.set_number_of_queues(1).unwrap() >= 1);
     let cntlid = ctrl.cntlid();
     let mut qcfg = QueueConfig::new(1, 16, 65536, target);
     qcfg.cntlid = cntlid;
-    let mut q = NvmeRdmaQueue::connect(dev.open_context(2).unwrap(), &cm, qcfg).unwrap();
+    let mut q = NvmeRdmaQueue::connect(dev.open_context(2).unwrap(), &cm, qcfg, pd, &pool).unwrap();
 
     // Before its Connect the queue obeys nothing: Command Sequence Error.
     let (_, r) = run(
@@ -856,8 +869,9 @@ fn bad_rkey_fails_the_queue_and_the_target_sends_dreq() {
     let t = start_target(79, 16 << 20);
     let mut host = connect(&t, 80, 1, 16);
     let q = &mut host.io_queues()[0];
-    q.buffer_mut(0)[..4096].fill(0xA5);
-    let addr = q.buffer_addr(0);
+    let mut spare = pool_buf(q, 4096);
+    spare.fill(0xA5);
+    let addr = spare.addr();
     let r = run_raw(
         q,
         Sqe::read(0, 1, 0, 7, false).with_sgl(sgl(0x40, addr, 4096)),
@@ -867,7 +881,7 @@ fn bad_rkey_fails_the_queue_and_the_target_sends_dreq() {
         r.is_err(),
         "a read into an unregistered key must fail: {r:?}"
     );
-    assert!(q.buffer(0)[..4096].iter().all(|&b| b == 0xA5));
+    assert!(spare.iter().all(|&b| b == 0xA5));
     let deadline = Instant::now() + Duration::from_secs(10);
     while !q.peer_disconnected() {
         assert!(

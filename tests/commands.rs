@@ -115,12 +115,14 @@ fn failed_commands_are_listed_in_the_error_log() {
     let mut host = connect(&t, 155, 1, 16);
     let q = &mut host.io_queues()[0];
     // Past the end of the 2048-block namespace, and an opcode we do not serve.
-    let (cid, r) = run(
-        q,
-        Sqe::read(0, 1, 4090, 15, false),
-        DataDir::ControllerToHost { len: 8192 },
-        &[],
-    );
+    let cid = q
+        .submit_with(
+            Sqe::read(0, 1, 4090, 15, false),
+            DataDir::ControllerToHost { len: 8192 },
+            |_| {},
+        )
+        .expect("submit");
+    let r = wait(q, cid);
     assert!(matches!(r, Err(HostError::Nvme { .. })), "{r:?}");
     let mut bad = Sqe::flush(0, 1);
     bad.set_opcode(0x7E);
@@ -200,14 +202,14 @@ fn fabrics_disconnect_deletes_the_io_queue_which_connects_again() {
     let mut q = ctrl
         .connect_io_queue(ctx, 1, 16, 1 << 20)
         .expect("queue 1 connects again");
-    let (cid, r) = run(
+    let (buf, r) = run(
         &mut q,
         Sqe::read(0, 1, 0, 7, false),
         DataDir::ControllerToHost { len: 4096 },
         &[],
     );
     r.expect("read");
-    assert!(q.buffer(cid)[..4096] == data[..]);
+    assert!(buf.expect("the read's buffer")[..4096] == data[..]);
     ctrl.shutdown(vec![q]).expect("shutdown");
     // The end is logged as the host's, and was no trouble.
     let _ = t;

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use nvme::Sqe;
 use nvmf_initiator::capsule::DataDir;
 use nvmf_initiator::queue::{NvmeRdmaQueue, QueueCompletion};
-use nvmf_initiator::{HostError, HostOptions, SyncHost};
+use nvmf_initiator::{HostError, HostOptions, IoBuf, SyncHost};
 use nvmf_target::config::TargetConfig;
 use nvmf_target::TargetHandle;
 
@@ -85,20 +85,28 @@ pub fn pattern(offset: u64, len: usize, tag: u8) -> Vec<u8> {
         .collect()
 }
 
-/// Runs one command to completion on `q` (bounded wait), returning the CQE result.
+/// Runs one command to completion on `q` (bounded wait) with a pool buffer of
+/// `data.len()` bytes that starts with `fill`, returning the buffer (a read's data)
+/// and the CQE result.
 pub fn run(
     q: &mut NvmeRdmaQueue,
     sqe: Sqe,
     data: DataDir,
     fill: &[u8],
-) -> (u16, Result<nvme::Cqe, HostError>) {
+) -> (Option<IoBuf>, Result<nvme::Cqe, HostError>) {
     let cid = q
         .submit_with(sqe, data, |b| b[..fill.len()].copy_from_slice(fill))
         .expect("submit");
-    (cid, wait(q, cid))
+    let (r, buf) = wait_buf(q, cid);
+    (buf, r)
 }
 
 pub fn wait(q: &mut NvmeRdmaQueue, cid: u16) -> Result<nvme::Cqe, HostError> {
+    wait_buf(q, cid).0
+}
+
+/// Waits for command `cid`: its result and the buffer it carried.
+pub fn wait_buf(q: &mut NvmeRdmaQueue, cid: u16) -> (Result<nvme::Cqe, HostError>, Option<IoBuf>) {
     let deadline = Instant::now() + Duration::from_secs(20);
     let mut out = Vec::new();
     loop {
@@ -106,10 +114,17 @@ pub fn wait(q: &mut NvmeRdmaQueue, cid: u16) -> Result<nvme::Cqe, HostError> {
         out.clear();
         q.poll(&mut out);
         if let Some(c) = out.into_iter().find(|c: &QueueCompletion| c.cid == cid) {
-            return c.result;
+            return (c.result, c.buf);
         }
         out = Vec::new();
     }
+}
+
+/// A buffer of `len` bytes from `q`'s pool (waits up to 10 s for space).
+pub fn pool_buf(q: &NvmeRdmaQueue, len: usize) -> IoBuf {
+    q.pool()
+        .alloc_blocking(len, Duration::from_secs(10))
+        .expect("pool buffer")
 }
 
 /// Writes (or reads and checks) `count` blocks of `size` bytes at consecutive
@@ -151,10 +166,13 @@ pub fn pass(
                         |b| b[..size].copy_from_slice(&data),
                     )
                 } else {
+                    let buf = pool_buf(q, size);
                     q.submit(
                         Sqe::read(0, 1, slba, blocks - 1, false),
                         DataDir::ControllerToHost { len: size },
+                        Some(buf),
                     )
+                    .map_err(|e| e.error)
                 }
                 .expect("submit");
                 inflight[qi].push_back((cid, off));
@@ -166,7 +184,7 @@ pub fn pass(
             out.clear();
             q.poll(&mut out);
             for c in out.drain(..) {
-                let QueueCompletion { cid, result } = c;
+                let QueueCompletion { cid, result, buf } = c;
                 let cqe = result.unwrap_or_else(|e| {
                     panic!("size {size} depth {depth}: command failed: {e}; host device counters {:?}, host QP {:?}", q.context().device().counters().snapshot(), q.context().qp_counters(transport::soft::Qp(q.qp_num())))
                 });
@@ -177,7 +195,7 @@ pub fn pass(
                     .expect("known cid");
                 let (_, off) = inflight[qi].remove(pos).unwrap();
                 if !write {
-                    let got = &q.buffer(cid)[..size];
+                    let got = &buf.as_deref().expect("data buffer")[..size];
                     let want = pattern(off, size, tag);
                     assert!(
                         got == &want[..],
@@ -215,4 +233,20 @@ pub fn sh(cmd: &str, args: &[&str]) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// A protection domain and a 4 MiB buffer pool on `dev`, for tests that build queues
+/// by hand.
+pub fn test_pool(
+    dev: &std::sync::Arc<transport::soft::SoftDevice>,
+) -> (transport::verbs::Pd, nvmf_initiator::BufferPool) {
+    let pd = transport::verbs::Device::alloc_pd(&**dev).expect("PD");
+    let pool = nvmf_initiator::BufferPool::register::<transport::soft::SoftProvider>(
+        dev,
+        pd,
+        4 << 20,
+        nvmf_initiator::RemoteAccess::Windows,
+    )
+    .expect("pool");
+    (pd, pool)
 }

@@ -307,14 +307,14 @@ fn full_file_system_answers_capacity_exceeded_and_the_log_names_the_namespace() 
         "write {k}: {e}"
     );
     // What was acknowledged reads back.
-    let (cid, r) = run(
+    let (buf, r) = run(
         q,
         Sqe::read(0, 1, 0, blocks - 1, false),
         DataDir::ControllerToHost { len: chunk },
         &[],
     );
     assert!(r.expect("read").status().is_success());
-    assert!(q.buffer(cid)[..chunk] == pattern(0, chunk, 5)[..]);
+    assert!(buf.as_deref().expect("data buffer")[..chunk] == pattern(0, chunk, 5)[..]);
     drop(host);
     drop(target);
     let text = String::from_utf8_lossy(&log.lock().unwrap()).into_owned();

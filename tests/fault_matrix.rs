@@ -66,8 +66,12 @@ fn run_cell(name: &str, t: u8, faults: Option<FaultConfig>) -> Outcome {
     opts.io_queues = 1;
     opts.queue_depth = 17;
     opts.max_io_bytes = BS as usize;
-    opts.faults = faults;
-    let mut host = SyncHost::connect(&opts).unwrap_or_else(|e| panic!("{name}: connect: {e}"));
+    let soft = transport::soft::SoftOptions {
+        faults,
+        ..Default::default()
+    };
+    let mut host = SyncHost::<transport::soft::SoftProvider>::connect_with_options(&opts, &soft)
+        .unwrap_or_else(|e| panic!("{name}: connect: {e}"));
     let ns = host
         .controller()
         .identify_namespace(1)

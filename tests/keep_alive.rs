@@ -59,7 +59,9 @@ fn a_slow_io_queue_connect_keeps_the_controller() {
     let mut opts = host_options(&t, 163, 1, 8);
     opts.kato_ms = 4000;
     let ctx = dev.open_context(0).expect("context 0");
-    let mut ctrl = Controller::connect(ctx, &cm, ControllerOptions::from(&opts)).expect("admin");
+    let (pd, pool) = test_pool(&dev);
+    let mut ctrl =
+        Controller::connect(ctx, &cm, ControllerOptions::from(&opts), pd, &pool).expect("admin");
     assert_eq!(ctrl.set_number_of_queues(1).expect("number of queues"), 1);
     std::thread::sleep(Duration::from_secs(3));
     let ctx = dev.open_context(1).expect("context 1");

@@ -117,14 +117,14 @@ fn flush_write_zeroes_and_deallocate() {
         &range,
     );
     r.expect("deallocate");
-    let (cid, r) = run(
+    let (buf, r) = run(
         q,
         Sqe::read(0, 1, 0, 127, false),
         DataDir::ControllerToHost { len: 65536 },
         &[],
     );
     r.expect("read back");
-    let got = q.buffer(cid)[..65536].to_vec();
+    let got = buf.as_deref().expect("data buffer")[..65536].to_vec();
     let mut want = data.clone();
     want[8 * 512..16 * 512].fill(0);
     want[64 * 512..].fill(0);
@@ -167,9 +167,10 @@ fn keep_alive_timeout_tears_the_controller_down() {
     }
     // Its queues are gone too: a command now fails instead of being served.
     let failed = q
-        .submit(
+        .submit_with(
             Sqe::read(0, 1, 0, 7, false),
             DataDir::ControllerToHost { len: 4096 },
+            |_| {},
         )
         .map(|cid| wait(q, cid).is_err())
         .unwrap_or(true);

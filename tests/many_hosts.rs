@@ -114,9 +114,10 @@ fn many_host_queues_at_the_defaults_tear_no_controller_down() {
                 for (k, q) in queues.iter_mut().enumerate() {
                     while !stopping && inflight[k] < 8 && q.can_submit() {
                         let slba = (base + (k as u64 * 8 + inflight[k] as u64) * 4096) / 512;
-                        q.submit(
+                        q.submit_with(
                             Sqe::read(0, 1, slba, 7, false),
                             DataDir::ControllerToHost { len: 4096 },
+                            |_| {},
                         )
                         .expect("submit");
                         inflight[k] += 1;

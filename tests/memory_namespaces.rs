@@ -41,14 +41,14 @@ fn write(q: &mut nvmf_initiator::NvmeRdmaQueue, nsid: u32, slba: u64, data: &[u8
 
 fn read(q: &mut nvmf_initiator::NvmeRdmaQueue, nsid: u32, slba: u64, len: usize) -> Vec<u8> {
     let nlb = (len / BLOCK - 1) as u16;
-    let (cid, r) = run(
+    let (buf, r) = run(
         q,
         Sqe::read(0, nsid, slba, nlb, false),
         DataDir::ControllerToHost { len },
         &[],
     );
     r.expect("read");
-    q.buffer(cid)[..len].to_vec()
+    buf.expect("the read's buffer")[..len].to_vec()
 }
 
 #[test]

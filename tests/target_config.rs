@@ -63,14 +63,17 @@ fn round_trip(q: &mut NvmeRdmaQueue, slba: u64, data: &[u8]) {
         data,
     );
     assert!(r.expect("write").status().is_success());
-    let (cid, r) = run(
+    let (buf, r) = run(
         q,
         Sqe::read(0, 1, slba, blocks - 1, false),
         DataDir::ControllerToHost { len: data.len() },
         &[],
     );
     assert!(r.expect("read").status().is_success());
-    assert!(q.buffer(cid)[..data.len()] == *data, "read back differs");
+    assert!(
+        buf.as_deref().expect("data buffer")[..data.len()] == *data,
+        "read back differs"
+    );
 }
 
 /// A discovery controller (admin queue only) from 127.0.0.`local`, asking for KATO
@@ -85,7 +88,8 @@ fn discovery_controller(
     let ctx = dev.open_context(0).expect("context");
     let mut opts = options(traddr, NVMF_DISCOVERY_NQN, local);
     opts.kato_ms = kato_ms;
-    let c = Controller::connect(ctx, &cm, ControllerOptions::from(&opts))?;
+    let (pd, pool) = common::test_pool(&dev);
+    let c = Controller::connect(ctx, &cm, ControllerOptions::from(&opts), pd, &pool)?;
     Ok((c, cm, dev))
 }
 

@@ -100,9 +100,9 @@ fn connect(args: &Args, n: u16, subnqn: &str) -> Result<SyncHost, String> {
     opts.io_queues = args.queues;
     opts.queue_depth = args.queue_depth;
     opts.kato_ms = 0;
-    // The host library keeps a data buffer of max_io_bytes per queue entry (1 MiB by
-    // default: 128 MiB per queue); the target's side is what is measured here.
-    opts.max_io_bytes = 4096;
+    // The host's data buffers come from one pool per host, not per queue entry
+    // (examples/host_memory.rs measures the host's side); the target's side is what is
+    // measured here.
     SyncHost::connect(&opts).map_err(|e| format!("host {n}: {e}"))
 }
 

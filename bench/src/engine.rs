@@ -4,10 +4,12 @@
 //! The runner owns tags `0..max_outstanding()`; each tag names a data buffer slot of
 //! the engine (for an RDMA engine: a registered memory region slice).
 
+use nvmf_initiator::HostError;
+
 use super::workload::IoRequest;
 
 /// Why an engine refused a submission or could not be polled.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum EngineError {
     /// No room right now (submission queue full, no send credit): try again later.
     #[error("engine busy, try again")]
@@ -15,19 +17,29 @@ pub enum EngineError {
     /// The request cannot be issued at all (bad tag, length over the buffer, ...).
     #[error("invalid request: {0}")]
     InvalidRequest(String),
-    /// The queue or connection failed; no further I/O will complete.
+    /// The queue or connection failed; no further I/O will complete. The host's own
+    /// error, typed (`HostError::Transport` keeps the `IBV_WC_*` status,
+    /// `HostError::ControllerDead` why the controller was declared dead).
     #[error("transport failure: {0}")]
-    Transport(String),
+    Transport(HostError),
+}
+
+impl EngineError {
+    /// Whether this is [`EngineError::Busy`] (try again later).
+    pub fn is_busy(&self) -> bool {
+        matches!(self, EngineError::Busy)
+    }
 }
 
 /// A finished I/O, reported by [`IoEngine::poll`].
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 #[must_use]
 pub struct IoCompletion {
     /// The tag given to [`IoEngine::submit`].
     pub tag: u32,
-    /// `Ok` on success; otherwise the NVMe status or transport error, printable.
-    pub result: Result<(), String>,
+    /// `Ok` on success; otherwise the host's typed error (the NVMe status with SCT,
+    /// SC and DNR, or the transport error).
+    pub result: Result<(), HostError>,
 }
 
 /// An engine that executes block I/Os for one job.

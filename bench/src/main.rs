@@ -33,8 +33,10 @@ use nvmf_bench::{
     ProviderKind, RunControl,
 };
 use nvmf_initiator::{HostOptions, SyncHost};
-use transport::soft::{DeviceCountersSnapshot, FaultConfig, SoftProvider};
+use transport::soft::xdp::PacketPath;
+use transport::soft::{DeviceCountersSnapshot, FaultConfig, SoftOptions, SoftProvider};
 use transport::verbs::{DeviceOf, Provider};
+use transport::PacketPathKind;
 
 fn fail(msg: impl std::fmt::Display) -> ExitCode {
     eprintln!("nvmf-bench: {msg}");
@@ -44,6 +46,8 @@ fn fail(msg: impl std::fmt::Display) -> ExitCode {
 /// What can be decided from the arguments alone, checked before anything starts.
 struct Plan {
     faults: Option<FaultConfig>,
+    /// The soft provider's packet path (`--packet-path`, `--interface`).
+    packet_path: PacketPath,
     /// The remote target's host options; `None` for the embedded target.
     remote: Option<HostOptions>,
     output: ReportOutput,
@@ -62,26 +66,17 @@ fn plan(args: &BenchArgs) -> Result<Plan, String> {
                 .into(),
         );
     }
-    let packet_path = match (args.packet_path, &args.interface) {
-        (nvmf_bench::options::PacketPathKind::Udp, _) => transport::soft::xdp::PacketPath::Udp,
-        (_, None) => {
-            return Err(
-                "--packet-path af-xdp needs --interface IFACE, the interface that holds \
-                        --host-traddr (`ip -br addr`)"
-                    .into(),
-            )
-        }
-        (_, Some(_)) if args.traddr.is_none() => {
-            return Err(
-                "--packet-path af-xdp needs a remote target (--traddr): the embedded \
-                        target talks over loopback, which has no XDP path worth taking"
-                    .into(),
-            )
-        }
-        (_, Some(i)) => transport::soft::xdp::PacketPath::AfXdp {
-            interface: i.clone(),
-        },
-    };
+    if args.packet_path != PacketPathKind::Udp && args.traddr.is_none() {
+        return Err(
+            "--packet-path af-xdp needs a remote target (--traddr): the embedded \
+                    target talks over loopback, which has no XDP path worth taking"
+                .into(),
+        );
+    }
+    let packet_path = args
+        .packet_path
+        .with_interface(args.interface.as_deref())
+        .map_err(|e| format!("{e}: the interface of --host-traddr"))?;
     let remote = match &args.traddr {
         None => {
             nvmf_bench::embedded::check_size(args.embedded_size)?;
@@ -105,13 +100,13 @@ fn plan(args: &BenchArgs) -> Result<Plan, String> {
                     .map_err(|_| format!("--host-traddr {h}: not an IP address"))?;
                 o.local_ip = Some(local);
             }
-            o.packet_path = packet_path;
             Some(o)
         }
     };
     let output = ReportOutput::open(args)?;
     Ok(Plan {
         faults,
+        packet_path,
         remote,
         output,
     })
@@ -178,6 +173,7 @@ fn interrupted(signals: &StopSignals, what: &str) -> ExitCode {
 fn bench_soft(args: &BenchArgs, plan: Plan, signals: &StopSignals) -> ExitCode {
     let Plan {
         faults,
+        packet_path,
         remote,
         output,
     } = plan;
@@ -200,7 +196,6 @@ fn bench_soft(args: &BenchArgs, plan: Plan, signals: &StopSignals) -> ExitCode {
             };
             let mut o = HostOptions::new(e.target.listen_addr(), EMBEDDED_NQN);
             o.local_ip = Some(e.host_ip);
-            o.faults = faults;
             (Some(e), o)
         }
         Some(o) => (None, o),
@@ -212,9 +207,11 @@ fn bench_soft(args: &BenchArgs, plan: Plan, signals: &StopSignals) -> ExitCode {
         embedded,
         faults,
     };
-    run_host(SoftProvider, opts, run, |dev| {
-        Some(dev.counters().snapshot())
-    })
+    let soft = SoftOptions {
+        faults,
+        packet_path,
+    };
+    run_host::<SoftProvider>(soft, opts, run, |dev| Some(dev.counters().snapshot()))
 }
 
 /// The verbs provider: a remote target (checked by [`plan`]).
@@ -230,7 +227,7 @@ fn bench_verbs(args: &BenchArgs, plan: Plan, signals: &StopSignals) -> ExitCode 
         embedded: None,
         faults: None,
     };
-    run_host(transport::rdma::VerbsProvider, opts, run, |_| None)
+    run_host::<transport::rdma::VerbsProvider>((), opts, run, |_| None)
 }
 
 /// The verbs provider is not in this build ([`plan`] refuses it first).
@@ -249,12 +246,13 @@ struct HostRun<'a> {
     faults: Option<FaultConfig>,
 }
 
-/// Connects the host on `provider` with `opts` (completed from the arguments), runs
+/// Connects the host on provider `P` with its own `options` and `opts` (completed from
+/// the arguments; the buffer pool sized for every job's buffers), runs
 /// the jobs (one I/O queue each), prints the report, disconnects and stops the
 /// embedded target. `host_counters` reads the host device's packet counters where the
 /// provider keeps them (the soft provider's, for the fault summary).
 fn run_host<P: Provider>(
-    provider: P,
+    options: P::Options,
     mut opts: HostOptions,
     run: HostRun<'_>,
     host_counters: fn(&Arc<DeviceOf<P>>) -> Option<DeviceCountersSnapshot>,
@@ -286,7 +284,12 @@ fn run_host<P: Provider>(
     opts.queue_depth = (args.iodepth + 1).min(1024) as u16;
     // Larger blocks are split by the queue engine at the controller's MDTS.
     opts.max_io_bytes = args.bs as usize;
-    let mut host = match SyncHost::connect_with(provider, &opts) {
+    // One pool buffer per I/O in flight (each tag owns one of --bs, rounded up to a
+    // power of two by the pool), and room for the admin queue's.
+    let tag_bytes = (args.bs as usize).next_power_of_two();
+    let pool = args.numjobs as usize * args.iodepth as usize * tag_bytes + (1 << 20);
+    opts.buffer_pool_bytes = Some(pool.div_ceil(1 << 20) << 20);
+    let mut host = match SyncHost::<P>::connect_with_options(&opts, &options) {
         Ok(h) => h,
         Err(e) => {
             return fail(format!(

@@ -9,6 +9,9 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use nvme::{GenericStatus, Status};
+use nvmf_initiator::HostError;
+
 use super::engine::{EngineError, IoCompletion, IoEngine};
 use super::workload::{IoOp, IoRequest};
 
@@ -100,28 +103,28 @@ impl MemEngine {
         Arc::clone(&self.disk)
     }
 
-    fn execute(&mut self, tag: u32, req: &IoRequest) -> Result<(), String> {
+    fn execute(&mut self, tag: u32, req: &IoRequest) -> Result<(), HostError> {
+        let command = match req.op {
+            IoOp::Read => "Read",
+            IoOp::Write => "Write",
+        };
+        let status = |s: GenericStatus| HostError::Nvme {
+            command,
+            status: Status::generic(s),
+            dw0: 0,
+        };
         if Some(req.offset) == self.fail_offset {
-            return Err(format!(
-                "injected failure at offset {} (NVMe status: Data Transfer Error)",
-                req.offset
-            ));
+            return Err(status(GenericStatus::DataTransferError));
         }
         let len = req.len as usize;
         let mut disk = self.disk.lock().unwrap_or_else(|e| e.into_inner());
-        let start = usize::try_from(req.offset).map_err(|_| "LBA Out of Range".to_string())?;
+        let start =
+            usize::try_from(req.offset).map_err(|_| status(GenericStatus::LbaOutOfRange))?;
         let range = start
             .checked_add(len)
             .filter(|&end| end <= disk.len())
             .map(|end| start..end)
-            .ok_or_else(|| {
-                format!(
-                    "LBA Out of Range: offset {} + {} past {} bytes",
-                    req.offset,
-                    len,
-                    disk.len()
-                )
-            })?;
+            .ok_or_else(|| status(GenericStatus::LbaOutOfRange))?;
         let slot = &mut self.slots[tag as usize];
         match req.op {
             IoOp::Write => disk[range].copy_from_slice(&slot[..len]),
@@ -215,13 +218,9 @@ mod tests {
             len: 4096,
         };
         e.submit(0, &w).unwrap();
-        assert_eq!(
-            drain(&mut e),
-            vec![IoCompletion {
-                tag: 0,
-                result: Ok(())
-            }]
-        );
+        let done = drain(&mut e);
+        assert_eq!(done.len(), 1);
+        assert!(done[0].tag == 0 && done[0].result.is_ok());
         assert!(e.disk()[4096..].iter().all(|&b| b == 0xAB));
         // A second engine over the same disk sees the write.
         let mut other = MemEngine::with_disk(e.shared(), 1, 4096);
@@ -257,11 +256,11 @@ mod tests {
         };
         e.submit(0, &r).unwrap();
         let c = drain(&mut e);
-        assert!(c[0]
-            .result
-            .as_ref()
-            .unwrap_err()
-            .contains("LBA Out of Range"));
+        let status = c[0].result.as_ref().unwrap_err().nvme_status();
+        assert_eq!(
+            status.and_then(|s| s.as_generic()),
+            Some(GenericStatus::LbaOutOfRange)
+        );
         assert!(matches!(
             e.submit(1, &r),
             Err(EngineError::InvalidRequest(_))
@@ -276,9 +275,13 @@ mod tests {
             },
         )
         .unwrap();
-        assert!(drain(&mut e)[0].result.is_err());
-        e.busy_every(1);
+        let status = drain(&mut e)[0].result.as_ref().unwrap_err().nvme_status();
         assert_eq!(
+            status.and_then(|s| s.as_generic()),
+            Some(GenericStatus::DataTransferError)
+        );
+        e.busy_every(1);
+        assert!(matches!(
             e.submit(
                 0,
                 &IoRequest {
@@ -288,6 +291,6 @@ mod tests {
                 }
             ),
             Err(EngineError::Busy)
-        );
+        ));
     }
 }

@@ -105,35 +105,9 @@ impl VerifyMode {
     }
 }
 
-/// The RDMA provider the host runs on (`--provider`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum ProviderKind {
-    /// The soft provider: userspace RoCEv2 over UDP sockets, no RDMA hardware or kernel
-    /// support needed.
-    Soft,
-    /// The verbs provider: a real RDMA device (an RNIC, or Linux Soft-RoCE `rdma_rxe`)
-    /// through libibverbs and librdmacm; in builds with the `verbs` feature.
-    Verbs,
-}
-
-impl ProviderKind {
-    /// The provider's name, as `--provider` spells it (`Provider::NAME`).
-    pub fn name(self) -> &'static str {
-        match self {
-            ProviderKind::Soft => "soft",
-            ProviderKind::Verbs => "verbs",
-        }
-    }
-}
-
-/// How the soft provider's packets travel (`--packet-path`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum PacketPathKind {
-    /// UDP sockets (the default).
-    Udp,
-    /// AF_XDP sockets on `--interface`, past the kernel's UDP stack (root only).
-    AfXdp,
-}
+/// The RDMA provider the host runs on (`--provider`) and how the soft provider's
+/// packets travel (`--packet-path`): the transport's names, defined once there.
+pub use transport::{PacketPathKind, ProviderKind};
 
 /// How the host waits for its I/Os (`--completion`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

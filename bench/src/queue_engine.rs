@@ -1,14 +1,19 @@
 //! [`QueueEngine`]: the benchmark's [`IoEngine`] over one I/O [`NvmeRdmaQueue`]
-//! (NVM Command Set 1.x Read 02h / Write 01h).
+//! (NVM Command Set 1.x Read 02h / Write 01h), with no copy of the data.
 //!
-//! Two ways to map the runner's tags onto the queue:
+//! Each tag owns a buffer of the host's registered pool ([`nvmf_initiator::pool`]),
+//! taken when the engine is built; [`IoEngine::buffer`] is that buffer, and a command
+//! carries it (or, split, a piece of it) to the target and back:
 //! - **direct** (every request fits one command): tag = command identifier, and the
-//!   tag's buffer is the slot's registered buffer, so data moves with no copy;
+//!   tag's buffer goes out with its command;
 //! - **split** (requests may exceed one command: MDTS, the 24-bit keyed SGL length,
-//!   65536 blocks; see [`nvmf_initiator::split`]): each tag has its own buffer of the largest
-//!   request; a request becomes pieces that go out on whichever command slots are
-//!   free (writes copy their piece into the slot, reads copy it back), and the request
-//!   completes when its last piece does, with the first piece's error if any.
+//!   65536 blocks; see [`nvmf_initiator::split`]): a request's buffer is cut into
+//!   disjoint views ([`IoBuf::split_to`]), one per piece, which go out on whichever
+//!   command slots are free and are joined again when the last piece completed; the
+//!   request completes then, with the first piece's error if any.
+//!
+//! Errors stay the host's typed errors ([`HostError`]): a completion's NVMe status or
+//! transport error, and [`EngineError::Transport`] for a dead queue or controller.
 //!
 //! Dead queues and controllers end the job instead of leaving it waiting: once the
 //! queue failed, or the [`ControllerHealth`] given with [`QueueEngine::with_health`]
@@ -20,9 +25,9 @@ use std::time::{Duration, Instant};
 
 use nvme::Sqe;
 
-use nvmf_initiator::queue::{NvmeRdmaQueue, QueueCompletion};
+use nvmf_initiator::queue::{NvmeRdmaQueue, QueueCompletion, SubmitError};
 use nvmf_initiator::split::{self, Piece};
-use nvmf_initiator::{ControllerHealth, DataDir, QueueError};
+use nvmf_initiator::{ControllerHealth, DataDir, HostError, IoBuf, QueueError};
 use transport::soft::SoftProvider;
 use transport::verbs::Provider;
 
@@ -43,6 +48,9 @@ pub struct QueueEngine<P: Provider = SoftProvider> {
     block_shift: u32,
     /// Longest command in bytes (see [`split::max_command_bytes`]).
     max_command: usize,
+    /// Bytes of each tag's buffer (the largest request).
+    request_bytes: usize,
+    tags: Vec<TagIo>,
     split: Option<SplitState>,
     done: Vec<QueueCompletion>,
     health: Option<ControllerHealth>,
@@ -52,62 +60,28 @@ pub struct QueueEngine<P: Provider = SoftProvider> {
     sleep_when_idle: bool,
 }
 
-/// Split mode: per-tag buffers and the pieces in flight.
+/// One tag: its buffer (while not in flight) and, split, its pieces.
+#[derive(Debug, Default)]
+struct TagIo {
+    buf: Option<IoBuf>,
+    op: Option<IoOp>,
+    /// Split mode: pieces not yet completed, the pieces' buffers as they come back (by
+    /// piece index), the empty view after the last piece, and the first error.
+    left: usize,
+    pieces: Vec<Option<IoBuf>>,
+    rest: Option<IoBuf>,
+    error: Option<HostError>,
+}
+
+/// Split mode: the pieces in flight.
 #[derive(Debug)]
 struct SplitState {
-    /// Largest request in bytes (each tag's buffer).
-    request_bytes: usize,
-    tags: Vec<TagIo>,
-    /// Pieces not yet submitted, in order.
-    waiting: VecDeque<(u32, Piece)>,
+    /// Pieces not yet submitted, in order, with their views.
+    waiting: VecDeque<(u32, Piece, IoBuf)>,
     /// The piece each command identifier carries.
     by_cid: Vec<Option<(u32, Piece)>>,
     /// Requests finished outside `poll` (a piece refused at submission).
     ready: Vec<IoCompletion>,
-}
-
-#[derive(Debug, Default)]
-struct TagIo {
-    buf: Vec<u8>,
-    op: Option<IoOp>,
-    /// Pieces not yet completed.
-    left: usize,
-    error: Option<String>,
-}
-
-impl SplitState {
-    fn tag(&mut self, tag: u32) -> &mut TagIo {
-        let t = tag as usize;
-        if self.tags.len() <= t {
-            self.tags.resize_with(t + 1, TagIo::default);
-        }
-        let io = &mut self.tags[t];
-        if io.buf.len() < self.request_bytes {
-            io.buf.resize(self.request_bytes, 0);
-        }
-        io
-    }
-
-    /// Accounts one finished piece of `tag`; the request completes with its last.
-    fn piece_done(&mut self, tag: u32, result: Result<(), String>, out: &mut Vec<IoCompletion>) {
-        let Some(io) = self.tags.get_mut(tag as usize) else {
-            return;
-        };
-        io.left = io.left.saturating_sub(1);
-        if let Err(e) = result {
-            io.error.get_or_insert(e);
-        }
-        if io.left == 0 && io.op.take().is_some() {
-            out.push(IoCompletion {
-                tag,
-                result: io.error.take().map_or(Ok(()), Err),
-            });
-        }
-    }
-
-    fn outstanding(&self) -> usize {
-        self.tags.iter().filter(|t| t.op.is_some()).count()
-    }
 }
 
 /// The Read or Write of `p` for namespace `nsid`, with its data direction.
@@ -125,13 +99,61 @@ fn command(nsid: u32, op: IoOp, p: &Piece) -> (Sqe, DataDir) {
     }
 }
 
-fn transport(e: QueueError) -> EngineError {
+fn engine_error(e: QueueError) -> EngineError {
     match e {
         QueueError::Full => EngineError::Busy,
         e @ (QueueError::Dead { .. } | QueueError::Verbs(_)) => {
-            EngineError::Transport(e.to_string())
+            EngineError::Transport(HostError::Queue(e))
         }
         e => EngineError::InvalidRequest(e.to_string()),
+    }
+}
+
+impl TagIo {
+    /// Accounts one finished piece `index` (its view back in `buf`); the request
+    /// completes with its last, its buffer whole again.
+    fn piece_done(
+        &mut self,
+        tag: u32,
+        index: usize,
+        result: Result<(), HostError>,
+        buf: Option<IoBuf>,
+        request_bytes: usize,
+        out: &mut Vec<IoCompletion>,
+    ) {
+        self.left = self.left.saturating_sub(1);
+        if let Some(slot) = self.pieces.get_mut(index) {
+            *slot = buf;
+        }
+        if let Err(e) = result {
+            self.error.get_or_insert(e);
+        }
+        if self.left > 0 || self.op.take().is_none() {
+            return;
+        }
+        // Join the views in order: the block is one buffer again.
+        let mut whole: Option<IoBuf> = None;
+        for b in self
+            .pieces
+            .iter_mut()
+            .filter_map(Option::take)
+            .chain(self.rest.take())
+        {
+            match whole.as_mut() {
+                None => whole = Some(b),
+                Some(w) => {
+                    let _ = w.unsplit(b);
+                }
+            }
+        }
+        if let Some(w) = whole.as_mut() {
+            w.set_len(request_bytes);
+        }
+        self.buf = whole;
+        out.push(IoCompletion {
+            tag,
+            result: self.error.take().map_or(Ok(()), Err),
+        });
     }
 }
 
@@ -139,46 +161,75 @@ impl<P: Provider> QueueEngine<P> {
     /// An engine over `queue` for namespace `nsid` whose requests each fit one
     /// command (direct mode). `block_size` must be a power of two (the namespace's
     /// LBA data size).
+    ///
+    /// Errors: [`EngineError::InvalidRequest`] for such a block size or a pool that
+    /// cannot give every tag its buffer now.
     pub fn new(queue: NvmeRdmaQueue<P>, nsid: u32, block_size: u32) -> Result<Self, EngineError> {
-        if !block_size.is_power_of_two() {
-            return Err(EngineError::InvalidRequest(format!(
-                "block size {block_size} is not a power of two"
-            )));
-        }
-        let max_command = split::max_command_bytes(block_size, queue.max_io_bytes());
-        Ok(QueueEngine {
-            queue,
-            nsid,
-            block_shift: block_size.trailing_zeros(),
-            max_command,
-            split: None,
-            done: Vec::new(),
-            health: None,
-            dead_since: None,
-            sleep_when_idle: false,
-        })
+        let max = split::max_command_bytes(block_size.max(1), queue.max_io_bytes());
+        Self::with_max_request(queue, nsid, block_size, max)
     }
 
     /// An engine for requests of up to `max_request_bytes` bytes: direct mode when
-    /// they fit one command, split mode (see the module docs) otherwise.
+    /// they fit one command, split mode (see the module docs) otherwise. Takes a buffer
+    /// of `max_request_bytes` per tag from the queue's pool.
+    ///
+    /// Errors: as [`QueueEngine::new`].
     pub fn with_max_request(
         queue: NvmeRdmaQueue<P>,
         nsid: u32,
         block_size: u32,
         max_request_bytes: usize,
     ) -> Result<Self, EngineError> {
-        let mut e = Self::new(queue, nsid, block_size)?;
-        if max_request_bytes > e.max_command {
-            let slots = usize::from(e.queue.depth());
-            e.split = Some(SplitState {
-                request_bytes: max_request_bytes,
-                tags: Vec::new(),
-                waiting: VecDeque::new(),
-                by_cid: vec![None; slots],
-                ready: Vec::new(),
+        if !block_size.is_power_of_two() {
+            return Err(EngineError::InvalidRequest(format!(
+                "block size {block_size} is not a power of two"
+            )));
+        }
+        let max_command = split::max_command_bytes(block_size, queue.max_io_bytes());
+        let request_bytes = max_request_bytes.max(block_size as usize);
+        let n = queue.max_outstanding();
+        let pool = queue.pool().clone();
+        let pieces = request_bytes.div_ceil(max_command);
+        let split = (request_bytes > max_command).then(|| SplitState {
+            waiting: VecDeque::with_capacity(n * pieces),
+            by_cid: (0..queue.depth()).map(|_| None).collect(),
+            ready: Vec::with_capacity(n),
+        });
+        let mut tags = Vec::with_capacity(n);
+        for _ in 0..n {
+            let buf = pool
+                .try_alloc(request_bytes)
+                .map_err(|e| EngineError::InvalidRequest(e.to_string()))?
+                .ok_or_else(|| {
+                    EngineError::InvalidRequest(format!(
+                        "the host's buffer pool ({} bytes, {} free) cannot give each of {n} \
+                         tags a buffer of {request_bytes} bytes: give the host a larger pool \
+                         (HostOptions::buffer_pool_bytes) or use a smaller --iodepth/--bs",
+                        pool.capacity(),
+                        pool.free_bytes()
+                    ))
+                })?;
+            tags.push(TagIo {
+                buf: Some(buf),
+                pieces: (0..if split.is_some() { pieces } else { 0 })
+                    .map(|_| None)
+                    .collect(),
+                ..TagIo::default()
             });
         }
-        Ok(e)
+        Ok(QueueEngine {
+            queue,
+            nsid,
+            block_shift: block_size.trailing_zeros(),
+            max_command,
+            request_bytes,
+            tags,
+            split,
+            done: Vec::with_capacity(n),
+            health: None,
+            dead_since: None,
+            sleep_when_idle: false,
+        })
     }
 
     /// Ends the job once `health` says the controller was declared dead.
@@ -206,7 +257,7 @@ impl<P: Provider> QueueEngine<P> {
         self.max_command
     }
 
-    /// The queue (e.g. to disconnect it).
+    /// The queue (e.g. to disconnect it); the tags' buffers go back to the pool.
     pub fn into_queue(self) -> NvmeRdmaQueue<P> {
         self.queue
     }
@@ -259,13 +310,16 @@ impl<P: Provider> QueueEngine<P> {
 
     /// Why no more I/O can run here: the controller was declared dead or the queue
     /// failed.
-    fn dead_reason(&self) -> Option<String> {
+    fn dead_reason(&self) -> Option<HostError> {
         if let Some(r) = self.health.as_ref().and_then(|h| h.dead_reason()) {
-            return Some(format!("the controller was declared dead ({r})"));
+            return Some(HostError::ControllerDead(r.to_string()));
         }
-        self.queue
-            .is_dead()
-            .then(|| format!("queue {} is dead", self.queue.qid()))
+        self.queue.is_dead().then(|| {
+            HostError::Queue(QueueError::Dead {
+                qid: self.queue.qid(),
+                reason: self.queue.dead_reason().unwrap_or("failed").to_string(),
+            })
+        })
     }
 
     /// Submits waiting pieces while the queue has room.
@@ -273,34 +327,37 @@ impl<P: Provider> QueueEngine<P> {
         let Some(s) = self.split.as_mut() else {
             return;
         };
-        while let Some(&(tag, piece)) = s.waiting.front() {
-            if !self.queue.can_submit() {
+        while self.queue.can_submit() {
+            let Some((tag, piece, buf)) = s.waiting.pop_front() else {
                 break;
-            }
-            let Some(op) = s.tags.get(tag as usize).and_then(|t| t.op) else {
-                s.waiting.pop_front();
+            };
+            let Some(op) = self.tags.get(tag as usize).and_then(|t| t.op) else {
                 continue;
             };
             let (sqe, data) = command(self.nsid, op, &piece);
-            let src = &s.tags[tag as usize].buf[piece.byte_offset..piece.byte_offset + piece.len];
-            let r = self.queue.submit_with(sqe, data, |slot| {
-                if op == IoOp::Write {
-                    slot[..src.len()].copy_from_slice(src);
-                }
-            });
-            match r {
+            match self.queue.submit(sqe, data, Some(buf)) {
                 Ok(cid) => {
-                    s.waiting.pop_front();
                     if let Some(e) = s.by_cid.get_mut(usize::from(cid)) {
                         *e = Some((tag, piece));
                     }
                 }
-                Err(QueueError::Full) => break,
-                Err(e) => {
-                    s.waiting.pop_front();
-                    let mut ready = std::mem::take(&mut s.ready);
-                    s.piece_done(tag, Err(e.to_string()), &mut ready);
-                    s.ready = ready;
+                Err(SubmitError {
+                    error: QueueError::Full,
+                    buf: Some(buf),
+                }) => {
+                    s.waiting.push_front((tag, piece, buf));
+                    break;
+                }
+                Err(SubmitError { error, buf }) => {
+                    let index = piece.byte_offset / self.max_command;
+                    self.tags[tag as usize].piece_done(
+                        tag,
+                        index,
+                        Err(error.into()),
+                        buf,
+                        self.request_bytes,
+                        &mut s.ready,
+                    );
                 }
             }
         }
@@ -309,7 +366,7 @@ impl<P: Provider> QueueEngine<P> {
     /// Requests submitted and not yet handed out as completions.
     fn outstanding(&self) -> usize {
         match &self.split {
-            Some(s) => s.outstanding(),
+            Some(_) => self.tags.iter().filter(|t| t.op.is_some()).count(),
             None => self.queue.outstanding(),
         }
     }
@@ -333,33 +390,52 @@ impl<P: Provider> IoEngine for QueueEngine<P> {
         if let Some(reason) = self.dead_reason() {
             return Err(EngineError::Transport(reason));
         }
-        let Some(request_bytes) = self.split.as_ref().map(|s| s.request_bytes) else {
-            let cid = u16::try_from(tag)
-                .map_err(|_| EngineError::InvalidRequest(format!("tag {tag} out of range")))?;
-            let (sqe, data) = self.sqe_for(req)?;
-            return self.queue.submit_cid(cid, sqe, data).map_err(transport);
-        };
-        if tag as usize >= self.max_outstanding() {
+        let t = tag as usize;
+        if t >= self.tags.len() {
             return Err(EngineError::InvalidRequest(format!(
                 "tag {tag} >= depth {}",
-                self.max_outstanding()
+                self.tags.len()
             )));
         }
-        let slba = self.check(req, request_bytes)?;
+        if self.split.is_none() {
+            let (sqe, data) = self.sqe_for(req)?;
+            let Some(mut buf) = self.tags[t].buf.take() else {
+                return Err(EngineError::InvalidRequest(format!(
+                    "tag {tag} already in use"
+                )));
+            };
+            buf.set_len(req.len as usize);
+            return match self.queue.submit_cid(tag as u16, sqe, data, Some(buf)) {
+                Ok(()) => Ok(()),
+                Err(SubmitError { error, buf }) => {
+                    self.tags[t].buf = buf;
+                    Err(engine_error(error))
+                }
+            };
+        }
+        let slba = self.check(req, self.request_bytes)?;
         let bs = 1u32 << self.block_shift;
         let max_command = self.max_command;
-        let s = self.split.as_mut().expect("split mode");
-        if s.tag(tag).op.is_some() {
+        let io = &mut self.tags[t];
+        if io.op.is_some() {
             return Err(EngineError::InvalidRequest(format!(
                 "tag {tag} already in use"
             )));
         }
+        let Some(mut buf) = io.buf.take() else {
+            return Err(EngineError::InvalidRequest(format!(
+                "tag {tag} has no buffer"
+            )));
+        };
+        buf.set_len(req.len as usize);
+        let s = self.split.as_mut().expect("split mode");
         let mut n = 0;
         for p in split::split(slba, req.len as usize, bs, max_command) {
-            s.waiting.push_back((tag, p));
+            let view = buf.split_to(p.len);
+            s.waiting.push_back((tag, p, view));
             n += 1;
         }
-        let io = s.tag(tag);
+        io.rest = Some(buf);
         io.op = Some(req.op);
         io.left = n;
         io.error = None;
@@ -372,9 +448,12 @@ impl<P: Provider> IoEngine for QueueEngine<P> {
         match self.split.as_mut() {
             None => {
                 for c in self.done.drain(..) {
+                    if let Some(t) = self.tags.get_mut(usize::from(c.cid)) {
+                        t.buf = c.buf;
+                    }
                     out.push(IoCompletion {
                         tag: u32::from(c.cid),
-                        result: c.result.map(|_| ()).map_err(|e| e.to_string()),
+                        result: c.result.map(|_| ()),
                     });
                 }
             }
@@ -386,13 +465,15 @@ impl<P: Provider> IoEngine for QueueEngine<P> {
                     else {
                         continue;
                     };
-                    let ok = c.result.is_ok();
-                    if ok && s.tags.get(tag as usize).and_then(|t| t.op) == Some(IoOp::Read) {
-                        let data = &self.queue.buffer(c.cid)[..piece.len];
-                        s.tags[tag as usize].buf[piece.byte_offset..][..piece.len]
-                            .copy_from_slice(data);
-                    }
-                    s.piece_done(tag, c.result.map(|_| ()).map_err(|e| e.to_string()), out);
+                    let index = piece.byte_offset / self.max_command;
+                    self.tags[tag as usize].piece_done(
+                        tag,
+                        index,
+                        c.result.map(|_| ()),
+                        c.buf,
+                        self.request_bytes,
+                        out,
+                    );
                 }
             }
         }
@@ -402,8 +483,16 @@ impl<P: Provider> IoEngine for QueueEngine<P> {
         };
         // Nothing more will be submitted: pieces still waiting fail now.
         if let Some(s) = self.split.as_mut() {
-            while let Some((tag, _)) = s.waiting.pop_front() {
-                s.piece_done(tag, Err(reason.clone()), out);
+            while let Some((tag, piece, buf)) = s.waiting.pop_front() {
+                let index = piece.byte_offset / self.max_command;
+                self.tags[tag as usize].piece_done(
+                    tag,
+                    index,
+                    Err(reason.clone()),
+                    Some(buf),
+                    self.request_bytes,
+                    out,
+                );
             }
         }
         let left = self.outstanding();
@@ -415,27 +504,23 @@ impl<P: Provider> IoEngine for QueueEngine<P> {
                 .as_ref()
                 .is_some_and(|h| h.dead_reason().is_some())
         {
-            return Err(EngineError::Transport(if left == 0 {
-                reason
-            } else {
-                format!("{reason}; {left} I/Os outstanding abandoned")
-            }));
+            return Err(EngineError::Transport(reason));
         }
         if now.saturating_duration_since(since) >= DEAD_QUEUE_GRACE {
-            return Err(EngineError::Transport(format!(
-                "{reason}; {left} I/Os still outstanding {DEAD_QUEUE_GRACE:?} later, abandoned"
-            )));
+            return Err(EngineError::Transport(reason));
         }
         Ok(())
     }
 
+    /// The tag's pool buffer; empty while the tag is in flight (the command holds it).
     fn buffer(&mut self, tag: u32) -> &mut [u8] {
-        match self.split.as_mut() {
-            Some(s) => {
-                let n = s.request_bytes;
-                &mut s.tag(tag).buf[..n]
+        let n = self.request_bytes;
+        match self.tags[tag as usize].buf.as_mut() {
+            Some(b) => {
+                b.set_len(n);
+                &mut b[..]
             }
-            None => self.queue.buffer_mut(tag as u16),
+            None => &mut [],
         }
     }
 }

@@ -23,7 +23,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
-use super::engine::{EngineError, IoCompletion, IoEngine};
+use super::engine::{IoCompletion, IoEngine};
 use super::options::{JobSpec, RunOptions, VerifyMode};
 use super::progress::{JobPhase, JobProgress, Progress};
 use super::result::{
@@ -506,7 +506,7 @@ impl JobState {
                     if let (Some(t), SlotVerify::Write(g)) = (tracker.as_deref_mut(), verify) {
                         t.write_finished(req.offset, g, false);
                     }
-                    if e == EngineError::Busy {
+                    if e.is_busy() {
                         self.retry = Some(req);
                     } else {
                         self.fail(
@@ -648,6 +648,7 @@ fn describe(req: &IoRequest) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::EngineError;
     use crate::mem_engine::{MemEngine, ReadCorruption};
     use crate::options::RwMode;
 

@@ -66,21 +66,33 @@ pub struct Capsule {
     pub in_capsule_len: usize,
 }
 
-/// Builds the capsule of command `cid`: `buf_addr` is the iova of the slot's data
+/// The key a keyed SGL carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DataKey {
+    /// A memory window bound first with this fresh key; the SGL asks for SEND with
+    /// Invalidate of it (identifier 4Fh).
+    Window(u32),
+    /// The data region's own rkey: no bind, and no invalidation (identifier 40h), since
+    /// the key must stay valid for the next commands.
+    Region(u32),
+}
+
+/// Builds the capsule of command `cid`: `buf_addr` is the iova of the command's data
 /// buffer, `in_capsule_max` the in-capsule data size this queue may use (0 on the
-/// admin queue), `next_rkey` the key to bind a window with if one is needed.
+/// admin queue), `key` the key to grant if the data moves by RDMA.
 ///
 /// Host-to-controller data up to `in_capsule_max` bytes: SGL Data Block / Offset
-/// (identifier 01h) at offset 0. Other data: Keyed SGL Data Block with Invalidate
-/// (identifier 4Fh) over the whole transfer, so the target answers with SEND with
-/// Invalidate. No data: the keyed null descriptor. Error: a keyed length over 24 bits.
+/// (identifier 01h) at offset 0. Other data: a Keyed SGL Data Block over the whole
+/// transfer, with Invalidate (identifier 4Fh) of a window's key, so the target answers
+/// with SEND with Invalidate, or without (40h) for the region's key. No data: the keyed
+/// null descriptor. Error: a keyed length over 24 bits.
 pub fn build_capsule(
     mut sqe: Sqe,
     cid: u16,
     data: DataDir,
     in_capsule_max: usize,
     buf_addr: u64,
-    next_rkey: u32,
+    key: DataKey,
 ) -> Result<Capsule, String> {
     sqe.set_cid(cid);
     sqe.set_psdt(PSDT_SGL_MPTR_CONTIG);
@@ -97,18 +109,19 @@ pub fn build_capsule(
             };
             let len32 = u32::try_from(len)
                 .map_err(|_| format!("transfer of {len} bytes too large for a keyed SGL"))?;
-            let sgl = SglDescriptor::keyed(buf_addr, len32, next_rkey, true)
+            let (rkey, invalidate) = match key {
+                DataKey::Window(k) => (k, true),
+                DataKey::Region(k) => (k, false),
+            };
+            let sgl = SglDescriptor::keyed(buf_addr, len32, rkey, invalidate)
                 .map_err(|e| e.to_string())?;
-            (
-                sgl,
-                Some(WindowBind {
-                    rkey: next_rkey,
-                    addr: buf_addr,
-                    length: len as u64,
-                    access,
-                }),
-                0,
-            )
+            let bind = invalidate.then_some(WindowBind {
+                rkey,
+                addr: buf_addr,
+                length: len as u64,
+                access,
+            });
+            (sgl, bind, 0)
         }
         DataDir::None => (SglDescriptor::keyed_null(), None, 0),
     };
@@ -128,7 +141,15 @@ mod tests {
 
     #[test]
     fn no_data_is_keyed_null() {
-        let c = build_capsule(Sqe::keep_alive(0), 5, DataDir::None, 4096, ADDR, 0x1234).unwrap();
+        let c = build_capsule(
+            Sqe::keep_alive(0),
+            5,
+            DataDir::None,
+            4096,
+            ADDR,
+            DataKey::Window(0x1234),
+        )
+        .unwrap();
         let b = c.sqe.to_array();
         // Keep Alive as in linux-nvme-rdma-errors.pcap frame 122: flags 40h, SGL all
         // zero but the identifier 40h.
@@ -145,7 +166,7 @@ mod tests {
             DataDir::ControllerToHost { len: 0 },
             0,
             ADDR,
-            1,
+            DataKey::Window(1),
         )
         .unwrap();
         assert_eq!(z.sqe.sgl(), SglDescriptor::keyed_null());
@@ -159,7 +180,7 @@ mod tests {
             DataDir::HostToController { len: 4096 },
             4096,
             ADDR,
-            9,
+            DataKey::Window(9),
         )
         .unwrap();
         let b = c.sqe.to_array();
@@ -178,7 +199,7 @@ mod tests {
             DataDir::HostToController { len: 32768 },
             4096,
             ADDR,
-            0xABCD_EF02,
+            DataKey::Window(0xABCD_EF02),
         )
         .unwrap();
         let b = c.sqe.to_array();
@@ -206,7 +227,7 @@ mod tests {
             DataDir::ControllerToHost { len: 512 },
             4096,
             ADDR,
-            7,
+            DataKey::Window(7),
         )
         .unwrap();
         assert_eq!(
@@ -221,7 +242,7 @@ mod tests {
             DataDir::HostToController { len: 1024 },
             0,
             ADDR,
-            7,
+            DataKey::Window(7),
         )
         .unwrap();
         assert_eq!(a.bind.map(|b| b.access), Some(AccessFlags::REMOTE_READ));
@@ -231,8 +252,26 @@ mod tests {
             DataDir::ControllerToHost { len: 1 << 24 },
             0,
             ADDR,
-            7
+            DataKey::Window(7)
         )
         .is_err());
+    }
+
+    /// With the region's key there is nothing to bind and nothing to invalidate.
+    #[test]
+    fn region_key_is_keyed_without_invalidate() {
+        let c = build_capsule(
+            Sqe::read(0, 1, 0, 7, false),
+            4,
+            DataDir::ControllerToHost { len: 4096 },
+            4096,
+            ADDR,
+            DataKey::Region(0x55),
+        )
+        .unwrap();
+        let b = c.sqe.to_array();
+        assert_eq!(&b[35..39], &0x55u32.to_le_bytes());
+        assert_eq!(b[39], 0x40);
+        assert_eq!(c.bind, None);
     }
 }

@@ -26,13 +26,14 @@ use nvme::{
     Cap, Cc, CommandSpecificStatus, Cqe, Csts, FeatureId, IdentifyCns, Property, Sqe, NVME_AQ_DEPTH,
 };
 use transport::soft::SoftProvider;
-use transport::verbs::{Context, Device as _, Provider};
+use transport::verbs::{Context, Device as _, Pd, Provider};
 use transport::wire::cm::CM_REJ_STALE_CONN;
 
 use crate::capsule::DataDir;
-use crate::error::HostError;
+use crate::error::{HostError, QueueError};
 use crate::fabrics::{self, CONNECT_DATA_LEN};
 use crate::identify::{parse_ns_list, ControllerInfo, NamespaceInfo, IDENTIFY_LEN};
+use crate::pool::{BufferPool, IoBuf};
 use crate::queue::{NvmeRdmaQueue, QueueCompletion, QueueConfig};
 
 /// Data buffer bytes per admin command slot (Identify and Connect data fit).
@@ -97,6 +98,8 @@ pub fn connect_queue<P, C>(
     ctx: C,
     cm: &P::Cm,
     qcfg: QueueConfig,
+    pd: Pd,
+    pool: &BufferPool,
 ) -> Result<NvmeRdmaQueue<P>, HostError>
 where
     C: Context<Provider = P>,
@@ -117,7 +120,7 @@ where
                 .open_context(group)
                 .map_err(|e| HostError::Device(format!("reopening poll group {group}: {e}")))?,
         };
-        match NvmeRdmaQueue::connect(c, cm, qcfg.clone()) {
+        match NvmeRdmaQueue::connect(c, cm, qcfg.clone(), pd, pool) {
             Err(HostError::Rejected {
                 reason: CM_REJ_STALE_CONN,
                 ..
@@ -140,10 +143,11 @@ where
 }
 
 /// Runs one command on `queue` and waits for it, sleeping in `queue.wait` (1 ms at
-/// most, woken by packets) between polls. `fill` writes host-to-controller data into
-/// the slot buffer before submission. Returns the CQE and the command's CID (its
-/// buffer holds controller-to-host data until the slot is reused). Completions of
-/// other commands seen meanwhile are appended to `others`.
+/// most, woken by packets) between polls. The data buffer (`data.len()` bytes) comes
+/// from the queue's pool (waiting for space within `timeout`); `fill` writes
+/// host-to-controller data into it before submission. Returns the CQE and the buffer
+/// (controller-to-host data). Completions of other commands seen meanwhile are
+/// appended to `others`.
 ///
 /// Errors: the command's own error, [`HostError::Timeout`] after `timeout` (the
 /// command stays outstanding; treat the queue as unusable).
@@ -154,9 +158,21 @@ pub fn run_command<P: Provider>(
     fill: impl FnOnce(&mut [u8]),
     timeout: Duration,
     others: &mut Vec<QueueCompletion>,
-) -> Result<(Cqe, u16), HostError> {
+) -> Result<(Cqe, Option<IoBuf>), HostError> {
     let deadline = Instant::now() + timeout;
     let name = crate::queue::command_name(queue.qid(), sqe.opcode(), sqe.fctype());
+    let mut buf = match data.len() {
+        0 => None,
+        n => Some(
+            queue
+                .pool()
+                .alloc_blocking(n, timeout)
+                .map_err(QueueError::from)?,
+        ),
+    };
+    if let Some(b) = buf.as_mut() {
+        fill(b);
+    }
     while !queue.can_submit() {
         if queue.is_dead() || Instant::now() >= deadline {
             break;
@@ -164,13 +180,13 @@ pub fn run_command<P: Provider>(
         queue.poll(others);
         queue.wait(Duration::from_millis(1));
     }
-    let cid = queue.submit_with(sqe, data, fill)?;
+    let cid = queue.submit(sqe, data, buf)?;
     let mut got = Vec::new();
     loop {
         queue.poll(&mut got);
         for c in got.drain(..) {
             if c.cid == cid {
-                return c.result.map(|cqe| (cqe, cid));
+                return c.result.map(|cqe| (cqe, c.buf));
             }
             others.push(c);
         }
@@ -248,6 +264,9 @@ pub fn fabrics_connect<P: Provider>(
 pub struct Controller<P: Provider = SoftProvider> {
     admin: NvmeRdmaQueue<P>,
     cm: P::Cm,
+    /// The host's protection domain and buffer pool, which every queue shares.
+    pd: Pd,
+    pool: BufferPool,
     opts: ControllerOptions,
     cntlid: u16,
     cap: Cap,
@@ -270,16 +289,23 @@ impl<P: Provider> std::fmt::Debug for Controller<P> {
 
 impl<P: Provider> Controller<P> {
     /// Connects the admin queue in poll group `ctx` and brings the controller up to
-    /// Identify Controller (steps 1-4 of the module docs). The provider is the
-    /// context's.
-    pub fn connect<C>(ctx: C, cm: &P::Cm, opts: ControllerOptions) -> Result<Self, HostError>
+    /// Identify Controller (steps 1-4 of the module docs). Every queue of the
+    /// controller uses protection domain `pd` and takes its data buffers from `pool`
+    /// (registered in `pd`). The provider is the context's.
+    pub fn connect<C>(
+        ctx: C,
+        cm: &P::Cm,
+        opts: ControllerOptions,
+        pd: Pd,
+        pool: &BufferPool,
+    ) -> Result<Self, HostError>
     where
         C: Context<Provider = P>,
         P: Provider<Context = C>,
     {
         let mut qcfg = QueueConfig::new(0, NVME_AQ_DEPTH, ADMIN_MAX_IO_BYTES, opts.traddr);
         qcfg.connect_timeout = opts.connect_timeout;
-        let mut admin = connect_queue(ctx, cm, qcfg)?;
+        let mut admin = connect_queue(ctx, cm, qcfg, pd, pool)?;
         let cntlid = match fabrics_connect(&mut admin, &opts, CNTLID_DYNAMIC, opts.kato_ms) {
             Ok(c) => c,
             Err(e) => {
@@ -290,6 +316,8 @@ impl<P: Provider> Controller<P> {
         let mut c = Controller {
             admin,
             cm: cm.clone(),
+            pd,
+            pool: pool.clone(),
             opts,
             cntlid,
             cap: Cap(0),
@@ -354,7 +382,7 @@ impl<P: Provider> Controller<P> {
         data: DataDir,
         fill: impl FnOnce(&mut [u8]),
     ) -> Result<(Cqe, Vec<u8>), HostError> {
-        let (cqe, cid) = run_command(
+        let (cqe, buf) = run_command(
             &mut self.admin,
             sqe,
             data,
@@ -362,11 +390,50 @@ impl<P: Provider> Controller<P> {
             self.opts.admin_timeout,
             &mut self.stray,
         )?;
-        let out = match data {
-            DataDir::ControllerToHost { len } => self.admin.buffer(cid)[..len].to_vec(),
+        let out = match (data, buf) {
+            (DataDir::ControllerToHost { len }, Some(b)) => b[..len].to_vec(),
             _ => Vec::new(),
         };
         Ok((cqe, out))
+    }
+
+    /// Runs one admin command with the caller's buffer (`None` for no data; from this
+    /// controller's pool) and waits up to `timeout`: the passthrough form. Returns the
+    /// CQE and the buffer. Errors: the command's; [`HostError::Timeout`].
+    pub fn admin_command_buf(
+        &mut self,
+        sqe: Sqe,
+        data: DataDir,
+        buf: Option<IoBuf>,
+        timeout: Duration,
+    ) -> Result<(Cqe, Option<IoBuf>), HostError> {
+        let deadline = Instant::now() + timeout;
+        let q = &mut self.admin;
+        while !q.can_submit() && !q.is_dead() && Instant::now() < deadline {
+            q.poll(&mut self.stray);
+            q.wait(Duration::from_millis(1));
+        }
+        let cid = q.submit(sqe, data, buf)?;
+        let mut got = Vec::new();
+        loop {
+            q.poll(&mut got);
+            for c in got.drain(..) {
+                if c.cid == cid {
+                    return c.result.map(|cqe| (cqe, c.buf));
+                }
+                self.stray.push(c);
+            }
+            if Instant::now() >= deadline {
+                let name = crate::queue::command_name(0, sqe.opcode(), sqe.fctype());
+                return Err(HostError::Timeout(format!("{name} on queue 0")));
+            }
+            q.wait(Duration::from_millis(1));
+        }
+    }
+
+    /// The timeout of one admin command (`ControllerOptions::admin_timeout`).
+    pub fn admin_timeout(&self) -> Duration {
+        self.opts.admin_timeout
     }
 
     /// Property Get (NVMe over Fabrics 1.1 §3.4): the property's value (4 or 8 bytes,
@@ -455,7 +522,7 @@ impl<P: Provider> Controller<P> {
         qcfg.in_capsule_bytes = self.info.in_capsule_data_size().min(qcfg.max_io_bytes);
         qcfg.cntlid = self.cntlid;
         qcfg.connect_timeout = self.opts.connect_timeout;
-        let mut q = connect_queue(ctx, &self.cm, qcfg)?;
+        let mut q = connect_queue(ctx, &self.cm, qcfg, self.pd, &self.pool)?;
         if let Err(e) = fabrics_connect(&mut q, &self.opts, self.cntlid, 0) {
             q.disconnect(Duration::from_millis(500));
             return Err(e);
@@ -526,5 +593,13 @@ impl<P: Provider> Controller<P> {
     /// The connection manager the queues use.
     pub fn cm(&self) -> &P::Cm {
         &self.cm
+    }
+    /// The host's buffer pool, shared by every queue of the controller.
+    pub fn pool(&self) -> &BufferPool {
+        &self.pool
+    }
+    /// The protection domain of every queue and of the pool.
+    pub fn pd(&self) -> Pd {
+        self.pd
     }
 }

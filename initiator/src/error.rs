@@ -26,6 +26,18 @@ pub enum QueueError {
         /// The queue's `max_io_bytes`.
         max: usize,
     },
+    /// The command's data is longer than the buffer given with it (or no buffer was
+    /// given).
+    #[error("data length {len} bytes but the command's buffer holds {buf} bytes")]
+    ShortBuffer {
+        /// Requested length in bytes.
+        len: usize,
+        /// The buffer's length.
+        buf: usize,
+    },
+    /// No buffer of the host's pool could be had for the command.
+    #[error(transparent)]
+    Pool(#[from] crate::pool::PoolError),
     /// `submit_cid` named a slot that is in use or out of range.
     #[error("command identifier {0} is busy or out of range")]
     BadCid(u16),
@@ -126,12 +138,20 @@ pub enum HostError {
     /// A queue-level error.
     #[error(transparent)]
     Queue(#[from] QueueError),
+    /// The host's registered memory does not fit `RLIMIT_MEMLOCK`, or the buffer pool
+    /// cannot hold one command's data; the message names the limit and the fix.
+    #[error("pinned memory: {0}")]
+    Memlock(String),
     /// The RDMA device, socket or CM agent failed.
     #[error("RDMA device: {0}")]
     Device(String),
     /// A caller error: an argument out of range (e.g. an unaligned length).
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// The controller was declared dead (its Keep Alive failed, NVMe Base 2.x §3.9):
+    /// commands outstanding on its I/O queues will not complete.
+    #[error("the controller was declared dead ({0})")]
+    ControllerDead(String),
     /// The host was disconnected or its poll thread is gone.
     #[error("host disconnected")]
     Disconnected,

@@ -1,113 +1,420 @@
-//! The public async API: [`Host`] and [`Namespace`].
+//! The public async API: [`Host`] and [`Namespace`], zero-copy and tokio-native.
 //!
-//! A dedicated poll thread owns the controller and the I/O queues (run to completion:
-//! it busy-polls while commands are outstanding, otherwise it sleeps on its request
-//! channel for at most [`IDLE_WAIT`], so an idle host does not burn a core). Requests
-//! arrive over a crossbeam channel; answers go back over tokio oneshot channels. The
-//! thread also sends Keep Alive every KATO/2 on the admin queue.
+//! **Buffers.** Callers take registered buffers from the host's pool
+//! ([`Host::alloc`], an owned [`IoBuf`]; it waits while the pool is full) and read into
+//! or write from them with no copy ([`Namespace::read_buf`], [`Namespace::write_buf`],
+//! [`Namespace::passthrough`]): the buffer goes to the command and comes back with its
+//! result, also on error ([`BufError`]). [`Namespace::read`] and [`Namespace::write`]
+//! take plain slices and copy through a pool buffer (counted in
+//! [`Host::bytes_copied`]).
 //!
-//! Data is copied between the caller's buffers and the queues' registered slot
-//! buffers; requests larger than the per-command limit (`max_io_bytes`, MDTS, 65536
-//! blocks, the keyed SGL length) are split ([`crate::split`]) and run concurrently.
+//! **Queues.** Every I/O queue is shared by the tasks that use it: a command takes one
+//! of the queue's credits (`max_outstanding`; a caller waits for one: bounded
+//! submission with back-pressure), goes into the queue's submission list, and every
+//! command found there is posted in one go by whoever holds the queue next (the
+//! submitting task itself, at once, when nobody else does: submissions batch without a
+//! thread in between). A [`Namespace`] spreads its commands over the I/O queues round
+//! robin, or sticks to one ([`Namespace::on_queue`]), e.g. one per core of the caller.
+//!
+//! **Completions** ([`Completions`], [`HostOptions::completions`]):
+//! - [`Completions::PollThread`]: `poll_threads` threads poll the queues (queue `i` on
+//!   thread `i % poll_threads`), busy while commands are outstanding, asleep otherwise,
+//!   and wake each waiting task directly (its `Waker`: no channel, no message);
+//! - [`Completions::Runtime`]: the tasks that await commands poll their queue
+//!   themselves from the runtime (a task whose command is not done yields and polls
+//!   again), and a 10 ms tick of a background task keeps idle queues' transports going.
+//!
+//! A command whose future is dropped (a per-call timeout: [`Namespace::with_timeout`],
+//! or the caller gave up) is abandoned, not cancelled: it stays on the wire, its
+//! buffer goes back to the pool when the controller completes it or the queue fails
+//! (Abort is not sent). Admin commands (Identify, Get Log Page, Get/Set Features,
+//! [`Host::admin_passthrough`]) run on the admin queue of the Keep Alive thread
+//! ([`AdminKeeper`]), on tokio's blocking pool.
+//!
+//! Reissue-ready: a command is its SQE and its buffer ([`IoBuf`], from the host's pool,
+//! not from a queue), so it can be held and posted again on another queue.
 use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam::channel::{self, Receiver, RecvTimeoutError, Sender, TryRecvError};
-use nvme::{DsmRange, Sqe};
-use tokio::sync::oneshot;
+use crossbeam::queue::ArrayQueue;
+use nvme::{Cqe, DsmRange, Sqe};
+use parking_lot::{Mutex, MutexGuard};
+use tokio::sync::Semaphore;
 use transport::soft::SoftProvider;
 use transport::verbs::{Device, Provider};
 use zerocopy::IntoBytes;
 
 use crate::capsule::DataDir;
-use crate::controller::Controller;
 use crate::error::{HostError, QueueError};
+use crate::health::ControllerHealth;
 use crate::identify::ControllerInfo;
-use crate::options::HostOptions;
-use crate::queue::{NvmeRdmaQueue, QueueCompletion};
+use crate::options::{Completions, HostOptions};
+use crate::pool::{BufferPool, IoBuf};
+use crate::queue::{NvmeRdmaQueue, QueueCompletion, SubmitError};
 use crate::split;
-use crate::sync_host::SyncHost;
+use crate::sync_host::{AdminKeeper, SyncHost};
 
-/// Longest sleep of an idle poll thread between checks of its timers.
+/// Longest sleep of an idle poll thread (or the runtime's tick) between rounds of its
+/// queues' transports.
 pub const IDLE_WAIT: Duration = Duration::from_millis(10);
 
-type Reply = oneshot::Sender<Result<Vec<u8>, HostError>>;
-
-/// One command for the poll thread: an SQE, its data and where to answer. For
-/// controller-to-host data the answer carries the bytes read.
-struct Command {
-    sqe: Sqe,
-    /// Host-to-controller data (copied into the slot buffer at submission).
-    write: Option<Vec<u8>>,
-    /// Bytes of controller-to-host data.
-    read_len: usize,
-    reply: Reply,
+/// A command that failed, with the buffer it carried handed back (`None` when the
+/// command had none, or was abandoned: a timed-out command keeps its buffer until the
+/// controller completes it).
+#[derive(Debug, thiserror::Error)]
+#[error("{error}")]
+pub struct BufError {
+    /// Why.
+    pub error: HostError,
+    /// The buffer.
+    pub buf: Option<IoBuf>,
 }
 
-impl Command {
-    fn data(&self) -> DataDir {
-        match &self.write {
-            Some(w) => DataDir::HostToController { len: w.len() },
-            None if self.read_len > 0 => DataDir::ControllerToHost { len: self.read_len },
-            None => DataDir::None,
+impl From<BufError> for HostError {
+    fn from(e: BufError) -> Self {
+        e.error
+    }
+}
+
+impl BufError {
+    fn plain(error: HostError) -> Self {
+        BufError { error, buf: None }
+    }
+}
+
+/// A command's result as a caller gets it: its CQE and its buffer.
+type CmdResult = Result<(Cqe, Option<IoBuf>), BufError>;
+
+/// Where one command is: the record a future and the queue share.
+enum RecState {
+    Free,
+    /// Submitted or waiting to be; the waker of the task that awaits it.
+    Waiting(Option<Waker>),
+    Done(CmdResult),
+    /// Its future was dropped: the record is freed when the command completes.
+    Abandoned,
+}
+
+/// A command waiting for its queue.
+struct PendingCmd {
+    rec: u16,
+    sqe: Sqe,
+    data: DataDir,
+    buf: Option<IoBuf>,
+}
+
+/// The part of a queue that its lock guards.
+struct QueueState<P: Provider> {
+    queue: Option<NvmeRdmaQueue<P>>,
+    /// The record of each outstanding CID.
+    by_cid: Vec<Option<u16>>,
+    pending: VecDeque<PendingCmd>,
+    done: Vec<QueueCompletion>,
+    /// Wakers to call once the lock is released.
+    wake: Vec<Waker>,
+}
+
+/// One queue of the async host: see the module docs.
+struct IoQueue<P: Provider> {
+    state: Mutex<QueueState<P>>,
+    credits: Semaphore,
+    records: Box<[Mutex<RecState>]>,
+    free: ArrayQueue<u16>,
+    /// The poll thread sleeps (thread mode) and must be woken for new work.
+    sleeping: AtomicBool,
+    poller: std::sync::OnceLock<std::thread::Thread>,
+    runtime_polled: bool,
+    health: ControllerHealth,
+}
+
+impl<P: Provider> IoQueue<P> {
+    fn new(queue: NvmeRdmaQueue<P>, runtime_polled: bool, health: ControllerHealth) -> Self {
+        let n = queue.max_outstanding().max(1);
+        let depth = usize::from(queue.depth());
+        let free = ArrayQueue::new(n);
+        for i in 0..n {
+            let _ = free.push(i as u16);
+        }
+        IoQueue {
+            state: Mutex::new(QueueState {
+                queue: Some(queue),
+                by_cid: vec![None; depth],
+                pending: VecDeque::with_capacity(n),
+                done: Vec::with_capacity(depth),
+                wake: Vec::with_capacity(n),
+            }),
+            credits: Semaphore::new(n),
+            records: (0..n).map(|_| Mutex::new(RecState::Free)).collect(),
+            free,
+            sleeping: AtomicBool::new(false),
+            poller: std::sync::OnceLock::new(),
+            runtime_polled,
+            health,
+        }
+    }
+
+    /// Gives record `rec` and its credit back.
+    fn release(&self, rec: u16) {
+        let _ = self.free.push(rec);
+        self.credits.add_permits(1);
+    }
+
+    /// Completes record `rec` with `r` (its waker goes to `wake`), or frees it when
+    /// abandoned.
+    fn finish(&self, rec: u16, r: CmdResult, wake: &mut Vec<Waker>) {
+        let mut st = self.records[usize::from(rec)].lock();
+        match std::mem::replace(&mut *st, RecState::Free) {
+            RecState::Waiting(w) => {
+                *st = RecState::Done(r);
+                wake.extend(w);
+            }
+            _ => {
+                drop(st);
+                drop(r);
+                self.release(rec);
+            }
+        }
+    }
+
+    /// One round with the lock held: the queue's completions dispatched, the waiting
+    /// commands posted. Returns whether the queue has work (outstanding or waiting).
+    fn drive(&self, st: &mut QueueState<P>) -> bool {
+        let QueueState {
+            queue,
+            by_cid,
+            pending,
+            done,
+            wake,
+        } = st;
+        let Some(q) = queue.as_mut() else {
+            return false;
+        };
+        q.poll(done);
+        for c in done.drain(..) {
+            let Some(rec) = by_cid.get_mut(usize::from(c.cid)).and_then(Option::take) else {
+                continue;
+            };
+            let r = match c.result {
+                Ok(cqe) => Ok((cqe, c.buf)),
+                Err(error) => Err(BufError { error, buf: c.buf }),
+            };
+            self.finish(rec, r, wake);
+        }
+        while let Some(p) = pending.pop_front() {
+            if matches!(
+                *self.records[usize::from(p.rec)].lock(),
+                RecState::Abandoned
+            ) {
+                *self.records[usize::from(p.rec)].lock() = RecState::Free;
+                self.release(p.rec);
+                continue;
+            }
+            if let Some(reason) = self.health.dead_reason() {
+                let e = HostError::ControllerDead(reason.to_string());
+                self.finish(
+                    p.rec,
+                    Err(BufError {
+                        error: e,
+                        buf: p.buf,
+                    }),
+                    wake,
+                );
+                continue;
+            }
+            match q.submit(p.sqe, p.data, p.buf) {
+                Ok(cid) => by_cid[usize::from(cid)] = Some(p.rec),
+                Err(SubmitError {
+                    error: QueueError::Full,
+                    buf,
+                }) => {
+                    pending.push_front(PendingCmd { buf, ..p });
+                    break;
+                }
+                Err(SubmitError { error, buf }) => {
+                    let e = BufError {
+                        error: error.into(),
+                        buf,
+                    };
+                    self.finish(p.rec, Err(e), wake);
+                }
+            }
+        }
+        q.outstanding() > 0 || !pending.is_empty()
+    }
+
+    /// Releases the lock (handing it to a waiting thread, if any) and wakes the tasks
+    /// whose commands completed. `scratch` (empty, with capacity) trades places with
+    /// the queue's list, so neither ever reallocates.
+    fn unlock_and_wake(mut g: MutexGuard<'_, QueueState<P>>, scratch: &mut Vec<Waker>) {
+        std::mem::swap(&mut g.wake, scratch);
+        MutexGuard::unlock_fair(g);
+        for w in scratch.drain(..) {
+            w.wake();
+        }
+    }
+
+    /// Starts a command: takes a credit (waiting while the queue is full) and a
+    /// record, queues it and posts what is waiting.
+    async fn start(self: &Arc<Self>, sqe: Sqe, data: DataDir, buf: Option<IoBuf>) -> CmdResult {
+        if let Some(reason) = self.health.dead_reason() {
+            return Err(BufError {
+                error: HostError::ControllerDead(reason.to_string()),
+                buf,
+            });
+        }
+        let Ok(permit) = self.credits.acquire().await else {
+            return Err(BufError {
+                error: HostError::Disconnected,
+                buf,
+            });
+        };
+        permit.forget();
+        let Some(rec) = self.free.pop() else {
+            // Credits and records are counted alike: cannot happen.
+            self.credits.add_permits(1);
+            return Err(BufError {
+                error: HostError::Protocol("no command record for a credit".into()),
+                buf,
+            });
+        };
+        *self.records[usize::from(rec)].lock() = RecState::Waiting(None);
+        {
+            let mut g = self.state.lock();
+            if g.queue.is_none() {
+                drop(g);
+                *self.records[usize::from(rec)].lock() = RecState::Free;
+                self.release(rec);
+                return Err(BufError {
+                    error: HostError::Disconnected,
+                    buf,
+                });
+            }
+            g.pending.push_back(PendingCmd {
+                rec,
+                sqe,
+                data,
+                buf,
+            });
+            self.drive(&mut g);
+            // Rare here (completions found while posting): woken under the lock.
+            for w in g.wake.drain(..) {
+                w.wake();
+            }
+        }
+        if self.sleeping.load(Ordering::Acquire) {
+            if let Some(t) = self.poller.get() {
+                t.unpark();
+            }
+        }
+        CmdFuture {
+            queue: self,
+            rec,
+            done: false,
+        }
+        .await
+    }
+}
+
+/// Awaits record `rec` of `queue`.
+struct CmdFuture<'a, P: Provider> {
+    queue: &'a Arc<IoQueue<P>>,
+    rec: u16,
+    done: bool,
+}
+
+impl<P: Provider> Future for CmdFuture<'_, P> {
+    type Output = CmdResult;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<CmdResult> {
+        let q = self.queue;
+        if q.runtime_polled {
+            if let Some(mut g) = q.state.try_lock() {
+                q.drive(&mut g);
+                for w in g.wake.drain(..) {
+                    if !w.will_wake(cx.waker()) {
+                        w.wake();
+                    }
+                }
+            }
+        }
+        let mut st = q.records[usize::from(self.rec)].lock();
+        match std::mem::replace(&mut *st, RecState::Free) {
+            RecState::Done(r) => {
+                drop(st);
+                q.release(self.rec);
+                self.done = true;
+                Poll::Ready(r)
+            }
+            RecState::Waiting(w) => {
+                let w = match w {
+                    Some(w) if w.will_wake(cx.waker()) => w,
+                    _ => cx.waker().clone(),
+                };
+                *st = RecState::Waiting(Some(w));
+                drop(st);
+                if q.runtime_polled {
+                    // Poll the queue again on the next turn of the runtime.
+                    cx.waker().wake_by_ref();
+                }
+                Poll::Pending
+            }
+            other => {
+                *st = other;
+                Poll::Pending
+            }
         }
     }
 }
 
-enum Msg {
-    Admin(Command),
-    Io(Command),
-    Disconnect(oneshot::Sender<Result<(), HostError>>),
+impl<P: Provider> Drop for CmdFuture<'_, P> {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        let mut st = self.queue.records[usize::from(self.rec)].lock();
+        if let RecState::Done(r) = std::mem::replace(&mut *st, RecState::Abandoned) {
+            *st = RecState::Free;
+            drop(st);
+            drop(r);
+            self.queue.release(self.rec);
+        }
+    }
 }
 
-struct Client {
-    tx: Sender<Msg>,
-    /// Bytes per command at most.
+/// What the host's handles share.
+struct Shared<P: Provider> {
+    io: Vec<Arc<IoQueue<P>>>,
+    keeper: Mutex<Option<AdminKeeper<P>>>,
+    pool: BufferPool,
+    next: AtomicUsize,
+    copied: AtomicU64,
+    stop: Arc<AtomicBool>,
+    /// Bytes per command at most (MDTS, `max_io_bytes`).
     max_transfer: usize,
 }
 
-impl Client {
-    /// Hands the command to the poll thread now; the returned future answers it.
-    fn send(&self, admin: bool, sqe: Sqe, write: Option<Vec<u8>>, read_len: usize) -> Pending {
-        let (reply, rx) = oneshot::channel();
-        let cmd = Command {
-            sqe,
-            write,
-            read_len,
-            reply,
-        };
-        let sent = self
-            .tx
-            .send(if admin { Msg::Admin(cmd) } else { Msg::Io(cmd) })
-            .is_ok();
-        Pending {
-            rx: sent.then_some(rx),
-        }
-    }
-
-    async fn call(
-        &self,
-        admin: bool,
-        sqe: Sqe,
-        write: Option<Vec<u8>>,
-        read_len: usize,
-    ) -> Result<Vec<u8>, HostError> {
-        self.send(admin, sqe, write, read_len).wait().await
-    }
-}
-
-/// A command handed to the poll thread.
-struct Pending {
-    rx: Option<oneshot::Receiver<Result<Vec<u8>, HostError>>>,
-}
-
-impl Pending {
-    async fn wait(self) -> Result<Vec<u8>, HostError> {
-        match self.rx {
-            Some(rx) => rx.await.map_err(|_| HostError::Disconnected)?,
-            None => Err(HostError::Disconnected),
-        }
+impl<P: Provider> Shared<P> {
+    /// Runs `f` on the controller on tokio's blocking pool.
+    async fn admin<R: Send + 'static>(
+        self: &Arc<Self>,
+        f: impl FnOnce(&mut crate::Controller<P>) -> Result<R, HostError> + Send + 'static,
+    ) -> Result<R, HostError> {
+        let me = self.clone();
+        tokio::task::spawn_blocking(move || {
+            let k = me.keeper.lock();
+            match k.as_ref() {
+                Some(k) => k.with_controller(f),
+                None => Err(HostError::Disconnected),
+            }
+        })
+        .await
+        .map_err(|_| HostError::Disconnected)?
     }
 }
 
@@ -115,14 +422,14 @@ impl Pending {
 ///
 /// The provider is a type parameter that defaults to the soft provider, so `Host` and
 /// [`Host::connect`] are the soft provider's; [`Host::connect_with`] takes another
-/// (`Host::connect_with(VerbsProvider, opts)` with the transport's `verbs` feature) and
+/// (`Host::connect_with(VerbsProvider, opts)` with the transport's `verbs` feature),
+/// [`Host::connect_with_options`] the provider's own options too, and
 /// [`Host::connect_on`] a device the caller opened. The API is the same on every
 /// provider.
 pub struct Host<P: Provider = SoftProvider> {
-    client: Arc<Client>,
+    shared: Arc<Shared<P>>,
     info: ControllerInfo,
-    thread: Option<std::thread::JoinHandle<()>>,
-    _provider: std::marker::PhantomData<fn() -> P>,
+    threads: Vec<JoinHandle<()>>,
 }
 
 impl<P: Provider> std::fmt::Debug for Host<P> {
@@ -130,13 +437,14 @@ impl<P: Provider> std::fmt::Debug for Host<P> {
         f.debug_struct("Host")
             .field("subnqn", &self.info.subnqn)
             .field("cntlid", &self.info.cntlid)
+            .field("io_queues", &self.shared.io.len())
             .finish()
     }
 }
 
 impl Host<SoftProvider> {
-    /// Connects on the soft provider: [`Host::connect_with`]`(SoftProvider, opts)`
-    /// (`opts.faults` injected on the host's device).
+    /// Connects on the soft provider with its defaults: [`Host::connect_with`]`(
+    /// SoftProvider, opts)`.
     ///
     /// Errors: any [`HostError`] of the bring-up (refused Connect, CM reject, timeout).
     pub async fn connect(opts: HostOptions) -> Result<Self, HostError> {
@@ -146,14 +454,30 @@ impl Host<SoftProvider> {
 
 impl<P: Provider> Host<P> {
     /// Connects to the subsystem `opts.subnqn` at `opts.traddr` over provider `P`:
-    /// device ([`crate::device::open_device`]), connection manager, admin queue
-    /// bring-up and the I/O queues (see [`SyncHost::connect_on`]), on a new poll
-    /// thread; the async caller is not blocked meanwhile.
+    /// device ([`crate::device::open_device`]), buffer pool, connection manager, admin
+    /// queue bring-up and the I/O queues (see [`SyncHost::connect_on`]), on tokio's
+    /// blocking pool (the async caller is not blocked meanwhile); then the poll threads
+    /// or the runtime's tick ([`HostOptions::completions`]) and the Keep Alive thread.
+    /// Call it within a tokio runtime.
     ///
     /// Errors: any [`HostError`] of the device or the bring-up (refused Connect, CM
-    /// reject, timeout).
+    /// reject, timeout, the pool against `RLIMIT_MEMLOCK`).
     pub async fn connect_with(_provider: P, opts: HostOptions) -> Result<Self, HostError> {
-        Self::start(None, opts).await
+        Self::connect_with_options(opts, P::Options::default()).await
+    }
+
+    /// [`Host::connect_with`] with the provider's own `options` (the soft provider's
+    /// `SoftOptions`: fault injection, packet path).
+    pub async fn connect_with_options(
+        opts: HostOptions,
+        options: P::Options,
+    ) -> Result<Self, HostError> {
+        let o = opts.clone();
+        let host =
+            tokio::task::spawn_blocking(move || SyncHost::<P>::connect_with_options(&o, &options))
+                .await
+                .map_err(|_| HostError::Disconnected)??;
+        Self::start(host, &opts)
     }
 
     /// Like [`Host::connect_with`] on `dev`, a device the caller opened with at least
@@ -163,46 +487,78 @@ impl<P: Provider> Host<P> {
         D: Device<Provider = P>,
         P: Provider<Device = D>,
     {
-        Self::start(Some(dev), opts).await
+        let o = opts.clone();
+        let host = tokio::task::spawn_blocking(move || SyncHost::<P>::connect_on(&dev, &o))
+            .await
+            .map_err(|_| HostError::Disconnected)??;
+        Self::start(host, &opts)
     }
 
-    async fn start(dev: Option<Arc<P::Device>>, opts: HostOptions) -> Result<Self, HostError> {
-        let (tx, rx) = channel::unbounded();
-        let (ready_tx, ready_rx) = oneshot::channel();
-        let thread = std::thread::Builder::new()
-            .name("nvmf-host".into())
-            .spawn(move || {
-                let host = match dev {
-                    Some(d) => SyncHost::<P>::connect_on(&d, &opts),
-                    None => SyncHost::<P>::open_and_connect(&opts),
-                };
-                match host {
-                    Ok(h) => {
-                        let (_dev, controller, queues) = h.into_parts();
-                        let max_transfer = queues
-                            .iter()
-                            .map(|q| q.max_io_bytes())
-                            .min()
-                            .unwrap_or(4096);
-                        let info = controller.info().clone();
-                        if ready_tx.send(Ok((info, max_transfer))).is_err() {
-                            let _ = controller.shutdown(queues);
-                            return;
+    fn start(host: SyncHost<P>, opts: &HostOptions) -> Result<Self, HostError> {
+        let pool = host.pool().clone();
+        let (queues, keeper) = host.into_io_queues();
+        let info = keeper.with_controller(|c| c.info().clone());
+        let health = keeper.health().clone();
+        let runtime = opts.completions == Completions::Runtime;
+        let max_transfer = queues
+            .iter()
+            .map(|q| q.max_io_bytes())
+            .min()
+            .unwrap_or(4096);
+        let io: Vec<Arc<IoQueue<P>>> = queues
+            .into_iter()
+            .map(|q| Arc::new(IoQueue::new(q, runtime, health.clone())))
+            .collect();
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut threads = Vec::new();
+        if runtime {
+            let io = io.clone();
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(IDLE_WAIT);
+                while !stop.load(Ordering::Acquire) {
+                    tick.tick().await;
+                    for q in &io {
+                        if let Some(mut g) = q.state.try_lock() {
+                            if !q.drive(&mut g) {
+                                if let Some(queue) = g.queue.as_mut() {
+                                    queue.progress();
+                                }
+                            }
+                            for w in g.wake.drain(..) {
+                                w.wake();
+                            }
                         }
-                        PollThread::new(controller, queues, rx).run();
-                    }
-                    Err(e) => {
-                        let _ = ready_tx.send(Err(e));
                     }
                 }
-            })
-            .map_err(|e| HostError::Device(format!("spawning the poll thread: {e}")))?;
-        let (info, max_transfer) = ready_rx.await.map_err(|_| HostError::Disconnected)??;
+            });
+        } else {
+            let n = usize::from(opts.poll_threads.max(1)).min(io.len().max(1));
+            for t in 0..n {
+                let mine: Vec<Arc<IoQueue<P>>> = io.iter().skip(t).step_by(n).cloned().collect();
+                let stop = stop.clone();
+                let th = std::thread::Builder::new()
+                    .name(format!("nvmf-poll{t}"))
+                    .spawn(move || poll_thread(mine, stop))
+                    .map_err(|e| HostError::Device(format!("spawning a poll thread: {e}")))?;
+                for q in io.iter().skip(t).step_by(n) {
+                    let _ = q.poller.set(th.thread().clone());
+                }
+                threads.push(th);
+            }
+        }
         Ok(Host {
-            client: Arc::new(Client { tx, max_transfer }),
+            shared: Arc::new(Shared {
+                io,
+                keeper: Mutex::new(Some(keeper)),
+                pool,
+                next: AtomicUsize::new(0),
+                copied: AtomicU64::new(0),
+                stop,
+                max_transfer,
+            }),
             info,
-            thread: Some(thread),
-            _provider: std::marker::PhantomData,
+            threads,
         })
     }
 
@@ -211,92 +567,349 @@ impl<P: Provider> Host<P> {
         &self.info
     }
 
+    /// I/O queues connected.
+    pub fn io_queues(&self) -> usize {
+        self.shared.io.len()
+    }
+
+    /// The host's buffer pool.
+    pub fn pool(&self) -> &BufferPool {
+        &self.shared.pool
+    }
+
+    /// A registered buffer of `len` bytes from the host's pool, waiting while the pool
+    /// is full. Errors: [`HostError::Queue`] with the pool's error for a size the pool
+    /// can never give.
+    pub async fn alloc(&self, len: usize) -> Result<IoBuf, HostError> {
+        Ok(self
+            .shared
+            .pool
+            .alloc(len)
+            .await
+            .map_err(QueueError::from)?)
+    }
+
+    /// Bytes the copying conveniences ([`Namespace::read`], [`Namespace::write`])
+    /// copied between callers' slices and pool buffers; the zero-copy calls add none.
+    pub fn bytes_copied(&self) -> u64 {
+        self.shared.copied.load(Ordering::Relaxed)
+    }
+
+    /// Runs admin command `sqe` with `buf` (`data` says the direction; `None` for no
+    /// data) on the admin queue and returns its CQE and the buffer: the admin
+    /// passthrough. `timeout` bounds it (default: `HostOptions::admin_timeout`).
+    ///
+    /// Errors: the command's NVMe status ([`HostError::Nvme`]), [`HostError::Timeout`],
+    /// [`HostError::Disconnected`].
+    pub async fn admin_passthrough(
+        &self,
+        sqe: Sqe,
+        data: DataDir,
+        buf: Option<IoBuf>,
+        timeout: Option<Duration>,
+    ) -> Result<(Cqe, Option<IoBuf>), HostError> {
+        self.shared
+            .admin(move |c| {
+                let t = timeout.unwrap_or_else(|| c.admin_timeout());
+                c.admin_command_buf(sqe, data, buf, t)
+            })
+            .await
+    }
+
+    async fn admin_read(&self, sqe: Sqe, len: usize) -> Result<(Cqe, Vec<u8>), HostError> {
+        let buf = self.alloc(len).await?;
+        let (cqe, buf) = self
+            .admin_passthrough(sqe, DataDir::ControllerToHost { len }, Some(buf), None)
+            .await?;
+        let data = buf.map(|b| b[..len].to_vec()).unwrap_or_default();
+        Ok((cqe, data))
+    }
+
     /// Identify Controller (CNS 01h), read now.
     pub async fn identify_controller(&self) -> Result<ControllerInfo, HostError> {
         let sqe = Sqe::identify(0, nvme::IdentifyCns::Controller, 0, 0);
-        let data = self
-            .client
-            .call(true, sqe, None, crate::identify::IDENTIFY_LEN)
-            .await?;
+        let (_, data) = self.admin_read(sqe, crate::identify::IDENTIFY_LEN).await?;
         ControllerInfo::parse(&data).map_err(HostError::Protocol)
     }
 
     /// The active namespace IDs (Identify CNS 02h).
     pub async fn namespaces(&self) -> Result<Vec<u32>, HostError> {
         let sqe = Sqe::identify(0, nvme::IdentifyCns::ActiveNamespaceList, 0, 0);
-        let data = self
-            .client
-            .call(true, sqe, None, crate::identify::IDENTIFY_LEN)
-            .await?;
+        let (_, data) = self.admin_read(sqe, crate::identify::IDENTIFY_LEN).await?;
         Ok(crate::identify::parse_ns_list(&data))
     }
 
+    /// Get Log Page (NVMe Base 2.x §5.16): `len` bytes (a multiple of 4) of log `lid`
+    /// from byte `offset` (a multiple of 4), for namespace `nsid` (0 or FFFFFFFFh for
+    /// the controller). Errors: [`HostError::InvalidArgument`] for a length or offset
+    /// that is not a whole number of dwords; the command's.
+    pub async fn get_log_page(
+        &self,
+        lid: u8,
+        nsid: u32,
+        offset: u64,
+        len: usize,
+    ) -> Result<Vec<u8>, HostError> {
+        if len == 0 || !len.is_multiple_of(4) || !offset.is_multiple_of(4) {
+            return Err(HostError::InvalidArgument(format!(
+                "Get Log Page of {len} bytes at offset {offset}: both must be whole dwords \
+                 (multiples of 4), the length at least 4"
+            )));
+        }
+        let numd = (len / 4 - 1) as u32;
+        let mut sqe = Sqe::new(nvme::AdminOpcode::GetLogPage.value(), 0).with_nsid(nsid);
+        sqe.set_cdw10(u32::from(lid) | ((numd & 0xFFFF) << 16));
+        sqe.set_cdw11(numd >> 16);
+        sqe.set_cdw12(offset as u32);
+        sqe.set_cdw13((offset >> 32) as u32);
+        Ok(self.admin_read(sqe, len).await?.1)
+    }
+
+    /// Get Features (NVMe Base 2.x §5.15) of feature `fid`, current value (SEL 000b),
+    /// with `cdw11` where the feature takes one: the CQE (DW0 is the value).
+    pub async fn get_features(&self, fid: u8, cdw11: u32) -> Result<Cqe, HostError> {
+        let mut sqe = Sqe::new(nvme::AdminOpcode::GetFeatures.value(), 0);
+        sqe.set_cdw10(u32::from(fid));
+        sqe.set_cdw11(cdw11);
+        Ok(self
+            .admin_passthrough(sqe, DataDir::None, None, None)
+            .await?
+            .0)
+    }
+
+    /// Set Features (NVMe Base 2.x §5.27) of feature `fid` to `cdw11`, saved across
+    /// resets when `save` (SV): the CQE.
+    pub async fn set_features(&self, fid: u8, cdw11: u32, save: bool) -> Result<Cqe, HostError> {
+        let mut sqe = Sqe::new(nvme::AdminOpcode::SetFeatures.value(), 0);
+        sqe.set_cdw10(u32::from(fid) | if save { 1 << 31 } else { 0 });
+        sqe.set_cdw11(cdw11);
+        Ok(self
+            .admin_passthrough(sqe, DataDir::None, None, None)
+            .await?
+            .0)
+    }
+
     /// Namespace `nsid` (Identify Namespace: size and block size).
-    pub async fn namespace(&self, nsid: u32) -> Result<Namespace, HostError> {
+    pub async fn namespace(&self, nsid: u32) -> Result<Namespace<P>, HostError> {
         let sqe = Sqe::identify(0, nvme::IdentifyCns::Namespace, nsid, 0);
-        let data = self
-            .client
-            .call(true, sqe, None, crate::identify::IDENTIFY_LEN)
-            .await?;
+        let (_, data) = self.admin_read(sqe, crate::identify::IDENTIFY_LEN).await?;
         let info = crate::identify::NamespaceInfo::parse(&data)
             .map_err(|e| HostError::Protocol(format!("namespace {nsid}: {e}")))?;
         Ok(Namespace {
             nsid,
             block_size: info.block_size,
             nlb: info.nsze,
-            client: self.client.clone(),
+            shared: self.shared.clone(),
+            queue: None,
+            timeout: None,
         })
     }
 
-    /// Disconnects: fails queued requests, disconnects the I/O queues, shuts the
-    /// controller down (CC.SHN) and disconnects the admin queue.
+    /// Disconnects: stops the poll threads, fails commands still waiting with
+    /// [`HostError::Disconnected`], disconnects the I/O queues, shuts the controller
+    /// down (CC.SHN) and disconnects the admin queue.
     pub async fn disconnect(mut self) -> Result<(), HostError> {
-        let (reply, rx) = oneshot::channel();
-        self.client
-            .tx
-            .send(Msg::Disconnect(reply))
-            .map_err(|_| HostError::Disconnected)?;
-        let r = rx.await.map_err(|_| HostError::Disconnected)?;
-        if let Some(t) = self.thread.take() {
-            let _ = tokio::task::spawn_blocking(move || t.join()).await;
+        self.stop_pollers();
+        let shared = self.shared.clone();
+        tokio::task::spawn_blocking(move || shutdown(&shared))
+            .await
+            .map_err(|_| HostError::Disconnected)?
+    }
+
+    fn stop_pollers(&mut self) {
+        self.shared.stop.store(true, Ordering::Release);
+        for t in self.threads.drain(..) {
+            t.thread().unpark();
+            let _ = t.join();
         }
-        r
+    }
+}
+
+/// Takes the queues out (failing what waits in them) and shuts the controller down.
+fn shutdown<P: Provider>(shared: &Shared<P>) -> Result<(), HostError> {
+    let mut queues = Vec::new();
+    for q in &shared.io {
+        let mut g = q.state.lock();
+        // Let in-flight commands finish (bounded), then fail what is left.
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while q.drive(&mut g) && Instant::now() < deadline {}
+        let pending: Vec<PendingCmd> = g.pending.drain(..).collect();
+        let mut wake = std::mem::take(&mut g.wake);
+        for p in pending {
+            q.finish(
+                p.rec,
+                Err(BufError::plain(HostError::Disconnected)),
+                &mut wake,
+            );
+        }
+        for cid in 0..g.by_cid.len() {
+            if let Some(rec) = g.by_cid[cid].take() {
+                q.finish(
+                    rec,
+                    Err(BufError::plain(HostError::Disconnected)),
+                    &mut wake,
+                );
+            }
+        }
+        if let Some(queue) = g.queue.take() {
+            queues.push(queue);
+        }
+        drop(g);
+        q.credits.close();
+        for w in wake {
+            w.wake();
+        }
+    }
+    match shared.keeper.lock().take() {
+        Some(k) => k.shutdown(queues),
+        None => Err(HostError::Disconnected),
     }
 }
 
 impl<P: Provider> Drop for Host<P> {
     fn drop(&mut self) {
-        if self.thread.is_some() {
-            // Without an explicit disconnect the poll thread shuts down on its own.
-            let (reply, _rx) = oneshot::channel();
-            let _ = self.client.tx.send(Msg::Disconnect(reply));
-        }
+        // Without an explicit disconnect: the pollers stop; the keeper and the queues
+        // disconnect when the last handle (a Namespace) goes.
+        self.stop_pollers();
     }
 }
 
-/// One namespace of a [`Host`]: `nlb` logical blocks of `block_size` bytes.
-#[derive(Clone)]
-pub struct Namespace {
+/// A poll thread of [`Completions::PollThread`]: see the module docs.
+fn poll_thread<P: Provider>(queues: Vec<Arc<IoQueue<P>>>, stop: Arc<AtomicBool>) {
+    let mut idle_rounds = 0u32;
+    let most = queues.iter().map(|q| q.records.len()).max().unwrap_or(1);
+    let mut scratch: Vec<Waker> = Vec::with_capacity(most);
+    while !stop.load(Ordering::Acquire) {
+        let mut busy = false;
+        for q in &queues {
+            let mut g = q.state.lock();
+            busy |= q.drive(&mut g);
+            IoQueue::unlock_and_wake(g, &mut scratch);
+        }
+        if busy {
+            idle_rounds = 0;
+            continue;
+        }
+        idle_rounds += 1;
+        if idle_rounds < 64 {
+            std::hint::spin_loop();
+            continue;
+        }
+        for q in &queues {
+            q.sleeping.store(true, Ordering::Release);
+        }
+        // A submission after the flag was set unparks us; one before is seen here.
+        let work = queues.iter().any(|q| {
+            let mut g = q.state.lock();
+            let w = !g.pending.is_empty() || g.queue.as_ref().is_some_and(|x| x.outstanding() > 0);
+            if !w {
+                if let Some(queue) = g.queue.as_mut() {
+                    queue.progress();
+                }
+            }
+            w
+        });
+        if !work {
+            std::thread::park_timeout(IDLE_WAIT);
+        }
+        for q in &queues {
+            q.sleeping.store(false, Ordering::Release);
+        }
+        idle_rounds = 0;
+    }
+}
+
+/// One namespace of a [`Host`]: `nlb` logical blocks of `block_size` bytes. Cheap to
+/// clone; clones share the host.
+pub struct Namespace<P: Provider = SoftProvider> {
     /// Namespace ID.
     pub nsid: u32,
     /// Logical block size in bytes.
     pub block_size: u32,
     /// Size in logical blocks (NSZE).
     pub nlb: u64,
-    client: Arc<Client>,
+    shared: Arc<Shared<P>>,
+    /// The I/O queue (index) every command of this handle uses; `None`: round robin.
+    queue: Option<usize>,
+    timeout: Option<Duration>,
 }
 
-impl std::fmt::Debug for Namespace {
+impl<P: Provider> Clone for Namespace<P> {
+    fn clone(&self) -> Self {
+        Namespace {
+            nsid: self.nsid,
+            block_size: self.block_size,
+            nlb: self.nlb,
+            shared: self.shared.clone(),
+            queue: self.queue,
+            timeout: self.timeout,
+        }
+    }
+}
+
+impl<P: Provider> std::fmt::Debug for Namespace<P> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Namespace")
             .field("nsid", &self.nsid)
             .field("block_size", &self.block_size)
             .field("nlb", &self.nlb)
+            .field("queue", &self.queue)
             .finish()
     }
 }
 
-impl Namespace {
+impl<P: Provider> Namespace<P> {
+    /// This namespace with every command on I/O queue `index` (0-based: QID `index +
+    /// 1`, taken modulo the queues connected): one queue per core or per task of the
+    /// caller's choosing.
+    pub fn on_queue(&self, index: usize) -> Self {
+        let mut n = self.clone();
+        n.queue = Some(index % self.shared.io.len().max(1));
+        n
+    }
+
+    /// This namespace with a deadline of `timeout` on each call: a call not done by
+    /// then returns [`HostError::Timeout`] and abandons its commands (see the module
+    /// docs; their buffers return to the pool when they complete). Needs a runtime with
+    /// the time driver.
+    pub fn with_timeout(&self, timeout: Duration) -> Self {
+        let mut n = self.clone();
+        n.timeout = Some(timeout);
+        n
+    }
+
+    fn pick(&self) -> Result<&Arc<IoQueue<P>>, HostError> {
+        let io = &self.shared.io;
+        if io.is_empty() {
+            return Err(HostError::InvalidArgument(
+                "no I/O queue is connected".into(),
+            ));
+        }
+        let i = match self.queue {
+            Some(i) => i,
+            None => self.shared.next.fetch_add(1, Ordering::Relaxed),
+        };
+        Ok(&io[i % io.len()])
+    }
+
+    /// Runs `fut` under this handle's deadline.
+    async fn timed<T>(
+        &self,
+        fut: impl Future<Output = Result<T, BufError>>,
+    ) -> Result<T, BufError> {
+        match self.timeout {
+            None => fut.await,
+            Some(d) => match tokio::time::timeout(d, fut).await {
+                Ok(r) => r,
+                Err(_) => Err(BufError::plain(HostError::Timeout(format!(
+                    "a command of namespace {} ({} ms)",
+                    self.nsid,
+                    d.as_millis()
+                )))),
+            },
+        }
+    }
+
     fn check(&self, slba: u64, len: usize) -> Result<u64, HostError> {
         let bs = u64::from(self.block_size);
         if len == 0 || !(len as u64).is_multiple_of(bs) {
@@ -315,40 +928,172 @@ impl Namespace {
     }
 
     fn chunk_bytes(&self) -> usize {
-        split::max_command_bytes(self.block_size, self.client.max_transfer)
+        split::max_command_bytes(self.block_size, self.shared.max_transfer)
     }
 
-    /// Reads `buf.len()` bytes (a multiple of the block size) from block `slba`
-    /// (NVM Command Set 1.x §3.3.4).
+    /// I/O passthrough: `sqe` as given (NSID, opcode and CDWs the caller's; CID and SGL
+    /// filled in) with `buf` (`data` says the direction and length) on an I/O queue.
+    /// Returns the CQE and the buffer. No copy, no allocation.
+    ///
+    /// Errors (with the buffer): the command's NVMe status, transport errors,
+    /// [`HostError::Timeout`] (without the buffer: the command is abandoned).
+    pub async fn passthrough(
+        &self,
+        sqe: Sqe,
+        data: DataDir,
+        buf: Option<IoBuf>,
+    ) -> Result<(Cqe, Option<IoBuf>), BufError> {
+        let q = match self.pick() {
+            Ok(q) => q,
+            Err(error) => return Err(BufError { error, buf }),
+        };
+        self.timed(q.start(sqe, data, buf)).await
+    }
+
+    /// Reads `buf.len()` bytes (a multiple of the block size) from block `slba` into
+    /// `buf`, a buffer of this host's pool ([`Host::alloc`]), with no copy: the target
+    /// writes `buf` itself. Returns the buffer. An I/O larger than one command
+    /// (MDTS, 65536 blocks) goes out as several commands on views of `buf`
+    /// ([`IoBuf::split_to`]) and comes back whole; one that fits one command allocates
+    /// nothing.
+    ///
+    /// Errors (with the buffer where it came back): [`HostError::InvalidArgument`] for a
+    /// length or range outside the namespace; the commands' first error.
+    pub async fn read_buf(&self, slba: u64, buf: IoBuf) -> Result<IoBuf, BufError> {
+        self.rw_buf(slba, buf, false, false).await
+    }
+
+    /// Writes `buf` (a multiple of the block size, a buffer of this host's pool) at
+    /// block `slba`, with no copy; `fua` sets Force Unit Access (NVM Command Set 1.x
+    /// §3.3.6). Returns the buffer. As [`Namespace::read_buf`] for large I/Os and
+    /// errors.
+    pub async fn write_buf(&self, slba: u64, buf: IoBuf, fua: bool) -> Result<IoBuf, BufError> {
+        self.rw_buf(slba, buf, true, fua).await
+    }
+
+    async fn rw_buf(
+        &self,
+        slba: u64,
+        buf: IoBuf,
+        write: bool,
+        fua: bool,
+    ) -> Result<IoBuf, BufError> {
+        if let Err(error) = self.check(slba, buf.len()) {
+            return Err(BufError {
+                error,
+                buf: Some(buf),
+            });
+        }
+        let bs = self.block_size;
+        let chunk = self.chunk_bytes();
+        let command = |p: &split::Piece| {
+            if write {
+                (
+                    Sqe::write(0, self.nsid, p.slba, p.nlb_0based(), fua),
+                    DataDir::HostToController { len: p.len },
+                )
+            } else {
+                (
+                    Sqe::read(0, self.nsid, p.slba, p.nlb_0based(), false),
+                    DataDir::ControllerToHost { len: p.len },
+                )
+            }
+        };
+        if buf.len() <= chunk {
+            let p = split::Piece {
+                slba,
+                nlb: (buf.len() / bs as usize) as u32,
+                byte_offset: 0,
+                len: buf.len(),
+            };
+            let (sqe, data) = command(&p);
+            let (_, back) = self.passthrough(sqe, data, Some(buf)).await?;
+            return back.ok_or_else(|| BufError::plain(HostError::Protocol("buffer lost".into())));
+        }
+        // Several commands on disjoint views of `buf`, in flight together.
+        let mut rest = buf;
+        let mut futs = Vec::new();
+        for p in split::split(slba, rest.len(), bs, chunk) {
+            let view = rest.split_to(p.len);
+            let (sqe, data) = command(&p);
+            futs.push(Box::pin(self.passthrough(sqe, data, Some(view))));
+        }
+        let mut whole: Option<IoBuf> = None;
+        let mut first_err: Option<HostError> = None;
+        for f in futs {
+            let back = match f.await {
+                Ok((_, b)) => b,
+                Err(e) => {
+                    first_err.get_or_insert(e.error);
+                    e.buf
+                }
+            };
+            match (whole.as_mut(), back) {
+                (None, b) => whole = b,
+                (Some(w), Some(b)) => {
+                    let _ = w.unsplit(b);
+                }
+                (Some(_), None) => {}
+            }
+        }
+        if let Some(w) = whole.as_mut() {
+            let _ = w.unsplit(rest);
+        }
+        match first_err {
+            None => whole.ok_or_else(|| BufError::plain(HostError::Protocol("buffer lost".into()))),
+            Some(error) => Err(BufError { error, buf: whole }),
+        }
+    }
+
+    /// Copies in pieces of at most this many bytes (what the pool can give at once).
+    fn copy_chunk(&self) -> usize {
+        let bs = self.block_size as usize;
+        let max = self.shared.pool.max_alloc().min(4 << 20);
+        (max / bs).max(1) * bs
+    }
+
+    /// Reads `buf.len()` bytes (a multiple of the block size) from block `slba` into a
+    /// plain slice, through pool buffers (a copy; counted in [`Host::bytes_copied`]).
     pub async fn read(&self, slba: u64, buf: &mut [u8]) -> Result<(), HostError> {
         self.check(slba, buf.len())?;
-        let pieces: Vec<split::Piece> =
-            split::split(slba, buf.len(), self.block_size, self.chunk_bytes()).collect();
-        let mut waits = Vec::new();
-        for p in &pieces {
-            let sqe = Sqe::read(0, self.nsid, p.slba, p.nlb_0based(), false);
-            waits.push(self.client.send(false, sqe, None, p.len));
-        }
-        let results = futures_join_all(waits).await;
-        for (p, r) in pieces.iter().zip(results) {
-            let data = r?;
-            buf[p.byte_offset..p.byte_offset + p.len].copy_from_slice(&data[..p.len]);
+        let step = self.copy_chunk();
+        let bs = u64::from(self.block_size);
+        for (i, part) in buf.chunks_mut(step).enumerate() {
+            let b = self
+                .shared
+                .pool
+                .alloc(part.len())
+                .await
+                .map_err(QueueError::from)?;
+            let at = slba + (i * step) as u64 / bs;
+            let b = self.read_buf(at, b).await?;
+            part.copy_from_slice(&b[..part.len()]);
+            self.shared
+                .copied
+                .fetch_add(part.len() as u64, Ordering::Relaxed);
         }
         Ok(())
     }
 
-    /// Writes `data` (a multiple of the block size) at block `slba`; `fua` sets Force
-    /// Unit Access (NVM Command Set 1.x §3.3.6).
+    /// Writes `data` (a multiple of the block size) at block `slba` from a plain slice,
+    /// through pool buffers (a copy); `fua` sets Force Unit Access.
     pub async fn write(&self, slba: u64, data: &[u8], fua: bool) -> Result<(), HostError> {
         self.check(slba, data.len())?;
-        let mut waits = Vec::new();
-        for p in split::split(slba, data.len(), self.block_size, self.chunk_bytes()) {
-            let sqe = Sqe::write(0, self.nsid, p.slba, p.nlb_0based(), fua);
-            let part = data[p.byte_offset..p.byte_offset + p.len].to_vec();
-            waits.push(self.client.send(false, sqe, Some(part), 0));
-        }
-        for r in futures_join_all(waits).await {
-            r?;
+        let step = self.copy_chunk();
+        let bs = u64::from(self.block_size);
+        for (i, part) in data.chunks(step).enumerate() {
+            let mut b = self
+                .shared
+                .pool
+                .alloc(part.len())
+                .await
+                .map_err(QueueError::from)?;
+            b.copy_from_slice(part);
+            self.shared
+                .copied
+                .fetch_add(part.len() as u64, Ordering::Relaxed);
+            let at = slba + (i * step) as u64 / bs;
+            self.write_buf(at, b, fua).await?;
         }
         Ok(())
     }
@@ -356,10 +1101,9 @@ impl Namespace {
     /// Flush (NVMe Base 2.x §7.1): volatile write cache contents of the namespace
     /// become non-volatile.
     pub async fn flush(&self) -> Result<(), HostError> {
-        self.client
-            .call(false, Sqe::flush(0, self.nsid), None, 0)
-            .await
-            .map(|_| ())
+        self.passthrough(Sqe::flush(0, self.nsid), DataDir::None, None)
+            .await?;
+        Ok(())
     }
 
     /// Write Zeroes of `nlb` blocks from `slba` (NVM Command Set 1.x §3.3.8), split
@@ -371,20 +1115,12 @@ impl Namespace {
                 self.nlb
             )));
         }
-        let mut waits = Vec::new();
         let mut at = slba;
         while at < slba + nlb {
             let n = (slba + nlb - at).min(split::MAX_NLB);
-            waits.push(self.client.send(
-                false,
-                Sqe::write_zeroes(0, self.nsid, at, (n - 1) as u16, false),
-                None,
-                0,
-            ));
+            let sqe = Sqe::write_zeroes(0, self.nsid, at, (n - 1) as u16, false);
+            self.passthrough(sqe, DataDir::None, None).await?;
             at += n;
-        }
-        for r in futures_join_all(waits).await {
-            r?;
         }
         Ok(())
     }
@@ -392,9 +1128,6 @@ impl Namespace {
     /// Dataset Management with Deallocate of `(slba, nlb)` ranges (NVM Command Set 1.x
     /// §3.3.3), 256 ranges per command.
     pub async fn deallocate(&self, ranges: &[(u64, u32)]) -> Result<(), HostError> {
-        if ranges.is_empty() {
-            return Ok(());
-        }
         for &(s, n) in ranges {
             if s.checked_add(u64::from(n)).is_none_or(|e| e > self.nlb) {
                 return Err(HostError::InvalidArgument(format!(
@@ -403,245 +1136,20 @@ impl Namespace {
                 )));
             }
         }
-        let mut waits = Vec::new();
         for group in ranges.chunks(nvme::dsm::DSM_MAX_RANGES) {
             let list: Vec<DsmRange> = group.iter().map(|&(s, n)| DsmRange::new(s, n)).collect();
-            let bytes = list.as_slice().as_bytes().to_vec();
+            let bytes = list.as_slice().as_bytes();
+            let mut b = self
+                .shared
+                .pool
+                .alloc(bytes.len())
+                .await
+                .map_err(QueueError::from)?;
+            b.copy_from_slice(bytes);
             let sqe = Sqe::dsm_deallocate(0, self.nsid, (group.len() - 1) as u8);
-            waits.push(self.client.send(false, sqe, Some(bytes), 0));
-        }
-        for r in futures_join_all(waits).await {
-            r?;
+            let data = DataDir::HostToController { len: bytes.len() };
+            self.passthrough(sqe, data, Some(b)).await?;
         }
         Ok(())
-    }
-}
-
-/// Awaits every answer in order (the commands run concurrently on the poll thread:
-/// each was sent before the first await).
-async fn futures_join_all(pending: Vec<Pending>) -> Vec<Result<Vec<u8>, HostError>> {
-    let mut out = Vec::with_capacity(pending.len());
-    for p in pending {
-        out.push(p.wait().await);
-    }
-    out
-}
-
-/// The poll thread's state.
-struct PollThread<P: Provider> {
-    controller: Controller<P>,
-    queues: Vec<NvmeRdmaQueue<P>>,
-    rx: Receiver<Msg>,
-    /// Per queue (0 = admin, i = I/O queue i): waiting commands and in-flight ones by CID.
-    pending: Vec<VecDeque<Command>>,
-    inflight: Vec<Vec<Option<Command>>>,
-    next_io: usize,
-    keep_alive: Option<Duration>,
-    last_keep_alive: Instant,
-    keep_alive_cid: Option<u16>,
-    done: Vec<QueueCompletion>,
-}
-
-impl<P: Provider> PollThread<P> {
-    fn new(controller: Controller<P>, queues: Vec<NvmeRdmaQueue<P>>, rx: Receiver<Msg>) -> Self {
-        let mut controller = controller;
-        let mut inflight = vec![(0..controller.admin_queue_mut().depth())
-            .map(|_| None)
-            .collect::<Vec<_>>()];
-        for q in &queues {
-            inflight.push((0..q.depth()).map(|_| None).collect());
-        }
-        let n = queues.len() + 1;
-        PollThread {
-            keep_alive: controller.keep_alive_interval(),
-            controller,
-            queues,
-            rx,
-            pending: (0..n).map(|_| VecDeque::new()).collect(),
-            inflight,
-            next_io: 0,
-            last_keep_alive: Instant::now(),
-            keep_alive_cid: None,
-            done: Vec::new(),
-        }
-    }
-
-    fn queue(&mut self, i: usize) -> &mut NvmeRdmaQueue<P> {
-        if i == 0 {
-            self.controller.admin_queue_mut()
-        } else {
-            &mut self.queues[i - 1]
-        }
-    }
-
-    fn outstanding(&mut self) -> usize {
-        let mut n = self.controller.admin_queue_mut().outstanding();
-        n += self.queues.iter().map(|q| q.outstanding()).sum::<usize>();
-        n + self.pending.iter().map(|p| p.len()).sum::<usize>()
-    }
-
-    fn run(mut self) {
-        loop {
-            // Intake.
-            loop {
-                match self.rx.try_recv() {
-                    Ok(Msg::Disconnect(reply)) => return self.shutdown(Some(reply)),
-                    Ok(msg) => self.accept(msg),
-                    Err(TryRecvError::Empty) => break,
-                    Err(TryRecvError::Disconnected) => return self.shutdown(None),
-                }
-            }
-            self.submit_pending();
-            self.poll_all();
-            self.keep_alive_tick();
-            if self.outstanding() == 0 {
-                for i in 0..=self.queues.len() {
-                    self.queue(i).progress();
-                }
-                let wait = self.keep_alive.map_or(IDLE_WAIT, |ka| {
-                    ka.saturating_sub(self.last_keep_alive.elapsed())
-                        .min(IDLE_WAIT)
-                });
-                match self.rx.recv_timeout(wait) {
-                    Ok(Msg::Disconnect(reply)) => return self.shutdown(Some(reply)),
-                    Ok(msg) => self.accept(msg),
-                    Err(RecvTimeoutError::Timeout) => {}
-                    Err(RecvTimeoutError::Disconnected) => return self.shutdown(None),
-                }
-            }
-        }
-    }
-
-    fn accept(&mut self, msg: Msg) {
-        match msg {
-            Msg::Admin(c) => self.pending[0].push_back(c),
-            Msg::Io(c) => {
-                let n = self.queues.len();
-                if n == 0 {
-                    let _ = c.reply.send(Err(HostError::InvalidArgument(
-                        "no I/O queue is connected".into(),
-                    )));
-                    return;
-                }
-                let q = 1 + self.next_io % n;
-                self.next_io = self.next_io.wrapping_add(1);
-                self.pending[q].push_back(c);
-            }
-            Msg::Disconnect(_) => {}
-        }
-    }
-
-    fn submit_pending(&mut self) {
-        for i in 0..self.pending.len() {
-            while let Some(cmd) = self.pending[i].pop_front() {
-                let data = cmd.data();
-                let write = cmd.write.as_deref();
-                let sqe = cmd.sqe;
-                let q = if i == 0 {
-                    self.controller.admin_queue_mut()
-                } else {
-                    &mut self.queues[i - 1]
-                };
-                match q.submit_with(sqe, data, |buf| {
-                    if let Some(w) = write {
-                        buf[..w.len()].copy_from_slice(w);
-                    }
-                }) {
-                    Ok(cid) => self.inflight[i][usize::from(cid)] = Some(cmd),
-                    Err(QueueError::Full) => {
-                        self.pending[i].push_front(cmd);
-                        break;
-                    }
-                    Err(e) => {
-                        let _ = cmd.reply.send(Err(e.into()));
-                    }
-                }
-            }
-        }
-    }
-
-    fn poll_all(&mut self) {
-        for i in 0..=self.queues.len() {
-            let mut done = std::mem::take(&mut self.done);
-            let q = if i == 0 {
-                self.controller.admin_queue_mut()
-            } else {
-                &mut self.queues[i - 1]
-            };
-            q.poll(&mut done);
-            for c in done.drain(..) {
-                if i == 0 && self.keep_alive_cid == Some(c.cid) {
-                    self.keep_alive_cid = None;
-                    if let Err(e) = c.result {
-                        tracing::warn!("Keep Alive failed: {e}");
-                    }
-                    continue;
-                }
-                let Some(cmd) = self.inflight[i]
-                    .get_mut(usize::from(c.cid))
-                    .and_then(|s| s.take())
-                else {
-                    continue;
-                };
-                let r = c.result.map(|_| {
-                    let q = if i == 0 {
-                        self.controller.admin_queue_mut()
-                    } else {
-                        &mut self.queues[i - 1]
-                    };
-                    if cmd.read_len > 0 {
-                        q.buffer(c.cid)[..cmd.read_len].to_vec()
-                    } else {
-                        Vec::new()
-                    }
-                });
-                let _ = cmd.reply.send(r);
-            }
-            self.done = done;
-        }
-    }
-
-    fn keep_alive_tick(&mut self) {
-        let Some(ka) = self.keep_alive else { return };
-        if self.keep_alive_cid.is_some() || self.last_keep_alive.elapsed() < ka {
-            return;
-        }
-        match self
-            .controller
-            .admin_queue_mut()
-            .submit(Sqe::keep_alive(0), DataDir::None)
-        {
-            Ok(cid) => {
-                self.keep_alive_cid = Some(cid);
-                self.last_keep_alive = Instant::now();
-            }
-            Err(QueueError::Full) => {}
-            Err(e) => {
-                tracing::warn!("Keep Alive not sent: {e}");
-                self.last_keep_alive = Instant::now();
-            }
-        }
-    }
-
-    fn shutdown(mut self, reply: Option<oneshot::Sender<Result<(), HostError>>>) {
-        for p in &mut self.pending {
-            for c in p.drain(..) {
-                let _ = c.reply.send(Err(HostError::Disconnected));
-            }
-        }
-        // Let in-flight commands finish (bounded), then fail what is left.
-        let deadline = Instant::now() + Duration::from_secs(2);
-        while self.outstanding() > 0 && Instant::now() < deadline {
-            self.poll_all();
-        }
-        for slots in &mut self.inflight {
-            for c in slots.iter_mut().filter_map(|s| s.take()) {
-                let _ = c.reply.send(Err(HostError::Disconnected));
-            }
-        }
-        let r = self.controller.shutdown(self.queues);
-        if let Some(reply) = reply {
-            let _ = reply.send(r);
-        }
     }
 }

@@ -3,14 +3,17 @@
 //! model.
 //!
 //! Layers, bottom up:
+//! - [`pool`]: [`BufferPool`], the host's one registered buffer pool, shared by all its
+//!   queues, and [`IoBuf`], an owned buffer of it that commands carry with no copy;
 //! - [`queue`]: [`NvmeRdmaQueue`], one NVMe queue on one RC QP and its poll group,
 //!   driving the sans-IO [`queue::QueueCore`] (slots, capsules, memory windows, SQ flow
-//!   control);
+//!   control); a command names its buffer, the queue hands it back with the completion;
 //! - [`controller`]: [`Controller`], bring-up and admin commands over the admin queue
 //!   (Fabrics Connect, properties, Identify, Set Features, Keep Alive, shutdown);
 //! - [`sync_host`]: [`SyncHost`], a whole host without tokio (admin queue plus N I/O
 //!   queues; `nvmf-bench`, in its own crate, drives those queues);
-//! - [`host`]: [`Host`], the public async (tokio) API with a dedicated poll thread.
+//! - [`host`]: [`Host`], the public async (tokio) API: zero-copy reads and writes of
+//!   [`IoBuf`]s, bounded submission, completions that wake the waiting task directly.
 //!
 //! ```no_run
 //! use nvmf_initiator::{Host, HostOptions};
@@ -20,22 +23,32 @@
 //! opts.io_queues = 2;
 //! let host = Host::connect(opts).await?;
 //! let ns = host.namespace(1).await?;
-//! let data = vec![0xA5u8; 4096];
-//! ns.write(0, &data, false).await?;
+//! // Zero copy: a registered buffer from the host's pool, written and read in place.
+//! let mut buf = host.alloc(4096).await?;
+//! buf.fill(0xA5);
+//! let buf = ns.write_buf(0, buf, false).await?;
+//! let buf = ns.read_buf(0, buf).await?;
+//! assert!(buf.iter().all(|&b| b == 0xA5));
+//! // Plain slices work too, through a copy.
 //! let mut back = vec![0u8; 4096];
 //! ns.read(0, &mut back).await?;
-//! assert_eq!(back, data);
 //! host.disconnect().await?;
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! Who the host is: [`HostOptions::new`] takes the host NQN and host ID from
+//! `/etc/nvme/hostnqn` and `/etc/nvme/hostid` as nvme-cli does ([`HostIdentity`]), or
+//! else makes a random pair once per process and logs it (set them in the options to
+//! choose).
 //!
 //! Every layer is generic over the transport's provider (`P: transport::verbs::Provider`,
 //! static dispatch) with the soft provider as the default type parameter, so `Host`,
 //! `SyncHost` and `NvmeRdmaQueue` alone are the soft provider's. On a real RDMA device
 //! (the transport's `verbs` feature): `Host::connect_with(VerbsProvider, opts)`, or
 //! [`Host::connect_on`] a device the caller opened; [`device`] opens the host's device
-//! from [`HostOptions`] on any provider.
+//! from [`HostOptions`] and the provider's own options (`Provider::Options`: the soft
+//! provider's fault injection and packet path) on any provider.
 //!
 //! Errors are [`HostError`] values: NVMe statuses keep SCT/SC/DNR and print their
 //! specification names; transport failures keep the `IBV_WC_*` status.
@@ -48,6 +61,7 @@ pub mod health;
 pub mod host;
 pub mod identify;
 pub mod options;
+pub mod pool;
 pub mod queue;
 pub mod split;
 pub mod sync_host;
@@ -56,8 +70,9 @@ pub use capsule::DataDir;
 pub use controller::{Controller, ControllerOptions};
 pub use error::{HostError, QueueError};
 pub use health::ControllerHealth;
-pub use host::{Host, Namespace};
+pub use host::{BufError, Host, Namespace};
 pub use identify::{ControllerInfo, NamespaceInfo};
-pub use options::HostOptions;
+pub use options::{Completions, HostIdentity, HostOptions};
+pub use pool::{BufferPool, IoBuf, PoolError, RemoteAccess};
 pub use queue::{NvmeRdmaQueue, QueueCompletion, QueueConfig};
 pub use sync_host::SyncHost;

@@ -1,8 +1,164 @@
-//! What a host connects with ([`HostOptions`]) and its defaults.
+//! What a host connects with ([`HostOptions`]) and its defaults, and who the host is
+//! ([`HostIdentity`]: the host NQN and host ID, from `/etc/nvme/hostnqn` and
+//! `/etc/nvme/hostid` as nvme-cli reads them).
 use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::path::Path;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use crate::error::HostError;
+use crate::pool::RemoteAccess;
+
+/// Where nvme-cli and Linux keep the host NQN (one line).
+pub const HOSTNQN_PATH: &str = "/etc/nvme/hostnqn";
+/// Where nvme-cli and Linux keep the host ID (a UUID, one line).
+pub const HOSTID_PATH: &str = "/etc/nvme/hostid";
+/// The NQN prefix of a host NQN made from a UUID (NVMe Base 2.x §4.5).
+pub const UUID_NQN_PREFIX: &str = "nqn.2014-08.org.nvmexpress:uuid:";
+
+/// Where a [`HostIdentity`] came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IdentitySource {
+    /// `/etc/nvme/hostnqn` and/or `/etc/nvme/hostid` (the other one derived from it).
+    Files,
+    /// Generated at random for this process (no files): a target's allow-list cannot
+    /// name a host whose identity changes with every start.
+    Generated,
+}
+
+/// The host NQN and host ID a host connects with.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HostIdentity {
+    /// The host NQN.
+    pub hostnqn: String,
+    /// The host ID (HOSTID of the Connect data, a UUID).
+    pub hostid: [u8; 16],
+    /// Where they came from.
+    pub source: IdentitySource,
+}
+
+impl HostIdentity {
+    /// The identity in the files `hostnqn_path` and `hostid_path` (nvme-cli's), each one
+    /// line, surrounding white space ignored: `None` when neither exists. With only the
+    /// NQN, a `nqn.2014-08.org.nvmexpress:uuid:<UUID>` NQN gives the host ID; with only
+    /// the ID, the NQN is made from it.
+    ///
+    /// # Errors
+    /// A file that cannot be read, an empty or over-long (223 bytes) NQN, a host ID that
+    /// is not a UUID, or an NQN with no UUID and no host ID file: the message names the
+    /// file and how to fix it.
+    pub fn from_files(
+        hostnqn_path: &Path,
+        hostid_path: &Path,
+    ) -> Result<Option<HostIdentity>, String> {
+        let read = |p: &Path| match std::fs::read_to_string(p) {
+            Ok(s) => Ok(Some(s.trim().to_string())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(format!("reading {}: {e}", p.display())),
+        };
+        let nqn = read(hostnqn_path)?;
+        let id = read(hostid_path)?;
+        let id = match id {
+            Some(s) => Some(parse_uuid(&s).ok_or_else(|| {
+                format!(
+                    "{}: {s:?} is not a UUID (8-4-4-4-12 hex digits); write one with                      `uuidgen > {}`",
+                    hostid_path.display(),
+                    hostid_path.display()
+                )
+            })?),
+            None => None,
+        };
+        let (hostnqn, hostid) = match (nqn, id) {
+            (None, None) => return Ok(None),
+            (Some(n), _) if n.is_empty() || n.len() > 223 => {
+                return Err(format!(
+                    "{}: a host NQN of {} bytes (1 to 223); write one with `nvme gen-hostnqn > {}`",
+                    hostnqn_path.display(),
+                    n.len(),
+                    hostnqn_path.display()
+                ))
+            }
+            (Some(n), Some(id)) => (n, id),
+            (Some(n), None) => {
+                let id = n.strip_prefix(UUID_NQN_PREFIX).and_then(parse_uuid).ok_or_else(|| {
+                    format!(
+                        "{} holds {n:?}, which names no UUID, and {} is missing: write the                          host ID there (`uuidgen > {}`)",
+                        hostnqn_path.display(),
+                        hostid_path.display(),
+                        hostid_path.display()
+                    )
+                })?;
+                (n, id)
+            }
+            (None, Some(id)) => (format!("{UUID_NQN_PREFIX}{}", format_uuid(&id)), id),
+        };
+        Ok(Some(HostIdentity {
+            hostnqn,
+            hostid,
+            source: IdentitySource::Files,
+        }))
+    }
+
+    /// This machine's identity: [`HostIdentity::from_files`] of [`HOSTNQN_PATH`] and
+    /// [`HOSTID_PATH`], else (no files, or files that do not parse, which is logged as a
+    /// warning) a random one, made once per process and logged once at info with how
+    /// to make it permanent.
+    pub fn system() -> HostIdentity {
+        match HostIdentity::from_files(Path::new(HOSTNQN_PATH), Path::new(HOSTID_PATH)) {
+            Ok(Some(id)) => id,
+            Ok(None) => generated(None),
+            Err(e) => generated(Some(e)),
+        }
+    }
+}
+
+/// The process's random identity, made (and logged) once.
+fn generated(problem: Option<String>) -> HostIdentity {
+    static ID: OnceLock<HostIdentity> = OnceLock::new();
+    ID.get_or_init(|| {
+        let hostid = uuid_v4();
+        let id = HostIdentity {
+            hostnqn: format!("{UUID_NQN_PREFIX}{}", format_uuid(&hostid)),
+            hostid,
+            source: IdentitySource::Generated,
+        };
+        let why = problem.unwrap_or_else(|| format!("no {HOSTNQN_PATH} or {HOSTID_PATH}"));
+        tracing::info!(
+            hostnqn = %id.hostnqn,
+            "{why}: this process uses a random host NQN and host ID, so a target's              allow-list cannot name it across restarts; make them permanent with              `nvme gen-hostnqn > {HOSTNQN_PATH}` (or set HostOptions::hostnqn/hostid)"
+        );
+        id
+    })
+    .clone()
+}
+
+/// The UUID of its 8-4-4-4-12 hex form (either case), `None` if `s` is not one.
+pub fn parse_uuid(s: &str) -> Option<[u8; 16]> {
+    let groups: Vec<&str> = s.split('-').collect();
+    if groups.iter().map(|g| g.len()).collect::<Vec<_>>() != [8, 4, 4, 4, 12] {
+        return None;
+    }
+    let hex: String = groups.concat();
+    let mut out = [0u8; 16];
+    for (i, b) in out.iter_mut().enumerate() {
+        *b = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(out)
+}
+
+/// Who polls the async [`crate::Host`]'s queues and wakes the tasks whose commands
+/// completed (see [`crate::host`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Completions {
+    /// Dedicated poll threads ([`HostOptions::poll_threads`]) poll the queues and wake
+    /// each waiting task directly.
+    #[default]
+    PollThread,
+    /// The awaiting tasks poll their queue themselves from the tokio runtime (no
+    /// thread of the library on the data path; the runtime's worker busy-polls while a
+    /// command is outstanding).
+    Runtime,
+}
 
 /// Options of a host connection (one controller, one admin queue, `io_queues` I/O
 /// queues), for [`crate::Host::connect`] and [`crate::SyncHost::connect`].
@@ -15,9 +171,11 @@ pub struct HostOptions {
     pub local_ip: Option<IpAddr>,
     /// The NVM subsystem NQN to connect to.
     pub subnqn: String,
-    /// This host's NQN (default: `nqn.2014-08.org.nvmexpress:uuid:<hostid>`).
+    /// This host's NQN (default: [`HostIdentity::system`]'s: `/etc/nvme/hostnqn`, or a
+    /// random `nqn.2014-08.org.nvmexpress:uuid:<hostid>` for the process, logged).
     pub hostnqn: String,
-    /// This host's identifier (HOSTID of the Connect data, a UUID).
+    /// This host's identifier (HOSTID of the Connect data, a UUID; default
+    /// [`HostIdentity::system`]'s).
     pub hostid: [u8; 16],
     /// I/O queues to create (default 1).
     pub io_queues: u16,
@@ -25,39 +183,51 @@ pub struct HostOptions {
     pub queue_depth: u16,
     /// Keep Alive Timeout in ms (default 10000; 0 disables Keep Alive).
     pub kato_ms: u32,
-    /// Data buffer bytes per command (default 1 MiB); larger requests are split.
+    /// Data bytes per command at most (default 1 MiB; also capped by the controller's
+    /// MDTS); larger requests are split.
     pub max_io_bytes: usize,
+    /// Bytes of the host's registered buffer pool, shared by all queues (see
+    /// [`crate::pool`]); `None` (the default): [`crate::pool::DEFAULT_POOL_BYTES`], or
+    /// less on a provider that pins memory when `RLIMIT_MEMLOCK` allows less
+    /// ([`crate::pool::pool_bytes`]).
+    pub buffer_pool_bytes: Option<usize>,
+    /// How the target reaches the buffers; `None` (the default): memory windows where
+    /// the device has them, else the pool's own rkey (logged as a warning: weaker
+    /// isolation). See [`RemoteAccess`].
+    pub remote_access: Option<RemoteAccess>,
+    /// Who polls the async host's queues (default [`Completions::PollThread`]).
+    pub completions: Completions,
+    /// Poll threads of [`Completions::PollThread`] (default 1): I/O queue `i` is polled
+    /// by thread `i % poll_threads` (named `nvmf-poll<t>`).
+    pub poll_threads: u16,
     /// How long connecting a queue (CM exchange, Fabrics Connect) may take (5 s).
     pub connect_timeout: Duration,
     /// How long an admin command may take (default 10 s).
     pub admin_timeout: Duration,
-    /// Receive fault injection on the host's RDMA device (tests, `nvmf-bench
-    /// --inject-*`; see `transport::soft::fault`). Default none.
-    pub faults: Option<transport::soft::FaultConfig>,
-    /// How the soft provider's device moves its packets (UDP sockets, the default, or
-    /// AF_XDP: `nvmf-bench --packet-path af-xdp`; see `transport::soft::xdp`).
-    pub packet_path: transport::soft::xdp::PacketPath,
 }
 
 impl HostOptions {
-    /// Defaults for `traddr` and `subnqn`: a fresh random host ID and its NQN, one I/O
-    /// queue of depth 128, KATO 10 s, 1 MiB per command.
+    /// Defaults for `traddr` and `subnqn`: this machine's host NQN and ID
+    /// ([`HostIdentity::system`]), one I/O queue of depth 128, KATO 10 s, 1 MiB per
+    /// command, the default buffer pool.
     pub fn new(traddr: SocketAddr, subnqn: impl Into<String>) -> Self {
-        let hostid: [u8; 16] = uuid_v4();
+        let id = HostIdentity::system();
         HostOptions {
             traddr,
             local_ip: None,
             subnqn: subnqn.into(),
-            hostnqn: format!("nqn.2014-08.org.nvmexpress:uuid:{}", format_uuid(&hostid)),
-            hostid,
+            hostnqn: id.hostnqn,
+            hostid: id.hostid,
             io_queues: 1,
             queue_depth: 128,
             kato_ms: 10_000,
             max_io_bytes: 1 << 20,
+            buffer_pool_bytes: None,
+            remote_access: None,
+            completions: Completions::default(),
+            poll_threads: 1,
             connect_timeout: Duration::from_secs(5),
             admin_timeout: Duration::from_secs(10),
-            faults: None,
-            packet_path: transport::soft::xdp::PacketPath::Udp,
         }
     }
 
@@ -116,7 +286,12 @@ mod tests {
             o.hostnqn.len(),
             "nqn.2014-08.org.nvmexpress:uuid:".len() + 36
         );
-        assert_eq!(o.hostid[6] >> 4, 4);
+        // No /etc/nvme here: the process's generated identity, the same for every host.
+        if !Path::new(HOSTNQN_PATH).exists() && !Path::new(HOSTID_PATH).exists() {
+            assert_eq!(o.hostid[6] >> 4, 4);
+            let again = HostOptions::new("127.0.0.2:4420".parse().unwrap(), "nqn.y");
+            assert_eq!((again.hostnqn, again.hostid), (o.hostnqn.clone(), o.hostid));
+        }
         assert_eq!(
             (o.io_queues, o.queue_depth, o.kato_ms, o.max_io_bytes),
             (1, 128, 10_000, 1 << 20)
@@ -124,5 +299,47 @@ mod tests {
         assert_eq!(format_uuid(&[0xcf; 16]).len(), 36);
         // Toward a loopback address the kernel answers with a loopback source.
         assert!(o.resolve_local_ip().unwrap().is_loopback());
+    }
+
+    #[test]
+    fn identity_from_nvme_cli_files() {
+        let d = tempfile::tempdir().unwrap();
+        let (nqn, id) = (d.path().join("hostnqn"), d.path().join("hostid"));
+        assert_eq!(HostIdentity::from_files(&nqn, &id), Ok(None));
+        let uuid = "2a5a8c1e-3b2f-4d7e-9f10-0123456789ab";
+        let want_id = parse_uuid(uuid).unwrap();
+        // Only the NQN, of the UUID form: the host ID is its UUID.
+        std::fs::write(&nqn, format!("{UUID_NQN_PREFIX}{uuid}\n")).unwrap();
+        let got = HostIdentity::from_files(&nqn, &id).unwrap().unwrap();
+        assert_eq!(
+            (got.hostnqn.as_str(), got.hostid, got.source),
+            (
+                format!("{UUID_NQN_PREFIX}{uuid}").as_str(),
+                want_id,
+                IdentitySource::Files
+            )
+        );
+        // Both files: taken as they are.
+        std::fs::write(&nqn, "nqn.2026-12.io.example:host-7\n").unwrap();
+        std::fs::write(&id, format!("  {}\n", uuid.to_uppercase())).unwrap();
+        let got = HostIdentity::from_files(&nqn, &id).unwrap().unwrap();
+        assert_eq!(
+            (got.hostnqn.as_str(), got.hostid),
+            ("nqn.2026-12.io.example:host-7", want_id)
+        );
+        // Only the ID: the NQN is made from it.
+        std::fs::remove_file(&nqn).unwrap();
+        let got = HostIdentity::from_files(&nqn, &id).unwrap().unwrap();
+        assert_eq!(got.hostnqn, format!("{UUID_NQN_PREFIX}{uuid}"));
+        // Bad contents are answered with the file and the fix.
+        std::fs::write(&id, "not-a-uuid").unwrap();
+        let e = HostIdentity::from_files(&nqn, &id).unwrap_err();
+        assert!(e.contains("is not a UUID") && e.contains("uuidgen"), "{e}");
+        std::fs::remove_file(&id).unwrap();
+        std::fs::write(&nqn, "nqn.2026-12.io.example:no-uuid").unwrap();
+        let e = HostIdentity::from_files(&nqn, &id).unwrap_err();
+        assert!(e.contains("names no UUID"), "{e}");
+        assert_eq!(parse_uuid(&format_uuid(&want_id)), Some(want_id));
+        assert_eq!(parse_uuid("1234"), None);
     }
 }

@@ -6,8 +6,13 @@
 //! Choosing the provider: [`SyncHost::connect`] uses the soft provider (the default
 //! type parameter, so `SyncHost` alone names the soft provider's host);
 //! [`SyncHost::connect_with`] takes the provider (`SyncHost::connect_with(VerbsProvider,
-//! &opts)` with the transport's `verbs` feature); [`SyncHost::connect_on`] takes a
-//! device the caller opened.
+//! &opts)` with the transport's `verbs` feature), [`SyncHost::connect_with_options`]
+//! also the provider's own options (`SoftOptions`: fault injection, packet path);
+//! [`SyncHost::connect_on`] takes a device the caller opened.
+//!
+//! Every queue of the host shares one protection domain and one registered buffer pool
+//! ([`crate::pool`]), sized from [`HostOptions::buffer_pool_bytes`] or the memlock
+//! limit.
 //!
 //! The benchmark drives the I/O queues itself ([`SyncHost::into_io_queues`]) while an
 //! [`AdminKeeper`] thread sends Keep Alives with blocking waits.
@@ -16,6 +21,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam::channel::{self, Sender, TryRecvError};
+use parking_lot::Mutex;
 use transport::soft::SoftProvider;
 use transport::verbs::{Device, DeviceOf, Provider};
 
@@ -23,12 +29,14 @@ use crate::controller::{Controller, ControllerOptions};
 use crate::error::HostError;
 use crate::health::ControllerHealth;
 use crate::options::HostOptions;
+use crate::pool::{pool_bytes, BufferPool, RemoteAccess, POOL_CHUNK_BYTES};
 use crate::queue::NvmeRdmaQueue;
 
 /// A connected host on provider `P` (the soft provider unless named): see the module
 /// docs.
 pub struct SyncHost<P: Provider = SoftProvider> {
     dev: Arc<DeviceOf<P>>,
+    pool: BufferPool,
     controller: Controller<P>,
     io_queues: Vec<NvmeRdmaQueue<P>>,
 }
@@ -43,8 +51,8 @@ impl<P: Provider> std::fmt::Debug for SyncHost<P> {
 }
 
 impl SyncHost<SoftProvider> {
-    /// Connects on the soft provider: [`SyncHost::connect_with`]`(SoftProvider, opts)`,
-    /// with `opts.faults` injected on the host's device.
+    /// Connects on the soft provider with its defaults: [`SyncHost::connect_with`]`(
+    /// SoftProvider, opts)`.
     pub fn connect(opts: &HostOptions) -> Result<Self, HostError> {
         Self::connect_with(SoftProvider, opts)
     }
@@ -52,34 +60,42 @@ impl SyncHost<SoftProvider> {
 
 impl<P: Provider> SyncHost<P> {
     /// Opens provider `P`'s device on `opts.local_ip` (or the kernel's source address
-    /// toward the target) with a poll group per queue ([`crate::device::open_device`];
-    /// `opts.faults` only on the soft provider), then [`SyncHost::connect_on`] it.
+    /// toward the target) with a poll group per queue and the provider's default
+    /// options ([`crate::device::open_device`]), then [`SyncHost::connect_on`] it.
     ///
     /// Errors: [`HostError::Device`] naming why the device did not open and what to do;
     /// those of [`SyncHost::connect_on`].
     pub fn connect_with(_provider: P, opts: &HostOptions) -> Result<Self, HostError> {
-        Self::open_and_connect(opts)
+        Self::connect_with_options(opts, &P::Options::default())
     }
 
-    /// [`SyncHost::connect_with`] for a provider named by type only.
-    pub(crate) fn open_and_connect(opts: &HostOptions) -> Result<Self, HostError> {
+    /// [`SyncHost::connect_with`] with the provider's own `options` (the soft
+    /// provider's [`transport::soft::SoftOptions`]: fault injection, packet path):
+    /// `SyncHost::<SoftProvider>::connect_with_options(&opts, &soft)`.
+    pub fn connect_with_options(
+        opts: &HostOptions,
+        options: &P::Options,
+    ) -> Result<Self, HostError> {
         if opts.io_queues == 0 {
             return Err(HostError::InvalidArgument("at least one I/O queue".into()));
         }
-        let dev = crate::device::open_device::<P>(opts)?;
+        let dev = crate::device::open_device::<P>(opts, options)?;
         Self::connect_on(&dev, opts)
     }
 
     /// Brings the host up on `dev` (opened with at least `1 + opts.io_queues` poll
-    /// groups): the device's connection manager, the controller (admin queue in poll
-    /// group 0), Set Features Number of Queues for `opts.io_queues`, and as many I/O
-    /// queues as were granted (queue `i` in poll group `i`), each of
-    /// `min(queue_depth, CAP.MQES + 1)` entries and `min(max_io_bytes, MDTS)` bytes per
-    /// command.
+    /// groups): a protection domain and the buffer pool ([`crate::pool`]; memory
+    /// windows, or the pool's rkey where the device has none), the device's connection
+    /// manager, the controller (admin queue in poll group 0), Set Features Number of
+    /// Queues for `opts.io_queues`, and as many I/O queues as were granted (queue `i`
+    /// in poll group `i`), each of `min(queue_depth, CAP.MQES + 1)` entries and
+    /// `min(max_io_bytes, MDTS)` bytes per command.
     ///
     /// Errors: [`HostError::InvalidArgument`] for no I/O queue or a device with too few
-    /// poll groups; [`HostError::Device`] when the CM or a poll group cannot be set up;
-    /// any error of the controller's bring-up and the queues' connections.
+    /// poll groups; [`HostError::Memlock`] when the pool does not fit `RLIMIT_MEMLOCK`
+    /// or cannot hold one command of `min(max_io_bytes, MDTS)`; [`HostError::Device`]
+    /// when the PD, the pool, the CM or a poll group cannot be set up; any error of the
+    /// controller's bring-up and the queues' connections.
     pub fn connect_on<D>(dev: &Arc<D>, opts: &HostOptions) -> Result<Self, HostError>
     where
         D: Device<Provider = P>,
@@ -97,6 +113,10 @@ impl<P: Provider> SyncHost<P> {
                 opts.io_queues
             )));
         }
+        let pd = dev
+            .alloc_pd()
+            .map_err(|e| HostError::Device(format!("protection domain: {e}")))?;
+        let pool = register_pool::<P>(dev, pd, opts)?;
         let cm = dev
             .cm()
             .map_err(|e| HostError::Device(format!("RDMA connection manager: {e}")))?;
@@ -104,7 +124,8 @@ impl<P: Provider> SyncHost<P> {
             dev.open_context(group)
                 .map_err(|e| HostError::Device(format!("poll group {group}: {e}")))
         };
-        let mut controller = Controller::connect(open(0)?, &cm, ControllerOptions::from(opts))?;
+        let mut controller =
+            Controller::connect(open(0)?, &cm, ControllerOptions::from(opts), pd, &pool)?;
         let granted = controller
             .set_number_of_queues(opts.io_queues)?
             .min(opts.io_queues);
@@ -113,6 +134,17 @@ impl<P: Provider> SyncHost<P> {
         let max_io = controller
             .max_transfer_bytes()
             .map_or(opts.max_io_bytes, |m| m.min(opts.max_io_bytes));
+        if max_io > pool.max_alloc() {
+            let _ = controller.shutdown(Vec::new());
+            return Err(HostError::Memlock(format!(
+                "the host's buffer pool ({} bytes, largest buffer {}) cannot hold one \
+                 command of {max_io} bytes (min of max_io_bytes and the controller's MDTS): \
+                 give HostOptions::buffer_pool_bytes at least {} or lower max_io_bytes",
+                pool.capacity(),
+                pool.max_alloc(),
+                max_io.next_power_of_two()
+            )));
+        }
         let mut io_queues = Vec::with_capacity(usize::from(granted));
         for qid in 1..=granted {
             let q = open(u32::from(qid))
@@ -127,6 +159,7 @@ impl<P: Provider> SyncHost<P> {
         }
         Ok(SyncHost {
             dev: dev.clone(),
+            pool,
             controller,
             io_queues,
         })
@@ -135,6 +168,16 @@ impl<P: Provider> SyncHost<P> {
     /// The RDMA device (the soft provider's: its key table, counters).
     pub fn device(&self) -> &Arc<DeviceOf<P>> {
         &self.dev
+    }
+    /// The host's buffer pool, shared by all its queues: take the buffers of
+    /// [`NvmeRdmaQueue::submit`] from it.
+    pub fn pool(&self) -> &BufferPool {
+        &self.pool
+    }
+    /// Bytes the host registered: the pool and every queue's own slots.
+    pub fn registered_bytes(&mut self) -> usize {
+        let queues: usize = self.io_queues.iter().map(|q| q.registered_bytes()).sum();
+        self.pool.capacity() + queues + self.controller.admin_queue_mut().registered_bytes()
     }
     /// The controller (admin commands).
     pub fn controller(&mut self) -> &mut Controller<P> {
@@ -160,18 +203,74 @@ impl<P: Provider> SyncHost<P> {
     }
 }
 
+/// Registers the host's buffer pool for `opts` in `pd` of `dev`: its size from
+/// [`pool_bytes`] (the caller's, or the default within what `RLIMIT_MEMLOCK` leaves on
+/// a provider that pins), memory windows where the device has them (else the pool's
+/// rkey, logged as a warning), unless `opts.remote_access` says which.
+///
+/// Errors: [`HostError::Memlock`] naming the limit and the fix; [`HostError::Device`]
+/// for the registration's other failures.
+pub fn register_pool<P: Provider>(
+    dev: &Arc<DeviceOf<P>>,
+    pd: transport::verbs::Pd,
+    opts: &HostOptions,
+) -> Result<BufferPool, HostError> {
+    use transport::memlock::PinBudget;
+    let budget = PinBudget::process();
+    let page = transport::memlock::page_size() as usize;
+    let slots = |depth: usize| 2 * (depth * crate::queue::core::SQE_LEN).div_ceil(page) * page;
+    let reserve = slots(usize::from(nvme::NVME_AQ_DEPTH))
+        + usize::from(opts.io_queues) * slots(usize::from(opts.queue_depth));
+    let bytes = pool_bytes(
+        opts.buffer_pool_bytes,
+        P::PINS_REGISTERED_MEMORY,
+        budget.available_bytes(),
+        budget.limit().bytes(),
+        reserve as u64,
+        opts.max_io_bytes.clamp(POOL_CHUNK_BYTES, 1 << 20),
+    )
+    .map_err(HostError::Memlock)?;
+    let access = match opts.remote_access {
+        Some(a) => a,
+        None if dev.caps().max_mw == 0 => RemoteAccess::RegionKey,
+        None => RemoteAccess::Windows,
+    };
+    if access == RemoteAccess::RegionKey {
+        tracing::warn!(
+            device = %dev.ip(),
+            "{}: the target reaches this host's buffers through the buffer pool's own \
+             rkey, which covers the whole pool (weaker isolation than a memory window per \
+             command: a faulty target could read or write any buffer of the pool, not only \
+             its command's)",
+            if opts.remote_access.is_some() {
+                "HostOptions::remote_access asks for the pool's rkey"
+            } else {
+                "the RDMA device has no memory windows"
+            }
+        );
+    }
+    BufferPool::register::<P>(dev, pd, bytes, access).map_err(|e| match e {
+        transport::verbs::VerbsError::Memlock(m) => HostError::Memlock(m.to_string()),
+        e => HostError::Device(format!("registering the {bytes}-byte buffer pool: {e}")),
+    })
+}
+
 /// How often the [`AdminKeeper`] drives the admin queue's transport between Keep
 /// Alives (at most; the soft provider's poll group wakes sooner for packets and RC
 /// timers).
 const ADMIN_TICK: Duration = Duration::from_millis(20);
 
-/// A thread that owns the [`Controller`] and sends Keep Alive every KATO/2 (blocking
+/// A thread that keeps the [`Controller`] and sends Keep Alive every KATO/2 (blocking
 /// waits on the admin queue's poll group, no busy polling; its transport is driven
 /// every 20 ms at most) until [`AdminKeeper::shutdown`]. A failed Keep Alive ends the
-/// thread and declares the controller dead in [`AdminKeeper::health`].
+/// thread and declares the controller dead in [`AdminKeeper::health`]. Others run
+/// admin commands through [`AdminKeeper::with_controller`] meanwhile (the thread hands
+/// the controller over between its ticks).
 pub struct AdminKeeper<P: Provider = SoftProvider> {
     stop: Option<Sender<()>>,
-    thread: Option<JoinHandle<(Controller<P>, Option<HostError>)>>,
+    thread: Option<JoinHandle<Option<HostError>>>,
+    /// Shared with the thread; taken back at shutdown.
+    controller: Arc<Mutex<Controller<P>>>,
     health: ControllerHealth,
 }
 
@@ -183,24 +282,28 @@ impl<P: Provider> std::fmt::Debug for AdminKeeper<P> {
 
 impl<P: Provider> AdminKeeper<P> {
     /// Starts the thread.
-    pub fn start(mut controller: Controller<P>) -> Self {
+    pub fn start(controller: Controller<P>) -> Self {
         let (stop, stopped) = channel::bounded::<()>(1);
         let health = ControllerHealth::new();
         let declare = health.clone();
+        let controller = Arc::new(Mutex::new(controller));
+        let shared = controller.clone();
         let thread = std::thread::Builder::new()
             .name("nvmf-admin".into())
             .spawn(move || {
-                let interval = controller
+                let interval = shared
+                    .lock()
                     .keep_alive_interval()
                     .unwrap_or(Duration::from_secs(3600));
                 let mut next_keep_alive = Instant::now() + interval;
                 loop {
+                    let mut c = shared.lock();
                     // Between Keep Alives the admin QP still needs its transport
                     // driven: ACKs to send, retransmissions, timers. Otherwise, under
                     // loss, the target's admin QP may run out of retries waiting for an
                     // ACK this host only sends at the next Keep Alive. The wait wakes
                     // for packets and RC timers (soft) or completions (verbs).
-                    let q = controller.admin_queue_mut();
+                    let q = c.admin_queue_mut();
                     q.progress();
                     let wait = next_keep_alive
                         .saturating_duration_since(Instant::now())
@@ -209,22 +312,22 @@ impl<P: Provider> AdminKeeper<P> {
                     q.wait(wait);
                     // Completions of commands nobody waits for (none expected).
                     q.poll(&mut Vec::new());
-                    match stopped.try_recv() {
-                        Err(TryRecvError::Empty) => {
-                            if Instant::now() < next_keep_alive {
-                                continue;
-                            }
-                            next_keep_alive = Instant::now() + interval;
-                            if controller.keep_alive_interval().is_none() {
-                                continue;
-                            }
-                            if let Err(e) = controller.keep_alive() {
-                                tracing::warn!("Keep Alive failed: {e}");
-                                declare.declare_dead(format!("Keep Alive failed: {e}"));
-                                return (controller, Some(e));
-                            }
+                    let due = Instant::now() >= next_keep_alive;
+                    if due && c.keep_alive_interval().is_some() {
+                        next_keep_alive = Instant::now() + interval;
+                        if let Err(e) = c.keep_alive() {
+                            tracing::warn!("Keep Alive failed: {e}");
+                            declare.declare_dead(format!("Keep Alive failed: {e}"));
+                            return Some(e);
                         }
-                        _ => return (controller, None),
+                    } else if due {
+                        next_keep_alive = Instant::now() + interval;
+                    }
+                    // Whoever waits for the controller gets it now.
+                    parking_lot::MutexGuard::unlock_fair(c);
+                    match stopped.try_recv() {
+                        Err(TryRecvError::Empty) => {}
+                        _ => return None,
                     }
                 }
             })
@@ -232,6 +335,7 @@ impl<P: Provider> AdminKeeper<P> {
         AdminKeeper {
             stop: Some(stop),
             thread,
+            controller,
             health,
         }
     }
@@ -242,14 +346,39 @@ impl<P: Provider> AdminKeeper<P> {
         &self.health
     }
 
+    /// Runs `f` on the controller (an admin command: blocking), between the keeper's
+    /// ticks (waits 20 ms at most for one to end).
+    pub fn with_controller<R>(&self, f: impl FnOnce(&mut Controller<P>) -> R) -> R {
+        f(&mut self.controller.lock())
+    }
+
+    /// The controller, shared (for a caller that runs admin commands from other
+    /// threads, e.g. the async [`crate::Host`]).
+    pub fn controller(&self) -> &Arc<Mutex<Controller<P>>> {
+        &self.controller
+    }
+
     /// Stops the thread and shuts the controller down after disconnecting
     /// `io_queues`. Returns a Keep Alive failure seen earlier, or the shutdown's error.
     pub fn shutdown(mut self, io_queues: Vec<NvmeRdmaQueue<P>>) -> Result<(), HostError> {
         drop(self.stop.take());
-        let Some(t) = self.thread.take() else {
-            return Err(HostError::Disconnected);
+        let ka_err = match self.thread.take() {
+            Some(t) => t.join().map_err(|_| HostError::Disconnected)?,
+            None => None,
         };
-        let (controller, ka_err) = t.join().map_err(|_| HostError::Disconnected)?;
+        // The thread has ended: the only other holders are callers of `controller()`.
+        let shared = Arc::clone(&self.controller);
+        drop(self);
+        let controller = match Arc::try_unwrap(shared) {
+            Ok(m) => m.into_inner(),
+            Err(_) => {
+                return Err(HostError::InvalidArgument(
+                    "the controller is still shared (AdminKeeper::controller): drop those \
+                     handles before shutdown"
+                        .into(),
+                ))
+            }
+        };
         let r = controller.shutdown(io_queues);
         match ka_err {
             Some(e) => Err(e),

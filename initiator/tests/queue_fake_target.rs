@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use nvme::{Cqe, Sqe, Status};
 use nvmf_initiator::queue::{NvmeRdmaQueue, QueueCompletion, QueueConfig};
-use nvmf_initiator::{DataDir, HostError, QueueError};
+use nvmf_initiator::{BufferPool, DataDir, HostError, IoBuf, QueueError, RemoteAccess};
 use transport::cm::CmEvent;
 use transport::soft::{DeviceConfig, QpInitAttr, SoftDevice};
 use transport::verbs::connection::ConnRequest;
@@ -291,16 +291,40 @@ fn connect_host(host_ip: IpAddr, target_ip: IpAddr) -> NvmeRdmaQueue {
     let ctx = dev.open_context(0).unwrap();
     let mut cfg = QueueConfig::new(1, DEPTH, MAX_IO, SocketAddr::new(target_ip, 4420));
     cfg.in_capsule_bytes = 4096;
-    NvmeRdmaQueue::connect(ctx, &cm, cfg).expect("queue connects")
+    let (pd, pool) = pool_on(&dev);
+    NvmeRdmaQueue::connect(ctx, &cm, cfg, pd, &pool).expect("queue connects")
+}
+
+/// The host's protection domain and a 1 MiB buffer pool on `dev`.
+fn pool_on(dev: &std::sync::Arc<SoftDevice>) -> (transport::verbs::Pd, BufferPool) {
+    let pd = transport::verbs::Device::alloc_pd(&**dev).expect("PD");
+    let pool = BufferPool::register::<transport::soft::SoftProvider>(
+        dev,
+        pd,
+        1 << 20,
+        RemoteAccess::Windows,
+    )
+    .expect("pool");
+    (pd, pool)
+}
+
+/// A pool buffer of `len` bytes for `q`.
+fn buf(q: &NvmeRdmaQueue, len: usize) -> IoBuf {
+    q.pool().try_alloc(len).unwrap().expect("pool space")
 }
 
 fn wait_for(q: &mut NvmeRdmaQueue, cid: u16) -> Result<Cqe, HostError> {
+    wait_buf(q, cid).0
+}
+
+fn wait_buf(q: &mut NvmeRdmaQueue, cid: u16) -> (Result<Cqe, HostError>, Option<IoBuf>) {
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut out: Vec<QueueCompletion> = Vec::new();
     loop {
         q.poll(&mut out);
         if let Some(i) = out.iter().position(|c| c.cid == cid) {
-            return out.swap_remove(i).result;
+            let c = out.swap_remove(i);
+            return (c.result, c.buf);
         }
         assert!(Instant::now() < deadline, "command {cid} did not complete");
     }
@@ -330,17 +354,21 @@ fn write_read_back_through_every_data_path() {
             )
             .unwrap();
         wait_for(&mut q, cid).unwrap();
+        let b = buf(&q, len);
+        let addr = b.addr();
         let cid = q
             .submit(
                 Sqe::read(0, 1, slba, nlb, false),
                 DataDir::ControllerToHost { len },
+                Some(b),
             )
             .unwrap();
-        let addr = q.buffer_addr(cid);
         let key = q.window_key(cid).unwrap();
-        let cqe = wait_for(&mut q, cid).unwrap();
-        assert_eq!(cqe.cid(), cid);
-        assert_eq!(&q.buffer(cid)[..len], &data[..], "read back {len} bytes");
+        let (cqe, back) = wait_buf(&mut q, cid);
+        let back = back.expect("the buffer comes back");
+        assert_eq!(cqe.unwrap().cid(), cid);
+        assert_eq!(back.addr(), addr, "the same buffer: no copy");
+        assert_eq!(&back[..len], &data[..], "read back {len} bytes");
         // The key the target used is dead once the command completed.
         let dev = q.context().device().clone();
         assert!(dev
@@ -362,13 +390,16 @@ fn plain_send_response_gets_local_invalidate() {
     let _t = start_target("127.0.0.23".parse().unwrap());
     let mut q = connect_host("127.0.0.24".parse().unwrap(), "127.0.0.23".parse().unwrap());
     // NSID 2: the fake target answers with a plain SEND.
+    let b = buf(&q, 4096);
+    let addr = b.addr();
     let cid = q
         .submit(
             Sqe::read(0, 2, 0, 7, false),
             DataDir::ControllerToHost { len: 4096 },
+            Some(b),
         )
         .unwrap();
-    let (addr, key) = (q.buffer_addr(cid), q.window_key(cid).unwrap());
+    let key = q.window_key(cid).unwrap();
     let dev = q.context().device().clone();
     assert!(dev
         .keys()
@@ -399,6 +430,7 @@ fn plain_send_response_gets_local_invalidate() {
             cid,
             Sqe::read(0, 1, 0, 7, false),
             DataDir::ControllerToHost { len: 4096 },
+            Some(buf(&q, 4096)),
         )
         .map(|_| cid)
         .unwrap();
@@ -413,16 +445,17 @@ fn sq_flow_control_and_errors() {
     let mut cids = Vec::new();
     for i in 0..q.max_outstanding() {
         cids.push(
-            q.submit(
+            q.submit_with(
                 Sqe::read(0, 1, i as u64, 0, false),
                 DataDir::ControllerToHost { len: 512 },
+                |_| {},
             )
             .unwrap(),
         );
     }
     // SQ full (size 8 keeps one entry empty) until completions return SQHD.
     assert!(matches!(
-        q.submit(Sqe::flush(0, 1), DataDir::None),
+        q.submit_with(Sqe::flush(0, 1), DataDir::None, |_| {}),
         Err(QueueError::Full)
     ));
     for cid in cids {
@@ -430,7 +463,9 @@ fn sq_flow_control_and_errors() {
     }
     assert_eq!(q.outstanding(), 0);
     // An NVMe error status comes back typed.
-    let cid = q.submit(Sqe::flush(0, 1), DataDir::None).unwrap();
+    let cid = q
+        .submit_with(Sqe::flush(0, 1), DataDir::None, |_| {})
+        .unwrap();
     match wait_for(&mut q, cid) {
         Err(HostError::Nvme {
             status, command, ..
@@ -445,9 +480,10 @@ fn sq_flow_control_and_errors() {
         other => panic!("expected an NVMe error, got {other:?}"),
     }
     assert!(matches!(
-        q.submit(
+        q.submit_with(
             Sqe::read(0, 1, 0, 0, false),
-            DataDir::ControllerToHost { len: MAX_IO + 1 }
+            DataDir::ControllerToHost { len: MAX_IO + 1 },
+            |_| {},
         ),
         Err(QueueError::TooLarge { .. })
     ));
@@ -459,9 +495,10 @@ fn dead_peer_fails_commands_with_transport_error() {
     let mut q = connect_host("127.0.0.28".parse().unwrap(), "127.0.0.27".parse().unwrap());
     // The target takes this one (ACKs it) and vanishes: no response.
     let lost = q
-        .submit(
+        .submit_with(
             Sqe::read(0, 4, 0, 0, false),
             DataDir::ControllerToHost { len: 512 },
+            |_| {},
         )
         .unwrap();
     let mut out = Vec::new();
@@ -471,7 +508,9 @@ fn dead_peer_fails_commands_with_transport_error() {
     }
     assert!(out.is_empty());
     // The next capsule is never acknowledged: retries run out (IBTA §9.7.6.1.3).
-    let next = q.submit(Sqe::flush(0, 1), DataDir::None).unwrap();
+    let next = q
+        .submit_with(Sqe::flush(0, 1), DataDir::None, |_| {})
+        .unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
     while out.len() < 2 && Instant::now() < deadline {
         q.poll(&mut out);
@@ -488,7 +527,7 @@ fn dead_peer_fails_commands_with_transport_error() {
     }
     assert!(q.is_dead());
     assert!(matches!(
-        q.submit(Sqe::flush(0, 1), DataDir::None),
+        q.submit_with(Sqe::flush(0, 1), DataDir::None, |_| {}),
         Err(QueueError::Dead { qid: 1, .. })
     ));
 }
@@ -498,9 +537,10 @@ fn target_disconnect_fails_outstanding_commands() {
     let _t = start_target("127.0.0.29".parse().unwrap());
     let mut q = connect_host("127.0.0.30".parse().unwrap(), "127.0.0.29".parse().unwrap());
     let cid = q
-        .submit(
+        .submit_with(
             Sqe::read(0, 5, 0, 0, false),
             DataDir::ControllerToHost { len: 512 },
+            |_| {},
         )
         .unwrap();
     match wait_for(&mut q, cid) {
@@ -509,7 +549,7 @@ fn target_disconnect_fails_outstanding_commands() {
     }
     assert!(q.is_dead() && q.peer_disconnected());
     assert!(matches!(
-        q.submit(Sqe::flush(0, 1), DataDir::None),
+        q.submit_with(Sqe::flush(0, 1), DataDir::None, |_| {}),
         Err(QueueError::Dead { .. })
     ));
 }
@@ -525,7 +565,8 @@ fn an_unusable_accept_is_refused_and_disconnected() {
     let dev = SoftDevice::open(DeviceConfig::new(h_ip)).expect("host device");
     let cm = dev.cm().expect("host CM");
     let cfg = QueueConfig::new(1, DEPTH, MAX_IO, SocketAddr::new(t_ip, 4420));
-    let e = NvmeRdmaQueue::connect(dev.open_context(0).unwrap(), &cm, cfg).unwrap_err();
+    let (pd, pool) = pool_on(&dev);
+    let e = NvmeRdmaQueue::connect(dev.open_context(0).unwrap(), &cm, cfg, pd, &pool).unwrap_err();
     assert!(
         matches!(&e, HostError::Protocol(m) if m.contains("CRQSIZE 1")),
         "{e}"

@@ -9,8 +9,7 @@
 //! - `verbs` (`VerbsProvider`, cargo feature `verbs`): a kernel RDMA device (an RNIC
 //!   or Soft-RoCE `rdma_rxe`) through libibverbs and librdmacm; each listen address
 //!   opens the device whose RoCE v2 GID it is. A build without the feature refuses it
-//!   ([`ProviderKind::check_built`]) with the command that builds it.
-use serde::{Deserialize, Serialize};
+//!   (`ProviderKind::check_built("nvmf-target")`) with the command that builds it.
 #[cfg(feature = "verbs")]
 pub use transport::rdma::VerbsProvider;
 pub use transport::soft::SoftProvider;
@@ -26,56 +25,9 @@ pub type DefaultProvider = SoftProvider;
 /// Whether this build has the verbs provider (cargo feature `verbs`).
 pub const VERBS_BUILT: bool = cfg!(feature = "verbs");
 
-/// How to build `nvmf-target` with the verbs provider (for the refusal message).
-pub const BUILD_VERBS_HINT: &str =
-    "rebuild with the verbs provider: `cargo build --release -p nvmf-target --features verbs` \
-     (needs rdma-core's libibverbs-dev and librdmacm-dev, libclang-dev and pkg-config; \
-     Debian: apt-get install libibverbs-dev librdmacm-dev libclang-dev pkg-config)";
-
 /// An RDMA provider, by name (`provider = "soft" | "verbs"` in the configuration,
-/// `--provider` on the command line).
-#[derive(
-    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum,
-)]
-#[serde(rename_all = "lowercase")]
-pub enum ProviderKind {
-    /// The userspace RoCEv2 provider over UDP sockets (no RDMA hardware needed).
-    #[default]
-    Soft,
-    /// A kernel RDMA device (RNIC or Soft-RoCE) through libibverbs and librdmacm.
-    Verbs,
-}
-
-impl ProviderKind {
-    /// `"soft"` or `"verbs"` (the provider's `Provider::NAME`).
-    pub fn name(self) -> &'static str {
-        match self {
-            ProviderKind::Soft => SoftProvider::NAME,
-            ProviderKind::Verbs => "verbs",
-        }
-    }
-
-    /// Whether this build can run the provider.
-    ///
-    /// # Errors
-    /// For `verbs` in a build without the `verbs` feature: a message saying so and how
-    /// to build it ([`BUILD_VERBS_HINT`]).
-    pub fn check_built(self) -> Result<(), String> {
-        match self {
-            ProviderKind::Verbs if !VERBS_BUILT => Err(format!(
-                "provider \"verbs\": this nvmf-target was built without the verbs provider; \
-                 {BUILD_VERBS_HINT}; or use provider \"soft\""
-            )),
-            _ => Ok(()),
-        }
-    }
-}
-
-impl std::fmt::Display for ProviderKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
+/// `--provider` on the command line): the transport's, defined once there.
+pub use transport::ProviderKind;
 
 /// Starts a target on the soft provider ([`server::start_on`]), the provider of
 /// every embedded use (tests, `nvmf-bench`'s embedded target). A daemon that follows

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use nvme::status::GenericStatus;
 use nvme::{Sqe, Status};
 use nvmf_initiator::queue::{NvmeRdmaQueue, QueueCompletion};
-use nvmf_initiator::{DataDir, HostError, HostOptions, SyncHost};
+use nvmf_initiator::{DataDir, HostError, HostOptions, IoBuf, SyncHost};
 
 /// A bound for each wait, against hangs (not a timing assertion).
 const PATIENCE: Duration = Duration::from_secs(60);
@@ -113,7 +113,10 @@ fn block_data(seq: u64) -> Vec<u8> {
 }
 
 /// Polls `q` until `n` completions came, returning them (status by CID).
-fn collect(q: &mut NvmeRdmaQueue, n: usize) -> HashMap<u16, Result<nvme::Cqe, HostError>> {
+/// Each with the buffer it carried back.
+type Completions = HashMap<u16, (Result<nvme::Cqe, HostError>, Option<IoBuf>)>;
+
+fn collect(q: &mut NvmeRdmaQueue, n: usize) -> Completions {
     let deadline = Instant::now() + PATIENCE;
     let mut got = HashMap::new();
     let mut out = Vec::new();
@@ -121,8 +124,8 @@ fn collect(q: &mut NvmeRdmaQueue, n: usize) -> HashMap<u16, Result<nvme::Cqe, Ho
         assert!(Instant::now() < deadline, "only {} of {n} CQEs", got.len());
         out.clear();
         q.poll(&mut out);
-        for QueueCompletion { cid, result } in out.drain(..) {
-            got.insert(cid, result);
+        for QueueCompletion { cid, result, buf } in out.drain(..) {
+            got.insert(cid, (result, buf));
         }
     }
     got
@@ -157,23 +160,24 @@ fn sigterm_answers_every_command_then_disconnects_and_exits_0() {
     let mut late = Vec::new();
     for k in 0..4u64 {
         let cid = q
-            .submit(
+            .submit_with(
                 Sqe::read(0, 1, k * 8, 7, false),
                 DataDir::ControllerToHost { len: 4096 },
+                |_| {},
             )
             .expect("submit");
         late.push(cid);
     }
     let got = collect(q, writes.len() + late.len());
     for (cid, k, _) in &writes {
-        let r = &got[cid];
+        let r = &got[cid].0;
         assert!(
             matches!(r, Ok(c) if c.status().is_success()),
             "write {k} in flight at the signal: {r:?}"
         );
     }
     for cid in &late {
-        match &got[cid] {
+        match &got[cid].0 {
             Err(HostError::Nvme { status, .. }) => assert_eq!(
                 *status,
                 Status::generic(GenericStatus::AbortedSqDeletion),
@@ -246,12 +250,14 @@ fn kill_9_during_writes_loses_nothing_acknowledged_with_fua_or_flushed() {
             next += 1;
         }
         if flush.is_none() && done_unflushed.len() >= 32 && q.can_submit() {
-            let cid = q.submit(Sqe::flush(0, 1), DataDir::None).expect("flush");
+            let cid = q
+                .submit(Sqe::flush(0, 1), DataDir::None, None)
+                .expect("flush");
             flush = Some((cid, std::mem::take(&mut done_unflushed)));
         }
         out.clear();
         q.poll(&mut out);
-        for QueueCompletion { cid, result } in out.drain(..) {
+        for QueueCompletion { cid, result, .. } in out.drain(..) {
             let ok = matches!(&result, Ok(c) if c.status().is_success());
             assert!(ok, "command {cid}: {result:?}");
             if let Some(seq) = inflight.remove(&cid) {
@@ -303,15 +309,18 @@ fn kill_9_during_writes_loses_nothing_acknowledged_with_fua_or_flushed() {
     let q = &mut h.io_queues()[0];
     for &seq in durable.iter().step_by(7) {
         let cid = q
-            .submit(
+            .submit_with(
                 Sqe::read(0, 1, seq * 8, 7, false),
                 DataDir::ControllerToHost { len: 4096 },
+                |_| {},
             )
             .expect("submit");
         let got = collect(q, 1);
-        assert!(matches!(&got[&cid], Ok(c) if c.status().is_success()));
+        let (r, buf) = &got[&cid];
+        assert!(matches!(r, Ok(c) if c.status().is_success()));
+        let data = buf.as_ref().expect("the read's buffer");
         assert!(
-            q.buffer(cid)[..4096] == block_data(seq)[..],
+            data[..4096] == block_data(seq)[..],
             "write {seq} after the restart"
         );
     }

@@ -15,6 +15,7 @@
 //! - [`memlock`]: the process's pinned-memory budget (`RLIMIT_MEMLOCK`, every pin counted).
 pub mod cm;
 pub mod fdlimit;
+pub mod kind;
 pub mod memlock;
 pub mod rc;
 #[cfg(feature = "verbs")]
@@ -25,3 +26,5 @@ pub(crate) mod test_captures;
 pub mod time;
 pub mod verbs;
 pub mod wire;
+
+pub use kind::{PacketPathKind, ProviderKind};

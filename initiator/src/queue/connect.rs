@@ -9,15 +9,16 @@ use std::time::Instant;
 
 use transport::verbs::connection::ConnectRequestParams;
 use transport::verbs::{
-    AccessFlags, ConnectionManager as _, Context, Device as _, MemoryRegion as _, Provider, QpCap,
-    QpInitAttr,
+    AccessFlags, ConnectionManager as _, Context, Device as _, MemoryRegion as _, Pd, Provider,
+    QpCap, QpInitAttr,
 };
 
-use super::core::{MrSpan, QueueCore, QueueMemory, RSP_LEN, SQE_LEN};
+use super::core::{MrSpan, QueueCore, QueueMemory, RemoteKeys, RSP_LEN, SQE_LEN};
 use super::driver::{wc_buffer, NvmeRdmaQueue};
 use super::QueueConfig;
 use crate::error::HostError;
 use crate::fabrics;
+use crate::pool::{BufferPool, RemoteAccess};
 
 /// The queue's RDMA READ depth as initiator (ORD): the host never reads from the
 /// target (NVMe/RDMA: only the target issues RDMA READs), as Linux's nvme-rdma asks.
@@ -32,7 +33,10 @@ pub(crate) fn device_err(qid: u16, what: &str, e: impl std::fmt::Display) -> Hos
 }
 
 impl<P: Provider> NvmeRdmaQueue<P> {
-    /// Creates the queue's resources in poll group `ctx` (which the queue keeps) and
+    /// Creates the queue's resources in poll group `ctx` (which the queue keeps) in the
+    /// host's protection domain `pd`, whose buffer pool `pool` the commands take their
+    /// data buffers from (with a memory window per slot where the pool grants no remote
+    /// access of its own, [`RemoteAccess::Windows`]), and
     /// connects it through `cm` ([`ConnectionManager::connect`](transport::verbs::ConnectionManager::connect)): the REQ carries the
     /// NVMe/RDMA request private data (RECFMT 0, QID, HRQSIZE, HSQSIZE), the receive
     /// buffers are posted while the QP is in Init, and the QP is in RTS when the
@@ -48,7 +52,13 @@ impl<P: Provider> NvmeRdmaQueue<P> {
     /// `connect_timeout`, [`HostError::Device`] for resource failures (the verbs error
     /// named), [`HostError::InvalidArgument`] for a depth under 2 or a zero
     /// `max_io_bytes`, [`HostError::Protocol`] for an unusable accept.
-    pub fn connect<C>(mut ctx: C, cm: &P::Cm, cfg: QueueConfig) -> Result<Self, HostError>
+    pub fn connect<C>(
+        mut ctx: C,
+        cm: &P::Cm,
+        cfg: QueueConfig,
+        pd: Pd,
+        pool: &BufferPool,
+    ) -> Result<Self, HostError>
     where
         C: Context<Provider = P>,
         P: Provider<Context = C>,
@@ -57,35 +67,29 @@ impl<P: Provider> NvmeRdmaQueue<P> {
         let qid = cfg.qid;
         let dev = ctx.device().clone();
         let depth = usize::from(cfg.depth);
-        let stride = QueueMemory::stride_for(cfg.max_io_bytes);
-        let pd = dev
-            .alloc_pd()
-            .map_err(|e| device_err(qid, "protection domain", e))?;
-        let data_mr = dev
-            .reg_mr(
-                pd,
-                depth * stride,
-                AccessFlags::LOCAL_WRITE | AccessFlags::MW_BIND,
-            )
-            .map_err(|e| device_err(qid, "data MR", e))?;
         let sqe_mr = dev
             .reg_mr(pd, depth * SQE_LEN, AccessFlags::empty())
             .map_err(|e| device_err(qid, "SQE MR", e))?;
         let rsp_mr = dev
             .reg_mr(pd, depth * RSP_LEN, AccessFlags::LOCAL_WRITE)
             .map_err(|e| device_err(qid, "response MR", e))?;
-        let mw_keys = (0..depth)
-            .map(|_| dev.alloc_mw(pd))
-            .collect::<Result<Vec<u32>, _>>()
-            .map_err(|e| device_err(qid, "memory window", e))?;
+        let mw_keys = match pool.remote_access() {
+            RemoteAccess::Windows => (0..depth)
+                .map(|_| dev.alloc_mw(pd))
+                .collect::<Result<Vec<u32>, _>>()
+                .map_err(|e| device_err(qid, "memory window", e))?,
+            RemoteAccess::RegionKey => Vec::new(),
+        };
+        let keys = match pool.remote_access() {
+            RemoteAccess::Windows => RemoteKeys::Windows(&mw_keys),
+            RemoteAccess::RegionKey => RemoteKeys::Region { rkey: pool.rkey() },
+        };
         let span = |addr, lkey| MrSpan { addr, lkey };
         let mem = QueueMemory {
-            data: span(data_mr.addr(), data_mr.lkey()),
-            stride,
             sqe: span(sqe_mr.addr(), sqe_mr.lkey()),
             rsp: span(rsp_mr.addr(), rsp_mr.lkey()),
         };
-        let core = QueueCore::new(&cfg, mem, &mw_keys)?;
+        let core = QueueCore::new(&cfg, mem, keys)?;
         let depth32 = u32::from(cfg.depth);
         let sq_wrs = super::core::send_queue_wrs(cfg.depth);
         // Every send queue entry and every receive may complete at once.
@@ -130,7 +134,8 @@ impl<P: Provider> NvmeRdmaQueue<P> {
             pd,
             qp: conn.qp,
             cq,
-            data_mr,
+            pool: pool.clone(),
+            bufs: (0..depth).map(|_| None).collect(),
             sqe_mr,
             rsp_mr,
             wc_buf: wc_buffer(),

@@ -3,14 +3,18 @@
 //! with no provider calls, clocks or sockets inside.
 //!
 //! Slot `i` is command identifier `i`; each slot has a 64-byte SQE buffer, a 64-byte
-//! response buffer (receive `i`), a data buffer of `max_io_bytes` in the data MR and a
-//! type 2 memory window. [`QueueMemory`] says where those buffers are.
+//! response buffer (receive `i`) and, where the device has them, a type 2 memory
+//! window ([`RemoteKeys`]). [`QueueMemory`] says where those buffers are. A command's
+//! data buffer is not the slot's: it comes with the submission ([`BufSpan`], a buffer of
+//! the host's pool), so a queue's memory does not grow with depth x MDTS.
 //!
 //! Events in, actions out:
 //! - a submission ([`QueueCore::submit`], [`QueueCore::submit_cid`],
 //!   [`QueueCore::submit_raw`], [`QueueCore::send_runt`]) returns a [`Submission`]: the
 //!   SQE bytes for the slot's SQE buffer and the work requests to post in order (a
-//!   Bind MW for a keyed SGL, then the capsule SEND). The driver posts them and hands
+//!   Bind MW of the slot's window over the command's buffer for a keyed SGL, then the
+//!   capsule SEND; with [`RemoteKeys::Region`] no bind: the SGL carries the region's
+//!   rkey). The driver posts them and hands
 //!   the outcome to [`QueueCore::submitted`], which commits the command (SQ tail,
 //!   window key) or undoes it; a SEND that cannot follow a posted bind kills the queue,
 //!   since a window is then bound with no command to use it;
@@ -41,7 +45,7 @@ use transport::verbs::{
 };
 
 use super::{command_name, QueueCompletion, QueueConfig};
-use crate::capsule::{build_capsule, DataDir};
+use crate::capsule::{build_capsule, DataDir, DataKey};
 use crate::error::{HostError, QueueError};
 
 mod work;
@@ -77,8 +81,9 @@ enum SlotState {
 
 #[derive(Debug)]
 struct Slot {
-    /// The memory window's current key (last bound, or as allocated).
-    mw_key: u32,
+    /// The memory window's current key (last bound, or as allocated); `None` when the
+    /// queue uses the region's key.
+    mw_key: Option<u32>,
     state: SlotState,
     in_free_list: bool,
     /// Capsule SENDs posted from this slot and not completed yet: a command's slot is
@@ -96,6 +101,8 @@ pub struct QueueCore {
     max_io_bytes: usize,
     in_capsule_bytes: usize,
     mem: QueueMemory,
+    /// The data region's rkey when the queue has no memory windows.
+    region_rkey: Option<u32>,
     slots: Vec<Slot>,
     /// Free slots in the order they were freed; a slot taken by `submit_cid` stays
     /// listed until a pop finds it busy.
@@ -136,29 +143,39 @@ pub fn send_queue_wrs(depth: u16) -> u32 {
 }
 
 impl QueueCore {
-    /// The core of queue `cfg.qid`: `cfg.depth` free slots whose windows have the keys
-    /// `mw_keys` (one per slot, as `ibv_alloc_mw` returned them), buffers at `mem`. The
-    /// SQ has `depth` entries until [`QueueCore::limit_sq_size`].
+    /// The core of queue `cfg.qid`: `cfg.depth` free slots, SQE and response buffers
+    /// at `mem`, and `keys`: a window key per slot (as `ibv_alloc_mw` returned them) or
+    /// the data region's rkey. The SQ has `depth` entries until
+    /// [`QueueCore::limit_sq_size`].
     ///
     /// Errors: [`HostError::InvalidArgument`] for a configuration
-    /// [`QueueConfig::validate`] refuses or a key count other than the depth.
-    pub fn new(cfg: &QueueConfig, mem: QueueMemory, mw_keys: &[u32]) -> Result<Self, HostError> {
+    /// [`QueueConfig::validate`] refuses or a window count other than the depth.
+    pub fn new(
+        cfg: &QueueConfig,
+        mem: QueueMemory,
+        keys: RemoteKeys<'_>,
+    ) -> Result<Self, HostError> {
         cfg.validate()?;
-        if mw_keys.len() != usize::from(cfg.depth) {
-            return Err(HostError::InvalidArgument(format!(
-                "{} memory window keys for a queue of depth {}",
-                mw_keys.len(),
-                cfg.depth
-            )));
-        }
+        let (mw_keys, region_rkey): (Vec<Option<u32>>, _) = match keys {
+            RemoteKeys::Windows(k) if k.len() != usize::from(cfg.depth) => {
+                return Err(HostError::InvalidArgument(format!(
+                    "{} memory window keys for a queue of depth {}",
+                    k.len(),
+                    cfg.depth
+                )))
+            }
+            RemoteKeys::Windows(k) => (k.iter().map(|&k| Some(k)).collect(), None),
+            RemoteKeys::Region { rkey } => (vec![None; usize::from(cfg.depth)], Some(rkey)),
+        };
         Ok(QueueCore {
             qid: cfg.qid,
             max_io_bytes: cfg.max_io_bytes,
             in_capsule_bytes: cfg.in_capsule_bytes,
             mem,
+            region_rkey,
             slots: mw_keys
-                .iter()
-                .map(|&mw_key| Slot {
+                .into_iter()
+                .map(|mw_key| Slot {
                     mw_key,
                     state: SlotState::Free,
                     in_free_list: true,
@@ -249,18 +266,14 @@ impl QueueCore {
     pub fn is_disconnected(&self) -> bool {
         self.disconnected
     }
-    /// The iova of slot `cid`'s data buffer (what a keyed SGL of that slot names).
-    pub fn buffer_addr(&self, cid: u16) -> u64 {
-        self.mem.data.addr + (usize::from(cid) * self.mem.stride) as u64
-    }
-    /// Offset of slot `cid`'s data buffer in the data MR.
-    pub fn buffer_offset(&self, cid: u16) -> usize {
-        usize::from(cid) * self.mem.stride
-    }
     /// The key last bound on slot `cid`'s memory window (dead once the command that
-    /// used it completed).
+    /// used it completed); `None` without windows.
     pub fn window_key(&self, cid: u16) -> Option<u32> {
-        self.slots.get(usize::from(cid)).map(|s| s.mw_key)
+        self.slots.get(usize::from(cid)).and_then(|s| s.mw_key)
+    }
+    /// Whether keyed commands bind memory windows (else they carry the region's rkey).
+    pub fn uses_windows(&self) -> bool {
+        self.region_rkey.is_none()
     }
 
     fn check_submit(&self) -> Result<(), QueueError> {
@@ -277,12 +290,16 @@ impl QueueCore {
         Ok(())
     }
 
-    fn check_len(&self, len: usize) -> Result<(), QueueError> {
+    fn check_len(&self, len: usize, buf: Option<BufSpan>) -> Result<(), QueueError> {
         if len > self.max_io_bytes {
             return Err(QueueError::TooLarge {
                 len,
                 max: self.max_io_bytes,
             });
+        }
+        let have = buf.map_or(0, |b| b.len);
+        if len > have {
+            return Err(QueueError::ShortBuffer { len, buf: have });
         }
         Ok(())
     }
@@ -296,12 +313,10 @@ impl QueueCore {
                 .any(|s| matches!(s.state, SlotState::Free))
     }
 
-    /// The slot the next [`QueueCore::submit`] of `len` bytes will take, without taking
-    /// it (so a caller can fill its buffer first). Errors: [`QueueError::Dead`],
-    /// [`QueueError::Full`], [`QueueError::TooLarge`].
-    pub fn next_free_slot(&mut self, len: usize) -> Result<u16, QueueError> {
+    /// The slot the next [`QueueCore::submit`] will take, without taking it. Errors:
+    /// [`QueueError::Dead`], [`QueueError::Full`].
+    pub fn next_free_slot(&mut self) -> Result<u16, QueueError> {
         self.check_submit()?;
-        self.check_len(len)?;
         loop {
             let Some(c) = self.free.front().copied() else {
                 return Err(QueueError::Full);
@@ -338,13 +353,20 @@ impl QueueCore {
         }
     }
 
-    /// Submits `sqe` (its CID and SGL are filled in here) with `data` in a free slot's
-    /// buffer. Errors: [`QueueError::Full`], [`QueueError::TooLarge`],
+    /// Submits `sqe` (its CID and SGL are filled in here) in a free slot, with `data`
+    /// in `buf` (from its first byte; `None` only for no data). Errors:
+    /// [`QueueError::Full`], [`QueueError::TooLarge`], [`QueueError::ShortBuffer`],
     /// [`QueueError::Dead`].
-    pub fn submit(&mut self, sqe: Sqe, data: DataDir) -> Result<Submission, QueueError> {
+    pub fn submit(
+        &mut self,
+        sqe: Sqe,
+        data: DataDir,
+        buf: Option<BufSpan>,
+    ) -> Result<Submission, QueueError> {
         self.check_submit()?;
+        self.check_len(data.len(), buf)?;
         let cid = self.take_free_slot()?;
-        self.command(cid, sqe, data)
+        self.command(cid, sqe, data, buf)
             .inspect_err(|_| self.release(cid))
     }
 
@@ -355,38 +377,50 @@ impl QueueCore {
         cid: u16,
         sqe: Sqe,
         data: DataDir,
+        buf: Option<BufSpan>,
     ) -> Result<Submission, QueueError> {
         self.check_submit()?;
+        self.check_len(data.len(), buf)?;
         match self.slots.get_mut(usize::from(cid)) {
             Some(s) if matches!(s.state, SlotState::Free) => s.state = SlotState::Reserved,
             _ => return Err(QueueError::BadCid(cid)),
         }
-        self.command(cid, sqe, data)
+        self.command(cid, sqe, data, buf)
             .inspect_err(|_| self.release(cid))
     }
 
     /// The capsule of command `cid` (reserved): the bind of a keyed SGL with the
-    /// window's next key, the SEND of the SQE plus any in-capsule data.
-    fn command(&mut self, cid: u16, sqe: Sqe, data: DataDir) -> Result<Submission, QueueError> {
+    /// window's next key (or the region's key, unbound), the SEND of the SQE plus any
+    /// in-capsule data.
+    fn command(
+        &mut self,
+        cid: u16,
+        sqe: Sqe,
+        data: DataDir,
+        buf: Option<BufSpan>,
+    ) -> Result<Submission, QueueError> {
         let defer_acks = !self.defer_acks && self.qid != 0 && sqe.opcode() != nvme::FABRICS_OPCODE;
         let len = data.len();
-        self.check_len(len)?;
         let idx = usize::from(cid);
-        let buf_addr = self.buffer_addr(cid);
+        let span = buf.unwrap_or(BufSpan {
+            addr: 0,
+            len: 0,
+            lkey: 0,
+        });
         let mw_key = self.slots[idx].mw_key;
-        let cap = build_capsule(
-            sqe,
-            cid,
-            data,
-            self.in_capsule_bytes,
-            buf_addr,
-            inc_rkey(mw_key),
-        )
-        .map_err(|_| QueueError::TooLarge {
-            len,
-            max: self.max_io_bytes,
-        })?;
-        let bind = cap.bind.map(|b| SendWr {
+        let key = match (mw_key, self.region_rkey) {
+            (Some(k), _) => DataKey::Window(inc_rkey(k)),
+            (None, Some(r)) => DataKey::Region(r),
+            (None, None) => DataKey::Region(0),
+        };
+        let cap =
+            build_capsule(sqe, cid, data, self.in_capsule_bytes, span.addr, key).map_err(|_| {
+                QueueError::TooLarge {
+                    len,
+                    max: self.max_io_bytes,
+                }
+            })?;
+        let bind = cap.bind.zip(mw_key).map(|(b, mw_key)| SendWr {
             wr_id: WrId {
                 kind: WrKind::Bind,
                 index: u32::from(cid),
@@ -395,7 +429,7 @@ impl QueueCore {
             op: SendOp::BindMw {
                 mw_handle: mw_key,
                 rkey: b.rkey,
-                mr_lkey: self.mem.data.lkey,
+                mr_lkey: span.lkey,
                 addr: b.addr,
                 length: b.length,
                 access: b.access,
@@ -405,15 +439,16 @@ impl QueueCore {
             flags: SendFlags::empty(),
         });
         self.defer_acks |= defer_acks;
+        let granted = bind.as_ref().and(cap.bind).map(|b| b.rkey);
         Ok(Submission {
             cid,
             sqe: cap.sqe.to_array(),
             sqe_len: SQE_LEN,
             bind,
-            send: self.capsule_send(cid, SQE_LEN, cap.in_capsule_len),
+            send: self.capsule_send(cid, SQE_LEN, Some(span), cap.in_capsule_len),
             defer_acks,
             commit: Commit::Command {
-                key: cap.bind.map(|b| b.rkey),
+                key: granted,
                 opcode: cap.sqe.opcode(),
                 fctype: cap.sqe.fctype(),
             },
@@ -421,17 +456,18 @@ impl QueueCore {
     }
 
     /// Submits `sqe` exactly as given (every byte but the CID, set to the chosen slot),
-    /// followed by `in_capsule_len` bytes of in-capsule data, which the caller copies to
-    /// the start of the slot's data buffer before posting; no window is bound. For tests
-    /// of how a controller answers malformed capsules. Errors: [`QueueError::Full`],
-    /// [`QueueError::TooLarge`], [`QueueError::Dead`].
+    /// followed by the bytes of `in_capsule` (a registered buffer, all of it) as
+    /// in-capsule data; no window is bound. For tests of how a controller answers
+    /// malformed capsules. Errors: [`QueueError::Full`], [`QueueError::TooLarge`],
+    /// [`QueueError::Dead`].
     pub fn submit_raw(
         &mut self,
         mut sqe: Sqe,
-        in_capsule_len: usize,
+        in_capsule: Option<BufSpan>,
     ) -> Result<Submission, QueueError> {
         self.check_submit()?;
-        self.check_len(in_capsule_len)?;
+        let in_capsule_len = in_capsule.map_or(0, |b| b.len);
+        self.check_len(in_capsule_len, in_capsule)?;
         let cid = self.take_free_slot()?;
         sqe.set_cid(cid);
         Ok(Submission {
@@ -439,7 +475,7 @@ impl QueueCore {
             sqe: sqe.to_array(),
             sqe_len: SQE_LEN,
             bind: None,
-            send: self.capsule_send(cid, SQE_LEN, in_capsule_len),
+            send: self.capsule_send(cid, SQE_LEN, in_capsule, in_capsule_len),
             defer_acks: false,
             commit: Commit::Command {
                 key: None,
@@ -470,25 +506,31 @@ impl QueueCore {
             sqe,
             sqe_len: bytes.len(),
             bind: None,
-            send: self.capsule_send(cid, bytes.len(), 0),
+            send: self.capsule_send(cid, bytes.len(), None, 0),
             defer_acks: false,
             commit: Commit::RawSend,
         })
     }
 
-    /// The signaled SEND of slot `cid`: `sqe_len` bytes of its SQE buffer, then
-    /// `data_len` bytes of its data buffer (none when 0), gathered with no copy.
-    fn capsule_send(&self, cid: u16, sqe_len: usize, data_len: usize) -> SendWr {
+    /// The signaled SEND of slot `cid`: `sqe_len` bytes of its SQE buffer, then the
+    /// first `data_len` bytes of `data` (none when 0), gathered with no copy.
+    fn capsule_send(
+        &self,
+        cid: u16,
+        sqe_len: usize,
+        data: Option<BufSpan>,
+        data_len: usize,
+    ) -> SendWr {
         let sqe_sge = Sge {
             addr: self.mem.sqe.addr + (usize::from(cid) * SQE_LEN) as u64,
             length: sqe_len as u32,
             lkey: self.mem.sqe.lkey,
         };
-        let sg_list = if data_len > 0 {
+        let sg_list = if let Some(d) = data.filter(|_| data_len > 0) {
             let data_sge = Sge {
-                addr: self.buffer_addr(cid),
+                addr: d.addr,
                 length: data_len as u32,
-                lkey: self.mem.data.lkey,
+                lkey: d.lkey,
             };
             SgList::from_slice(&[sqe_sge, data_sge]).unwrap_or_else(|| SgList::one(sqe_sge))
         } else {
@@ -520,7 +562,7 @@ impl QueueCore {
         match posted {
             Ok(()) => {
                 if let Some(SendOp::BindMw { rkey, .. }) = s.bind.map(|b| b.op) {
-                    self.slots[idx].mw_key = rkey;
+                    self.slots[idx].mw_key = Some(rkey);
                 }
                 self.slots[idx].unacked_sends += 1;
                 self.slots[idx].state = match s.commit {
@@ -552,7 +594,7 @@ impl QueueCore {
             }
             Err(PostFailure::Send(e)) => {
                 if let Some(SendOp::BindMw { rkey, .. }) = s.bind.map(|b| b.op) {
-                    self.slots[idx].mw_key = rkey;
+                    self.slots[idx].mw_key = Some(rkey);
                     self.dead.get_or_insert_with(|| {
                         format!("capsule SEND could not be posted after a bind: {e}")
                     });
@@ -780,7 +822,11 @@ impl QueueCore {
                 dw0: cqe.dw0(),
             })
         };
-        out.push(QueueCompletion { cid, result });
+        out.push(QueueCompletion {
+            cid,
+            result,
+            buf: None,
+        });
     }
 
     /// Kills the queue: every outstanding command fails with `err` into `out`.
@@ -798,6 +844,7 @@ impl QueueCore {
                     out.push(QueueCompletion {
                         cid,
                         result: Err(err.clone()),
+                        buf: None,
                     });
                 }
                 SlotState::Free | SlotState::Reserved => {}

@@ -17,6 +17,7 @@ use super::core::{Action, PostFailure, QueueCore, Submission, CQE_LEN, RSP_LEN};
 use super::QueueCompletion;
 use crate::capsule::DataDir;
 use crate::error::QueueError;
+use crate::pool::{BufferPool, IoBuf};
 
 /// Work completions taken from the CQ per `poll_cq` call.
 const WC_BATCH: usize = 64;
@@ -33,7 +34,11 @@ pub struct NvmeRdmaQueue<P: Provider = SoftProvider> {
     pub(super) pd: Pd,
     pub(super) qp: Qp,
     pub(super) cq: Cq,
-    pub(super) data_mr: MrOf<P>,
+    /// The host's buffer pool (for the copying conveniences, `submit_with`).
+    pub(super) pool: BufferPool,
+    /// The data buffer each outstanding command carries, by CID: handed back with its
+    /// completion.
+    pub(super) bufs: Vec<Option<IoBuf>>,
     pub(super) sqe_mr: MrOf<P>,
     pub(super) rsp_mr: MrOf<P>,
     pub(super) wc_buf: Vec<WorkCompletion>,
@@ -88,6 +93,10 @@ impl<P: Provider> NvmeRdmaQueue<P> {
     pub fn is_dead(&self) -> bool {
         self.core.dead_reason().is_some()
     }
+    /// What ended the queue, if it is dead.
+    pub fn dead_reason(&self) -> Option<&str> {
+        self.core.dead_reason()
+    }
     /// The protection domain of the queue's memory.
     pub fn pd(&self) -> Pd {
         self.pd
@@ -100,35 +109,19 @@ impl<P: Provider> NvmeRdmaQueue<P> {
     pub fn context(&self) -> &ContextOf<P> {
         &self.ctx
     }
-    /// The iova of slot `cid`'s data buffer (what a keyed SGL of that slot names).
-    pub fn buffer_addr(&self, cid: u16) -> u64 {
-        self.core.buffer_addr(cid)
-    }
     /// The key last bound on slot `cid`'s memory window (dead once the command that
-    /// used it completed).
+    /// used it completed); `None` on a queue without windows.
     pub fn window_key(&self, cid: u16) -> Option<u32> {
         self.core.window_key(cid)
     }
-
-    /// Slot `cid`'s data buffer (`max_io_bytes`): fill it before submitting a write,
-    /// read it after a read completed (until the slot is reused). Panics if `cid` is
-    /// not below `depth` (a caller bug).
-    pub fn buffer_mut(&mut self, cid: u16) -> &mut [u8] {
-        assert!(cid < self.core.depth(), "cid {cid} out of range");
-        let off = self.core.buffer_offset(cid);
-        // SAFETY: in range of the MR; the provider touches this memory only inside
-        // `poll`/`progress`, which need `&mut self` too.
-        unsafe {
-            std::slice::from_raw_parts_mut(self.data_mr.as_ptr().add(off), self.max_io_bytes())
-        }
+    /// The host's buffer pool this queue's commands take their data buffers from.
+    pub fn pool(&self) -> &BufferPool {
+        &self.pool
     }
-
-    /// Slot `cid`'s data buffer, read-only. Panics if `cid` is out of range.
-    pub fn buffer(&self, cid: u16) -> &[u8] {
-        assert!(cid < self.core.depth(), "cid {cid} out of range");
-        let off = self.core.buffer_offset(cid);
-        // SAFETY: as in `buffer_mut`.
-        unsafe { std::slice::from_raw_parts(self.data_mr.as_ptr().add(off), self.max_io_bytes()) }
+    /// Bytes this queue registered itself (its SQE and response slots; data buffers
+    /// are the pool's).
+    pub fn registered_bytes(&self) -> usize {
+        self.sqe_mr.len() + self.rsp_mr.len()
     }
 
     /// Notices a DREQ from the target (cheap when no CM event is pending).
@@ -143,53 +136,96 @@ impl<P: Provider> NvmeRdmaQueue<P> {
         self.core.can_submit()
     }
 
-    /// Submits `sqe` (its CID and SGL are filled in here) with `data` in a free slot's
-    /// buffer; returns the command identifier. Errors: [`QueueError::Full`],
-    /// [`QueueError::TooLarge`], [`QueueError::Dead`], [`QueueError::Verbs`].
-    pub fn submit(&mut self, sqe: Sqe, data: DataDir) -> Result<u16, QueueError> {
+    /// Submits `sqe` (its CID and SGL are filled in here) in a free slot with `data` in
+    /// `buf`, a buffer of this queue's pool (from its first byte; `None` only for no
+    /// data), which the queue holds until the command completes and then hands back in
+    /// its [`QueueCompletion`]; returns the command identifier. No copy: the target
+    /// reads or writes `buf` itself (or the capsule SEND gathers it). Errors, with
+    /// `buf` handed back: [`QueueError::Full`] (poll and retry), [`QueueError::TooLarge`],
+    /// [`QueueError::ShortBuffer`], [`QueueError::Dead`], [`QueueError::Verbs`].
+    // The error carries the buffer back by value: no allocation on the data path
+    // (`Full` is routine there), so it is not boxed.
+    #[allow(clippy::result_large_err)]
+    pub fn submit(
+        &mut self,
+        sqe: Sqe,
+        data: DataDir,
+        buf: Option<IoBuf>,
+    ) -> Result<u16, SubmitError> {
         self.check_cm_events();
-        let s = self.core.submit(sqe, data)?;
-        self.execute(s)
+        let span = buf.as_ref().map(IoBuf::span);
+        match self.core.submit(sqe, data, span) {
+            Ok(s) => self.execute(s, buf),
+            Err(error) => Err(SubmitError { error, buf }),
+        }
     }
 
-    /// Like [`submit`](Self::submit), calling `fill` with the chosen slot's data buffer
-    /// first (to copy a write's data in).
+    /// Like [`submit`](Self::submit) with a buffer of `data.len()` bytes taken from the
+    /// pool (if it has one free now: otherwise [`QueueError::Full`]) and filled by
+    /// `fill` first (to copy a write's data in). The buffer comes back with the
+    /// completion (a read's data).
     pub fn submit_with(
         &mut self,
         sqe: Sqe,
         data: DataDir,
         fill: impl FnOnce(&mut [u8]),
     ) -> Result<u16, QueueError> {
-        let cid = self.core.next_free_slot(data.len())?;
-        fill(self.buffer_mut(cid));
-        self.submit(sqe, data)
+        self.core.next_free_slot()?;
+        let buf = match data.len() {
+            0 => None,
+            n => Some(self.pool.try_alloc(n)?.ok_or(QueueError::Full)?),
+        };
+        let mut buf = buf;
+        if let Some(b) = buf.as_mut() {
+            fill(b);
+        }
+        self.submit(sqe, data, buf).map_err(|e| e.error)
     }
 
     /// Like [`submit`](Self::submit) in the slot the caller chose (e.g. a bench tag):
     /// [`QueueError::BadCid`] if `cid` is out of range or in use.
-    pub fn submit_cid(&mut self, cid: u16, sqe: Sqe, data: DataDir) -> Result<(), QueueError> {
+    // The error carries the buffer back by value: no allocation on the data path
+    // (`Full` is routine there), so it is not boxed.
+    #[allow(clippy::result_large_err)]
+    pub fn submit_cid(
+        &mut self,
+        cid: u16,
+        sqe: Sqe,
+        data: DataDir,
+        buf: Option<IoBuf>,
+    ) -> Result<(), SubmitError> {
         self.check_cm_events();
-        let s = self.core.submit_cid(cid, sqe, data)?;
-        self.execute(s).map(|_| ())
+        let span = buf.as_ref().map(IoBuf::span);
+        match self.core.submit_cid(cid, sqe, data, span) {
+            Ok(s) => self.execute(s, buf).map(|_| ()),
+            Err(error) => Err(SubmitError { error, buf }),
+        }
     }
 
     /// Submits `sqe` exactly as given (flags, PSDT, SGL and every other byte untouched
-    /// but the CID, set to the chosen slot), followed by `in_capsule` as in-capsule data,
-    /// as one SEND of `64 + in_capsule.len()` bytes (NVMe RDMA Transport 1.x §2.1: a
-    /// command capsule is the SQE plus optional data). For tests of how a controller
-    /// answers malformed capsules; the command completes through [`poll`](Self::poll)
-    /// like any other. No memory window is bound: a keyed SGL in `sqe` grants no key, so
-    /// it should use identifier 40h (no invalidate), since a SEND with Invalidate of a
-    /// key this queue did not grant fails the queue.
+    /// but the CID, set to the chosen slot), followed by `in_capsule` as in-capsule data
+    /// (copied into a pool buffer), as one SEND of `64 + in_capsule.len()` bytes (NVMe
+    /// RDMA Transport 1.x §2.1: a command capsule is the SQE plus optional data). For
+    /// tests of how a controller answers malformed capsules; the command completes
+    /// through [`poll`](Self::poll) like any other. No memory window is bound: a keyed
+    /// SGL in `sqe` grants no key, so it should use identifier 40h (no invalidate),
+    /// since a SEND with Invalidate of a key this queue did not grant fails the queue.
     ///
-    /// Returns the command identifier. Errors: [`QueueError::Full`],
-    /// [`QueueError::TooLarge`] (`in_capsule` longer than `max_io_bytes`),
-    /// [`QueueError::Dead`], [`QueueError::Verbs`].
+    /// Returns the command identifier. Errors: [`QueueError::Full`] (also when the pool
+    /// has no buffer free now), [`QueueError::TooLarge`] (`in_capsule` longer than
+    /// `max_io_bytes`), [`QueueError::Dead`], [`QueueError::Verbs`].
     pub fn submit_raw(&mut self, sqe: Sqe, in_capsule: &[u8]) -> Result<u16, QueueError> {
         self.check_cm_events();
-        let s = self.core.submit_raw(sqe, in_capsule.len())?;
-        self.buffer_mut(s.cid())[..in_capsule.len()].copy_from_slice(in_capsule);
-        self.execute(s)
+        let buf = match in_capsule.len() {
+            0 => None,
+            n => {
+                let mut b = self.pool.try_alloc(n)?.ok_or(QueueError::Full)?;
+                b.copy_from_slice(in_capsule);
+                Some(b)
+            }
+        };
+        let s = self.core.submit_raw(sqe, buf.as_ref().map(IoBuf::span))?;
+        self.execute(s, buf).map_err(|e| e.error)
     }
 
     /// Sends `bytes` (at most 64) alone as one SEND: a capsule shorter than an SQE,
@@ -201,12 +237,15 @@ impl<P: Provider> NvmeRdmaQueue<P> {
     pub fn send_runt(&mut self, bytes: &[u8]) -> Result<(), QueueError> {
         self.check_cm_events();
         let s = self.core.send_runt(bytes)?;
-        self.execute(s).map(|_| ())
+        self.execute(s, None).map(|_| ()).map_err(|e| e.error)
     }
 
     /// Writes a submission's SQE, posts its bind and SEND, and lets the core commit or
-    /// undo it.
-    fn execute(&mut self, s: Submission) -> Result<u16, QueueError> {
+    /// undo it; a committed command holds `buf` until it completes.
+    // The error carries the buffer back by value: no allocation on the data path
+    // (`Full` is routine there), so it is not boxed.
+    #[allow(clippy::result_large_err)]
+    fn execute(&mut self, s: Submission, buf: Option<IoBuf>) -> Result<u16, SubmitError> {
         if s.turns_on_deferred_acks() {
             // From the first I/O command on, ACKs for what `poll` receives leave with
             // the next command's capsule (or at the next poll/progress/wait).
@@ -222,7 +261,13 @@ impl<P: Provider> NvmeRdmaQueue<P> {
                 .post_send(self.qp, s.send())
                 .map_err(PostFailure::Send)
         });
-        self.core.submitted(s, posted)
+        match self.core.submitted(s, posted) {
+            Ok(cid) => {
+                self.bufs[usize::from(cid)] = buf;
+                Ok(cid)
+            }
+            Err(error) => Err(SubmitError { error, buf }),
+        }
     }
 
     /// Makes the posts the core asked for after an event.
@@ -261,6 +306,11 @@ impl<P: Provider> NvmeRdmaQueue<P> {
         // Also when a submission noticed the DREQ first: what was outstanding then
         // will never complete.
         self.core.fail_if_peer_gone(out);
+        for c in &mut out[before..] {
+            if let Some(b) = self.bufs.get_mut(usize::from(c.cid)) {
+                c.buf = b.take();
+            }
+        }
         out.len() - before
     }
 
@@ -334,6 +384,28 @@ impl<P: Provider> NvmeRdmaQueue<P> {
             }
         }
         self.core.is_disconnected()
+    }
+}
+
+/// A submission the queue refused, with the buffer handed back.
+#[derive(Debug, thiserror::Error)]
+#[error("{error}")]
+pub struct SubmitError {
+    /// Why.
+    pub error: QueueError,
+    /// The buffer the submission carried.
+    pub buf: Option<IoBuf>,
+}
+
+impl From<SubmitError> for QueueError {
+    fn from(e: SubmitError) -> Self {
+        e.error
+    }
+}
+
+impl From<SubmitError> for crate::error::HostError {
+    fn from(e: SubmitError) -> Self {
+        e.error.into()
     }
 }
 

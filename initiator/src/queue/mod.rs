@@ -40,7 +40,7 @@ use nvme::Cqe;
 use crate::error::HostError;
 
 pub use self::core::QueueCore;
-pub use self::driver::NvmeRdmaQueue;
+pub use self::driver::{NvmeRdmaQueue, SubmitError};
 
 /// NVMe/RDMA's RDMA CM port (NVMe over Fabrics: TRSVCID 4420).
 pub const NVME_RDMA_PORT: u16 = 4420;
@@ -59,7 +59,7 @@ pub struct QueueConfig {
     /// Queue depth: command slots and receive buffers; the CM request announces
     /// HRQSIZE = depth and HSQSIZE = depth - 1 (0's based).
     pub depth: u16,
-    /// Data buffer bytes per command slot.
+    /// Data bytes one command may move (the buffers come from the host's pool).
     pub max_io_bytes: usize,
     /// In-capsule data bytes a host-to-controller command may carry (0: never; the
     /// admin queue always uses 0).
@@ -111,12 +111,15 @@ impl QueueConfig {
 /// ([`HostError::Nvme`] for an error status, [`HostError::Transport`] when the queue
 /// died).
 #[must_use]
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct QueueCompletion {
     /// The command identifier (= slot index).
     pub cid: u16,
     /// The CQE, or the error.
     pub result: Result<Cqe, HostError>,
+    /// The data buffer the command carried, handed back (`None` for a command without
+    /// one; the queue core itself never holds buffers).
+    pub buf: Option<crate::pool::IoBuf>,
 }
 
 /// A name for error messages: Fabrics command types, admin opcodes on queue 0, NVM

@@ -22,13 +22,7 @@ use nvmf_target::provider::VerbsProvider;
 use nvmf_target::ProviderKind;
 use transport::soft::xdp::PacketPath;
 use transport::verbs::{Device as _, Provider};
-
-/// `--packet-path`.
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-enum PacketPathArg {
-    Udp,
-    AfXdp,
-}
+use transport::PacketPathKind;
 
 /// The flags that describe the default subsystem, which `--config` replaces.
 const SUBSYSTEM_FLAGS: [&str; 6] = ["addr", "port", "nqn", "file", "size", "block_size"];
@@ -107,8 +101,8 @@ struct Args {
     /// Soft provider: how RoCEv2 packets travel: udp (UDP sockets, the default) or
     /// af-xdp (AF_XDP sockets on --interface, past the kernel's UDP stack; root only,
     /// IPv4, the interface needs a receive queue per poll group).
-    #[arg(long, value_enum, default_value_t = PacketPathArg::Udp)]
-    packet_path: PacketPathArg,
+    #[arg(long, value_enum, default_value_t = PacketPathKind::Udp)]
+    packet_path: PacketPathKind,
     /// The interface that holds --addr, for --packet-path af-xdp.
     #[arg(long, value_name = "IFACE")]
     interface: Option<String>,
@@ -272,7 +266,7 @@ fn main() -> ExitCode {
         eprintln!("nvmf-target: {e}");
         return ExitCode::FAILURE;
     }
-    if let Err(e) = cfg.provider.check_built() {
+    if let Err(e) = cfg.provider.check_built("nvmf-target") {
         eprintln!("nvmf-target: {e}");
         return ExitCode::FAILURE;
     }
@@ -284,21 +278,14 @@ fn main() -> ExitCode {
         eprintln!("nvmf-target: blocking signals: {e}");
         return ExitCode::FAILURE;
     }
-    let packet_path = match (args.packet_path, args.interface, cfg.provider) {
-        (PacketPathArg::Udp, _, _) => PacketPath::Udp,
-        (PacketPathArg::AfXdp, Some(interface), ProviderKind::Soft) => {
-            PacketPath::AfXdp { interface }
-        }
-        (PacketPathArg::AfXdp, None, _) => {
-            eprintln!(
-                "nvmf-target: --packet-path af-xdp needs --interface IFACE, the interface that \
-                 holds {} (`ip -br addr`)",
-                args.addr
-            );
-            return ExitCode::FAILURE;
-        }
-        (PacketPathArg::AfXdp, Some(_), _) => {
-            eprintln!("nvmf-target: --packet-path af-xdp is an option of the soft provider: drop it or use --provider soft");
+    if args.packet_path != PacketPathKind::Udp && cfg.provider != ProviderKind::Soft {
+        eprintln!("nvmf-target: --packet-path af-xdp is an option of the soft provider: drop it or use --provider soft");
+        return ExitCode::FAILURE;
+    }
+    let packet_path = match args.packet_path.with_interface(args.interface.as_deref()) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("nvmf-target: {e} ({})", args.addr);
             return ExitCode::FAILURE;
         }
     };

@@ -113,6 +113,9 @@ pub(crate) struct Attrs {
 /// The driver feeds it received packets ([`RcQp::handle_packet`]) and timer expiries
 /// ([`RcQp::handle_timeout`] once `now >= poll_timeout()`), and drains packets
 /// ([`RcQp::poll_transmit`]) and completions ([`RcQp::poll_completion`]). Go-back-N
+/// Completions a QP's backlog holds before it grows (see `RcQp::new`).
+const CQ_BACKLOG_PRESIZE: u32 = 64;
+
 /// retransmission regenerates packets from the work requests and registered memory.
 pub struct RcQp {
     pub(crate) qpn: u32,
@@ -160,7 +163,12 @@ impl RcQp {
             rq: RecvQueue::new(pd, if has_srq { 0 } else { cap.max_recv_wr }),
             req: ReqState::new(cap.max_send_wr),
             resp: RespState::default(),
-            cq: VecDeque::new(),
+            // Sized for a burst up front (a QP's completions wait here between two polls),
+            // so a first deeper burst after warm-up does not allocate on the data path;
+            // bounded, since a QP of depth 128 could queue hundreds.
+            cq: VecDeque::with_capacity(
+                (cap.max_send_wr + cap.max_recv_wr).clamp(16, CQ_BACKLOG_PRESIZE) as usize,
+            ),
             counters: QpCounters::default(),
         }
     }

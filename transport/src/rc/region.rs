@@ -16,7 +16,14 @@ pub const MR_ALIGN: usize = 4096;
 pub struct MrMemory {
     ptr: NonNull<u8>,
     len: usize,
+    /// Mapped with mmap(2) (large regions) rather than taken from the heap.
+    mapped: bool,
 }
+
+/// Regions of at least this many bytes are anonymous mappings: their pages are zero
+/// and become resident only when touched (a heap allocation aligned to a page is
+/// zeroed by writing every byte, which makes all of it resident at once).
+pub const MR_MMAP_THRESHOLD: usize = 64 << 10;
 
 // SAFETY: the allocation is owned by this value; concurrent access to the bytes is the
 // same contract as RDMA memory (the application orders its accesses with completions).
@@ -26,14 +33,43 @@ unsafe impl Sync for MrMemory {}
 
 impl MrMemory {
     /// Allocates `len` zeroed bytes aligned to [`MR_ALIGN`]. `len` 0 allocates one byte
-    /// (and reports length 0). Errors: `OutOfMemory`, `InvalidInput` for absurd sizes.
+    /// (and reports length 0); from [`MR_MMAP_THRESHOLD`] bytes on the memory is an
+    /// anonymous private mapping, resident only where touched. Errors: `OutOfMemory`,
+    /// `InvalidInput` for absurd sizes, the OS error of mmap(2).
     pub fn new(len: usize) -> std::io::Result<Arc<MrMemory>> {
+        if len >= MR_MMAP_THRESHOLD {
+            // SAFETY: a fresh anonymous mapping; no existing memory is touched.
+            let p = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                )
+            };
+            if p == libc::MAP_FAILED {
+                return Err(std::io::Error::last_os_error());
+            }
+            let ptr = NonNull::new(p.cast::<u8>())
+                .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::OutOfMemory))?;
+            return Ok(Arc::new(MrMemory {
+                ptr,
+                len,
+                mapped: true,
+            }));
+        }
         let layout = Self::layout(len)?;
         // SAFETY: the layout has a non-zero size.
         let p = unsafe { alloc_zeroed(layout) };
         let ptr =
             NonNull::new(p).ok_or_else(|| std::io::Error::from(std::io::ErrorKind::OutOfMemory))?;
-        Ok(Arc::new(MrMemory { ptr, len }))
+        Ok(Arc::new(MrMemory {
+            ptr,
+            len,
+            mapped: false,
+        }))
     }
 
     fn layout(len: usize) -> std::io::Result<Layout> {
@@ -64,6 +100,11 @@ impl MrMemory {
 
 impl Drop for MrMemory {
     fn drop(&mut self) {
+        if self.mapped {
+            // SAFETY: the mapping made in `new`, of this length, unmapped once.
+            unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
+            return;
+        }
         if let Ok(layout) = Self::layout(self.len) {
             // SAFETY: allocated in `new` with this same layout.
             unsafe { dealloc(self.ptr.as_ptr(), layout) }

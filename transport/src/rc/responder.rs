@@ -95,6 +95,10 @@ const SR_RENAK_EVERY: u32 = 64;
 /// Most PSNs ahead of the expected PSN a kept packet may be.
 const SR_MAX_AHEAD: i32 = 1 << 16;
 
+/// Items [`RespState::start`] makes room for in the responder's output queue (ACKs and
+/// READ responses waiting for the next transmit) and in its READ records.
+const RESP_OUT_PRESIZE: usize = 64;
+
 /// Responder state.
 #[derive(Default)]
 pub(crate) struct RespState {
@@ -114,10 +118,20 @@ pub(crate) struct RespState {
 }
 
 impl RespState {
-    /// Entering RTR with the expected PSN.
+    /// Entering RTR with the expected PSN. The queue of ACKs and READ responses to
+    /// send, and the READ records, are sized here for a burst, so a deeper burst than
+    /// the warm-up's never grows them on the data path.
     pub(crate) fn start(&mut self, rq_psn: u32) {
+        let mut out = std::mem::take(&mut self.out);
+        out.clear();
+        out.reserve(RESP_OUT_PRESIZE);
+        let mut reads = std::mem::take(&mut self.reads);
+        reads.clear();
+        reads.reserve(RESP_OUT_PRESIZE);
         *self = RespState {
             epsn: rq_psn,
+            out,
+            reads,
             ..Default::default()
         };
     }

@@ -59,6 +59,8 @@ impl crate::verbs::Provider for VerbsProvider {
     type Cm = VerbsCm;
     type DeviceConfig = DeviceConfig;
     type OpenError = DeviceError;
+    /// The verbs provider has no options of its own.
+    type Options = ();
     const NAME: &'static str = "verbs";
     /// `ibv_reg_mr` pins the pages (see [`VerbsMr`]).
     const PINS_REGISTERED_MEMORY: bool = true;
@@ -69,6 +71,11 @@ impl crate::verbs::Provider for VerbsProvider {
             poll_groups: poll_groups.max(1),
             ..DeviceConfig::new(ip)
         }
+    }
+
+    /// [`VerbsProvider::device_config`]: there are no options.
+    fn device_config_with(ip: std::net::IpAddr, poll_groups: u32, _options: &()) -> DeviceConfig {
+        Self::device_config(ip, poll_groups)
     }
 
     /// [`VerbsDevice::open`].

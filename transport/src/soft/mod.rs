@@ -32,7 +32,7 @@ pub use cm_agent::*;
 pub use context::*;
 pub use device::*;
 pub use fault::{FaultConfig, FaultConfigError, FaultCounters, FaultCountersSnapshot};
-pub use provider::SoftProvider;
+pub use provider::{SoftOptions, SoftProvider};
 
 /// ECN bits of the ToS / traffic class byte (RFC 3168).
 pub const ECN_MASK: u8 = 0x03;

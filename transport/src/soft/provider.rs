@@ -16,7 +16,9 @@ use super::cm_agent::{CmAgent, CmAgentError};
 use super::conn::{self, agent_error};
 use super::context::Context as SoftContext;
 use super::device::{DeviceConfig, Mr, SoftDevice, SOFT_CAPS};
+use super::fault::FaultConfig;
 use super::socket::SocketError;
+use super::xdp::PacketPath;
 use crate::cm::{AcceptParams, CmEvent, ConnId};
 use crate::rc::{MrMemory, QpCounters};
 use crate::verbs::connection::{
@@ -27,6 +29,18 @@ use crate::verbs::{
     Pd, PostReceives, Provider, Qp, QpAttr, QpCap, QpInitAttr, QpState, RecvWr, SendWr, Srq,
     VerbsError, WorkCompletion, MAX_SGE,
 };
+
+/// The soft provider's own options ([`Provider::Options`]): what its devices have and
+/// no other provider's do.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SoftOptions {
+    /// Receive fault injection on the device's poll groups (tests, `nvmf-bench
+    /// --inject-*`; see [`crate::soft::fault`]); `None` (the default) for none.
+    pub faults: Option<FaultConfig>,
+    /// How the device moves its RoCEv2 packets: UDP sockets (the default) or AF_XDP
+    /// (see [`crate::soft::xdp`]).
+    pub packet_path: PacketPath,
+}
 
 /// The soft provider: userspace RoCEv2 over UDP sockets (see [`crate::soft`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -39,6 +53,7 @@ impl Provider for SoftProvider {
     type Cm = CmAgent;
     type DeviceConfig = DeviceConfig;
     type OpenError = SocketError;
+    type Options = SoftOptions;
     const NAME: &'static str = "soft";
     /// Soft regions are plain memory: nothing is pinned.
     const PINS_REGISTERED_MEMORY: bool = false;
@@ -48,6 +63,16 @@ impl Provider for SoftProvider {
         DeviceConfig {
             rx_queues: poll_groups.max(1),
             ..DeviceConfig::new(ip)
+        }
+    }
+
+    /// [`SoftProvider::device_config`] with the fault injection and packet path of
+    /// `options`.
+    fn device_config_with(ip: IpAddr, poll_groups: u32, options: &SoftOptions) -> DeviceConfig {
+        DeviceConfig {
+            faults: options.faults,
+            packet_path: options.packet_path.clone(),
+            ..Self::device_config(ip, poll_groups)
         }
     }
 

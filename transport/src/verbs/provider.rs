@@ -72,6 +72,11 @@ pub trait Provider: Sized + Send + Sync + 'static {
     type DeviceConfig: Clone + std::fmt::Debug + Send + Sync;
     /// Why a device could not be opened (the message names the cause and the fix).
     type OpenError: std::error::Error + Send + Sync + 'static;
+    /// The options of this provider's devices that other providers do not have, as a
+    /// user of the provider (the host library, `nvmf-bench`) sets them: the soft
+    /// provider's fault injection and packet path ([`crate::soft::SoftOptions`]); none
+    /// for the verbs provider (`()`). `Default` is the provider's defaults.
+    type Options: Clone + std::fmt::Debug + Default + Send + Sync + 'static;
     /// `"soft"` or `"verbs"` (the value of a `--provider` option).
     const NAME: &'static str;
     /// Whether [`Device::reg_mr`] pins the region's pages and charges them to the
@@ -85,6 +90,13 @@ pub trait Provider: Sized + Send + Sync + 'static {
     /// The configuration of the device that owns `ip`, with `poll_groups` poll groups
     /// (contexts) and the provider's defaults for everything else.
     fn device_config(ip: IpAddr, poll_groups: u32) -> Self::DeviceConfig;
+
+    /// [`Provider::device_config`] with the provider's own `options` applied.
+    fn device_config_with(
+        ip: IpAddr,
+        poll_groups: u32,
+        options: &Self::Options,
+    ) -> Self::DeviceConfig;
 
     /// Opens the device of `cfg` (soft: binds `ip:4791`; verbs: the RDMA device whose
     /// RoCE v2 GID is `ip`).

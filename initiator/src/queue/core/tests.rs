@@ -31,13 +31,20 @@ fn core_with(qid: u16, depth: u16, in_capsule_bytes: usize) -> QueueCore {
     let mut cfg = QueueConfig::new(qid, depth, MAX_IO, "127.0.0.2:4420".parse().unwrap());
     cfg.in_capsule_bytes = in_capsule_bytes;
     let mem = QueueMemory {
-        data: DATA,
-        stride: QueueMemory::stride_for(MAX_IO),
         sqe: SQES,
         rsp: RSPS,
     };
     let keys: Vec<u32> = (0..usize::from(depth)).map(mw_key).collect();
-    QueueCore::new(&cfg, mem, &keys).unwrap()
+    QueueCore::new(&cfg, mem, RemoteKeys::Windows(&keys)).unwrap()
+}
+
+/// A command's data buffer of `len` bytes at the start of the data region.
+fn buf(len: usize) -> BufSpan {
+    BufSpan {
+        addr: DATA.addr,
+        len,
+        lkey: DATA.lkey,
+    }
 }
 
 fn io_core() -> QueueCore {
@@ -54,6 +61,7 @@ fn read(c: &mut QueueCore, len: usize) -> u16 {
         .submit(
             Sqe::read(0, 1, 0, 0, false),
             DataDir::ControllerToHost { len },
+            Some(buf(len)),
         )
         .unwrap();
     posted(c, s)
@@ -115,7 +123,7 @@ fn wr_ids_round_trip_and_name_what_failed() {
 #[test]
 fn a_command_without_data_is_one_send_of_the_sqe() {
     let mut c = io_core();
-    let s = c.submit(Sqe::flush(0, 1), DataDir::None).unwrap();
+    let s = c.submit(Sqe::flush(0, 1), DataDir::None, None).unwrap();
     let cid = s.cid();
     assert_eq!(cid, 0);
     assert!(s.bind().is_none());
@@ -137,7 +145,7 @@ fn a_command_without_data_is_one_send_of_the_sqe() {
     assert_eq!(posted(&mut c, s), 0);
     assert_eq!(c.outstanding(), 1);
     // The next command takes the next slot and SQE buffer.
-    let s = c.submit(Sqe::flush(0, 1), DataDir::None).unwrap();
+    let s = c.submit(Sqe::flush(0, 1), DataDir::None, None).unwrap();
     assert_eq!((s.cid(), s.sqe_offset()), (1, 64));
     assert_eq!(s.send().sg_list.as_slice()[0].addr, SQES.addr + 64);
 }
@@ -145,11 +153,11 @@ fn a_command_without_data_is_one_send_of_the_sqe() {
 #[test]
 fn a_small_write_goes_in_capsule_a_large_one_binds_a_window_for_remote_read() {
     let mut c = io_core();
-    let stride = QueueMemory::stride_for(MAX_IO) as u64;
     let s = c
         .submit(
             Sqe::write(0, 1, 0, 7, false),
             DataDir::HostToController { len: 4096 },
+            Some(buf(4096)),
         )
         .unwrap();
     assert!(s.bind().is_none());
@@ -173,6 +181,7 @@ fn a_small_write_goes_in_capsule_a_large_one_binds_a_window_for_remote_read() {
         .submit(
             Sqe::write(0, 1, 0, 15, false),
             DataDir::HostToController { len: 8192 },
+            Some(buf(8192)),
         )
         .unwrap();
     let key = inc_rkey(mw_key(1));
@@ -183,7 +192,7 @@ fn a_small_write_goes_in_capsule_a_large_one_binds_a_window_for_remote_read() {
                 mw_handle: mw_key(1),
                 rkey: key,
                 mr_lkey: DATA.lkey,
-                addr: DATA.addr + stride,
+                addr: DATA.addr,
                 length: 8192,
                 access: AccessFlags::REMOTE_READ,
             },
@@ -196,7 +205,7 @@ fn a_small_write_goes_in_capsule_a_large_one_binds_a_window_for_remote_read() {
     let sgl = sqe.sgl();
     assert_eq!(
         (sgl.identifier(), sgl.key(), sgl.address()),
-        (0x4F, key, DATA.addr + stride)
+        (0x4F, key, DATA.addr)
     );
     // The window's key changes once the bind is posted.
     assert_eq!(c.window_key(1), Some(mw_key(1)));
@@ -207,6 +216,7 @@ fn a_small_write_goes_in_capsule_a_large_one_binds_a_window_for_remote_read() {
         .submit(
             Sqe::read(0, 1, 0, 0, false),
             DataDir::ControllerToHost { len: 512 },
+            Some(buf(512)),
         )
         .unwrap();
     assert!(matches!(
@@ -219,7 +229,11 @@ fn a_small_write_goes_in_capsule_a_large_one_binds_a_window_for_remote_read() {
     ));
     let mut admin = core_with(0, 4, 0);
     let s = admin
-        .submit(Sqe::keep_alive(0), DataDir::HostToController { len: 1024 })
+        .submit(
+            Sqe::keep_alive(0),
+            DataDir::HostToController { len: 1024 },
+            Some(buf(1024)),
+        )
         .unwrap();
     assert!(s.bind().is_some());
 }
@@ -231,23 +245,40 @@ fn too_large_and_busy_slots_are_refused_without_taking_anything() {
         .submit(
             Sqe::read(0, 1, 0, 0, false),
             DataDir::ControllerToHost { len: MAX_IO + 1 },
+            Some(buf(MAX_IO + 1)),
         )
         .unwrap_err();
     assert!(matches!(e, QueueError::TooLarge { len, max: MAX_IO } if len == MAX_IO + 1));
+    // A buffer shorter than the data is refused too.
     assert!(matches!(
-        c.next_free_slot(MAX_IO + 1),
-        Err(QueueError::TooLarge { .. })
+        c.submit(
+            Sqe::read(0, 1, 0, 0, false),
+            DataDir::ControllerToHost { len: 8192 },
+            Some(buf(4096))
+        ),
+        Err(QueueError::ShortBuffer {
+            len: 8192,
+            buf: 4096
+        })
     ));
-    // The refused command's slot went back to the free list (at its end).
+    assert!(matches!(
+        c.submit(
+            Sqe::read(0, 1, 0, 0, false),
+            DataDir::ControllerToHost { len: 512 },
+            None
+        ),
+        Err(QueueError::ShortBuffer { len: 512, buf: 0 })
+    ));
+    // The refused commands took no slot.
     let s = c
-        .submit_cid(3, Sqe::flush(0, 1), DataDir::None)
+        .submit_cid(3, Sqe::flush(0, 1), DataDir::None, None)
         .expect("slot 3 is free");
     assert!(matches!(
-        c.submit_cid(3, Sqe::flush(0, 1), DataDir::None),
+        c.submit_cid(3, Sqe::flush(0, 1), DataDir::None, None),
         Err(QueueError::BadCid(3))
     ));
     assert!(matches!(
-        c.submit_cid(8, Sqe::flush(0, 1), DataDir::None),
+        c.submit_cid(8, Sqe::flush(0, 1), DataDir::None, None),
         Err(QueueError::BadCid(8))
     ));
     assert!(matches!(
@@ -258,12 +289,12 @@ fn too_large_and_busy_slots_are_refused_without_taking_anything() {
     // submit skips the slot submit_cid took.
     let mut cids: Vec<u16> = (0..6)
         .map(|_| {
-            let s = c.submit(Sqe::flush(0, 1), DataDir::None).unwrap();
+            let s = c.submit(Sqe::flush(0, 1), DataDir::None, None).unwrap();
             posted(&mut c, s)
         })
         .collect();
     cids.sort_unstable();
-    assert_eq!(cids, [1, 2, 4, 5, 6, 7]);
+    assert_eq!(cids, [0, 1, 2, 4, 5, 6]);
 }
 
 #[test]
@@ -274,10 +305,10 @@ fn the_sq_holds_its_size_minus_one_and_sqhd_frees_entries() {
     let cids: Vec<u16> = (0..3).map(|_| read(&mut c, 4096)).collect();
     assert!(!c.can_submit());
     assert!(matches!(
-        c.submit(Sqe::flush(0, 1), DataDir::None),
+        c.submit(Sqe::flush(0, 1), DataDir::None, None),
         Err(QueueError::Full)
     ));
-    assert!(matches!(c.next_free_slot(0), Err(QueueError::Full)));
+    assert!(matches!(c.next_free_slot(), Err(QueueError::Full)));
     let mut out = Vec::new();
     for &cid in &cids {
         send_done(&mut c, cid, &mut out);
@@ -294,7 +325,7 @@ fn the_sq_holds_its_size_minus_one_and_sqhd_frees_entries() {
         read(&mut c, 4096);
     }
     assert_eq!(c.outstanding(), 5);
-    assert!(matches!(c.next_free_slot(0), Err(QueueError::Full)));
+    assert!(matches!(c.next_free_slot(), Err(QueueError::Full)));
 
     // An SQHD outside the SQ is ignored; the completion itself frees its own entry and
     // those before it (the controller fetches entries in order).
@@ -308,7 +339,7 @@ fn the_sq_holds_its_size_minus_one_and_sqhd_frees_entries() {
     assert_eq!(out.len(), 1);
     read(&mut c, 4096);
     read(&mut c, 4096);
-    assert!(matches!(c.next_free_slot(0), Err(QueueError::Full)));
+    assert!(matches!(c.next_free_slot(), Err(QueueError::Full)));
 }
 
 #[test]
@@ -374,13 +405,14 @@ fn the_response_completes_a_command_without_waiting_for_its_send_completion() {
         a,
         Sqe::read(0, 1, 0, 0, false),
         DataDir::ControllerToHost { len: 4096 },
+        Some(buf(4096)),
     );
     assert_eq!(posted(&mut c, s.unwrap()), a);
     send_done(&mut c, a, &mut out);
     assert_eq!(out.len(), 1);
     assert_eq!(c.outstanding(), 1);
     assert!(matches!(
-        c.submit_cid(a, Sqe::flush(0, 1), DataDir::None),
+        c.submit_cid(a, Sqe::flush(0, 1), DataDir::None, None),
         Err(QueueError::BadCid(x)) if x == a
     ));
     // SEND completion first, then the response.
@@ -418,14 +450,14 @@ fn lingering_sends_bound_the_send_queue() {
     assert_eq!(c.outstanding(), 0);
     assert!(!c.can_submit());
     assert!(matches!(
-        c.submit(Sqe::flush(0, 1), DataDir::None),
+        c.submit(Sqe::flush(0, 1), DataDir::None, None),
         Err(QueueError::Full)
     ));
     // The oldest SEND completes (in order: the first command's slot).
     let first = out[0].cid;
     send_done(&mut c, first, &mut out);
     assert!(c.can_submit());
-    assert!(c.submit(Sqe::flush(0, 1), DataDir::None).is_ok());
+    assert!(c.submit(Sqe::flush(0, 1), DataDir::None, None).is_ok());
 }
 
 #[test]
@@ -435,12 +467,14 @@ fn a_runt_slot_waits_for_its_send_completion() {
     let s = c.send_runt(&[1, 2, 3]).unwrap();
     let r = posted(&mut c, s);
     assert!(matches!(
-        c.submit_cid(r, Sqe::flush(0, 1), DataDir::None),
+        c.submit_cid(r, Sqe::flush(0, 1), DataDir::None, None),
         Err(QueueError::BadCid(x)) if x == r
     ));
     send_done(&mut c, r, &mut out);
     assert!(out.is_empty());
-    assert!(c.submit_cid(r, Sqe::flush(0, 1), DataDir::None).is_ok());
+    assert!(c
+        .submit_cid(r, Sqe::flush(0, 1), DataDir::None, None)
+        .is_ok());
 }
 
 #[test]
@@ -489,7 +523,7 @@ fn a_plain_send_to_a_keyed_command_is_answered_by_a_local_invalidate() {
     assert_eq!(out.len(), 1);
     assert!(out[0].result.is_ok());
     // A command without a key needs no invalidation either way.
-    let s = c.submit(Sqe::flush(0, 1), DataDir::None).unwrap();
+    let s = c.submit(Sqe::flush(0, 1), DataDir::None, None).unwrap();
     let f = posted(&mut c, s);
     send_done(&mut c, f, &mut out);
     response(&mut c, 1, Cqe::success(f, 1, 2), None, &mut out);
@@ -516,7 +550,7 @@ fn invalidating_a_key_the_command_did_not_grant_kills_the_queue() {
     assert_eq!(c.outstanding(), 0);
     assert!(c.dead_reason().is_some());
     assert!(matches!(
-        c.submit(Sqe::flush(0, 1), DataDir::None),
+        c.submit(Sqe::flush(0, 1), DataDir::None, None),
         Err(QueueError::Dead { qid: 1, .. })
     ));
     // Completions that arrive for the dead queue change nothing.
@@ -549,7 +583,7 @@ fn a_failed_work_completion_fails_every_outstanding_command() {
     assert_eq!(c.outstanding(), 0);
     assert!(!c.can_submit());
     assert!(matches!(
-        c.submit_raw(Sqe::flush(0, 1), 0),
+        c.submit_raw(Sqe::flush(0, 1), None),
         Err(QueueError::Dead { .. })
     ));
 }
@@ -623,6 +657,7 @@ fn failed_posts_undo_the_submission_and_a_send_lost_after_a_bind_kills_the_queue
         .submit(
             Sqe::read(0, 1, 0, 0, false),
             DataDir::ControllerToHost { len: 8192 },
+            Some(buf(8192)),
         )
         .unwrap();
     let cid = s.cid();
@@ -633,10 +668,12 @@ fn failed_posts_undo_the_submission_and_a_send_lost_after_a_bind_kills_the_queue
     assert_eq!(c.outstanding(), 0);
     assert_eq!(c.window_key(cid), Some(mw_key(usize::from(cid))));
     assert!(c.dead_reason().is_none());
-    assert!(c.submit_cid(cid, Sqe::flush(0, 1), DataDir::None).is_ok());
+    assert!(c
+        .submit_cid(cid, Sqe::flush(0, 1), DataDir::None, None)
+        .is_ok());
     // A SEND without a bind could not be posted: the queue lives on.
     let mut c = io_core();
-    let s = c.submit(Sqe::flush(0, 1), DataDir::None).unwrap();
+    let s = c.submit(Sqe::flush(0, 1), DataDir::None, None).unwrap();
     assert!(c.submitted(s, Err(PostFailure::Send(err()))).is_err());
     assert!(c.dead_reason().is_none());
     assert_eq!(c.outstanding(), 0);
@@ -645,6 +682,7 @@ fn failed_posts_undo_the_submission_and_a_send_lost_after_a_bind_kills_the_queue
         .submit(
             Sqe::read(0, 1, 0, 0, false),
             DataDir::ControllerToHost { len: 8192 },
+            Some(buf(8192)),
         )
         .unwrap();
     let bound = match s.bind().map(|b| b.op) {
@@ -656,7 +694,7 @@ fn failed_posts_undo_the_submission_and_a_send_lost_after_a_bind_kills_the_queue
     assert_eq!(c.window_key(cid), Some(bound));
     assert!(c.dead_reason().unwrap().contains("after a bind"));
     assert!(matches!(
-        c.submit(Sqe::flush(0, 1), DataDir::None),
+        c.submit(Sqe::flush(0, 1), DataDir::None, None),
         Err(QueueError::Dead { .. })
     ));
 }
@@ -703,7 +741,7 @@ fn the_targets_disconnect_fails_what_is_outstanding_once() {
     c.on_peer_disconnected();
     assert!(c.is_disconnected());
     assert!(matches!(
-        c.submit(Sqe::flush(0, 1), DataDir::None),
+        c.submit(Sqe::flush(0, 1), DataDir::None, None),
         Err(QueueError::Dead { .. })
     ));
     c.fail_if_peer_gone(&mut out);
@@ -735,7 +773,7 @@ fn a_runt_send_holds_its_slot_until_it_completes_and_takes_no_sq_entry() {
     let cid = posted(&mut c, s);
     assert_eq!(c.outstanding(), 0);
     // One slot left, and one SQ entry (depth 2 - 1).
-    let s = c.submit(Sqe::flush(0, 1), DataDir::None).unwrap();
+    let s = c.submit(Sqe::flush(0, 1), DataDir::None, None).unwrap();
     assert_ne!(s.cid(), cid);
     posted(&mut c, s);
     let mut out = Vec::new();
@@ -748,7 +786,7 @@ fn raw_submissions_keep_the_sqe_and_carry_in_capsule_data() {
     let mut c = io_core();
     let mut sqe = Sqe::write(0, 1, 0, 0, false);
     sqe.set_psdt(0);
-    let s = c.submit_raw(sqe, 100).unwrap();
+    let s = c.submit_raw(sqe, Some(buf(100))).unwrap();
     let sent = Sqe::from_array(s.sqe_bytes().try_into().unwrap());
     assert_eq!(sent.cid(), s.cid());
     assert_eq!(sent.sgl(), sqe.sgl(), "the SGL is left as given");
@@ -765,16 +803,20 @@ fn raw_submissions_keep_the_sqe_and_carry_in_capsule_data() {
 #[test]
 fn deferred_acks_start_with_the_first_io_command_and_never_on_the_admin_queue() {
     let mut c = io_core();
-    let connect = c.submit(Sqe::connect(0, 1, 7, 0), DataDir::None).unwrap();
+    let connect = c
+        .submit(Sqe::connect(0, 1, 7, 0), DataDir::None, None)
+        .unwrap();
     assert!(!connect.turns_on_deferred_acks(), "a Fabrics command");
     posted(&mut c, connect);
-    let s = c.submit(Sqe::flush(0, 1), DataDir::None).unwrap();
+    let s = c.submit(Sqe::flush(0, 1), DataDir::None, None).unwrap();
     assert!(s.turns_on_deferred_acks());
     posted(&mut c, s);
-    let s = c.submit(Sqe::flush(0, 1), DataDir::None).unwrap();
+    let s = c.submit(Sqe::flush(0, 1), DataDir::None, None).unwrap();
     assert!(!s.turns_on_deferred_acks(), "once");
     let mut admin = core_with(0, 4, 0);
-    let s = admin.submit(Sqe::keep_alive(0), DataDir::None).unwrap();
+    let s = admin
+        .submit(Sqe::keep_alive(0), DataDir::None, None)
+        .unwrap();
     assert!(!s.turns_on_deferred_acks());
 }
 
@@ -783,12 +825,67 @@ fn bad_shapes_are_refused() {
     let cfg = QueueConfig::new(1, 1, MAX_IO, "127.0.0.2:4420".parse().unwrap());
     let mem = *io_core().memory();
     assert!(matches!(
-        QueueCore::new(&cfg, mem, &[1]),
+        QueueCore::new(&cfg, mem, RemoteKeys::Windows(&[1])),
         Err(HostError::InvalidArgument(_))
     ));
     let cfg = QueueConfig::new(1, 4, MAX_IO, "127.0.0.2:4420".parse().unwrap());
     assert!(matches!(
-        QueueCore::new(&cfg, mem, &[1, 2, 3]),
+        QueueCore::new(&cfg, mem, RemoteKeys::Windows(&[1, 2, 3])),
         Err(HostError::InvalidArgument(_))
     ));
+}
+
+/// Without memory windows (a device with none): keyed commands carry the data region's
+/// own rkey, bind nothing, ask for no invalidation, and complete on their response.
+#[test]
+fn without_windows_keyed_commands_carry_the_region_key() {
+    const REGION_RKEY: u32 = 0x00AB_CD00;
+    let cfg = QueueConfig::new(1, 8, MAX_IO, "127.0.0.2:4420".parse().unwrap());
+    let mem = *io_core().memory();
+    let mut c = QueueCore::new(&cfg, mem, RemoteKeys::Region { rkey: REGION_RKEY }).unwrap();
+    assert!(!c.uses_windows());
+    let s = c
+        .submit(
+            Sqe::read(0, 1, 0, 15, false),
+            DataDir::ControllerToHost { len: 8192 },
+            Some(buf(8192)),
+        )
+        .unwrap();
+    assert!(s.bind().is_none());
+    let sqe = Sqe::from_array(s.sqe_bytes().try_into().unwrap());
+    let sgl = sqe.sgl();
+    assert_eq!(
+        (sgl.identifier(), sgl.key(), sgl.address()),
+        (0x40, REGION_RKEY, DATA.addr)
+    );
+    let cid = posted(&mut c, s);
+    assert_eq!(c.window_key(cid), None);
+    let mut out = Vec::new();
+    response(&mut c, 0, Cqe::success(cid, 1, 1), None, &mut out);
+    assert_eq!(out.len(), 1, "no Local Invalidate to wait for");
+    assert!(out[0].result.is_ok());
+    assert_eq!(
+        c.poll_action().map(|a| matches!(a, Action::PostRecv(_))),
+        Some(true)
+    );
+    assert!(c.poll_action().is_none());
+    // A target that invalidates the region's key breaks the protocol: the queue dies.
+    let s = c
+        .submit(
+            Sqe::read(0, 1, 0, 0, false),
+            DataDir::ControllerToHost { len: 512 },
+            Some(buf(512)),
+        )
+        .unwrap();
+    let cid = posted(&mut c, s);
+    let mut out = Vec::new();
+    response(
+        &mut c,
+        1,
+        Cqe::success(cid, 1, 2),
+        Some(REGION_RKEY),
+        &mut out,
+    );
+    assert!(matches!(out[0].result, Err(HostError::Protocol(_))));
+    assert!(c.dead_reason().is_some());
 }

@@ -20,24 +20,41 @@ pub struct MrSpan {
     pub lkey: u32,
 }
 
-/// Where a queue's registered buffers are.
+/// Where a queue's own registered buffers are (its data buffers come with each command,
+/// from the host's pool: [`BufSpan`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct QueueMemory {
-    /// Data buffers: slot `i`'s at `data.addr + i * stride` (needs MW_BIND access).
-    pub data: MrSpan,
-    /// Bytes between two slots' data buffers (`max_io_bytes` rounded up to 64).
-    pub stride: usize,
     /// SQE buffers: slot `i`'s at `sqe.addr + i * SQE_LEN`.
     pub sqe: MrSpan,
     /// Response buffers: receive `i`'s at `rsp.addr + i * RSP_LEN` (LOCAL_WRITE).
     pub rsp: MrSpan,
 }
 
-impl QueueMemory {
-    /// The data buffer stride for `max_io_bytes` per slot: rounded up to 64 bytes.
-    pub fn stride_for(max_io_bytes: usize) -> usize {
-        max_io_bytes.div_ceil(64) * 64
-    }
+/// A command's data buffer in registered memory (a pool buffer, `crate::IoBuf`): its
+/// iova, length and the local key of its region.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BufSpan {
+    /// iova of the first byte.
+    pub addr: u64,
+    /// Bytes.
+    pub len: usize,
+    /// Local key of the region that holds it.
+    pub lkey: u32,
+}
+
+/// How a queue gives the target access to a command's data buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RemoteKeys<'a> {
+    /// Type 2 memory windows, one per slot, with these keys (as `ibv_alloc_mw`
+    /// returned them): each keyed command binds its slot's window over its buffer
+    /// with a fresh key and asks for SEND with Invalidate.
+    Windows(&'a [u32]),
+    /// The data region's own rkey, the same for every command (no bind, no
+    /// invalidation: SGL identifier 40h).
+    Region {
+        /// The region's rkey.
+        rkey: u32,
+    },
 }
 
 /// What a work request of the queue is for.
