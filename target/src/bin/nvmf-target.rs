@@ -25,7 +25,16 @@ use transport::verbs::{Device as _, Provider};
 use transport::PacketPathKind;
 
 /// The flags that describe the default subsystem, which `--config` replaces.
-const SUBSYSTEM_FLAGS: [&str; 6] = ["addr", "port", "nqn", "file", "size", "block_size"];
+const SUBSYSTEM_FLAGS: [&str; 8] = [
+    "addr",
+    "port",
+    "nqn",
+    "file",
+    "null",
+    "ram",
+    "size",
+    "block_size",
+];
 
 #[derive(Parser, Debug)]
 #[command(
@@ -64,11 +73,11 @@ struct Args {
     file: PathBuf,
     /// Namespace 1 is a null namespace of SIZE instead of a file: reads return zeroes,
     /// writes are dropped (as Linux null_blk), to measure the fabric alone.
-    #[arg(long, value_name = "SIZE", conflicts_with_all = ["file", "ram", "config"])]
+    #[arg(long, value_name = "SIZE", conflicts_with_all = ["file", "ram"])]
     null: Option<String>,
     /// Namespace 1 is SIZE bytes of the target's memory instead of a file (lost when it
     /// exits).
-    #[arg(long, value_name = "SIZE", conflicts_with_all = ["file", "config"])]
+    #[arg(long, value_name = "SIZE", conflicts_with_all = ["file"])]
     ram: Option<String>,
     /// Size of the backing file when it has to be created (e.g. 1G, 512M).
     #[arg(long, default_value = "1G")]
@@ -249,11 +258,15 @@ fn main() -> ExitCode {
         cfg.provider = p;
     }
     if let Some(ms) = args.shutdown_timeout_ms {
+        overrides("--shutdown-timeout-ms", &ms, "shutdown_timeout_ms");
         cfg.shutdown_timeout_ms = ms;
     }
     if let Some(list) = &args.cpus {
         match nvmf_target::cpus::CpuList::parse(list) {
-            Ok(c) => cfg.cpus = Some(c),
+            Ok(c) => {
+                overrides("--cpus", &c, "cpus");
+                cfg.cpus = Some(c)
+            }
             Err(e) => {
                 eprintln!("nvmf-target: --{e}");
                 return ExitCode::FAILURE;

@@ -48,7 +48,7 @@ const ASYNC_EVENT_ROUNDS: u32 = 256;
 const SRQ_LIMIT_DIVISOR: u32 = 8;
 /// I/O queues may together have up to this many times the SRQ's buffers in flight
 /// (waiting for a buffer, RNR, beyond it); a queue past that is refused
-/// ([`PollGroup::admit_io_queue`]).
+/// (checked as each I/O queue connects).
 pub const SRQ_OVERCOMMIT: u32 = 8;
 /// Starvation (an SRQ limit event that a refill did not cure) is logged at most this
 /// often; every event is counted ([`PollGroupCounters::srq_limit_events`]).
