@@ -314,6 +314,8 @@ pub fn poll_group_stopped(
         idle_sleeps = counters.sleeps.load(Relaxed),
         srq_limit_events = counters.srq_limit_events.load(Relaxed),
         recv_refills = counters.recv_refills.load(Relaxed),
+        srq_qps = counters.srq_qps.load(Relaxed),
+        admin_own_buffers = counters.admin_own_buffers.load(Relaxed),
         "poll group stopped"
     );
 }
