@@ -467,6 +467,8 @@ fn answer(slot: Option<u32>, capsule: &[u8], seen: &[Seen]) -> CapsuleAnswer {
                 ans.io.push(*op);
             }
             Seen::QpError { .. } => panic!("a work request failed in the simulation"),
+            // A Fabrics Disconnect was answered: the queue ends after its response.
+            Seen::QueueEnded { .. } => {}
         }
     }
     ans

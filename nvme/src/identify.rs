@@ -34,6 +34,8 @@ pub const OAES_ANA_CHANGE: u32 = 1 << 11;
 /// OAES bit 31: Discovery Log Page Change Notification.
 pub const OAES_DISCOVERY_CHANGE: u32 = 1 << 31;
 
+/// ONCS bit 0: Compare supported.
+pub const ONCS_COMPARE: u16 = 1 << 0;
 /// ONCS bit 2: Dataset Management supported.
 pub const ONCS_DSM: u16 = 1 << 2;
 /// ONCS bit 3: Write Zeroes supported.

@@ -43,6 +43,9 @@ wire_enum! {
         Write = 0x01 => "Write",
         /// Read (02h), NVM Command Set §3.3.4.
         Read = 0x02 => "Read",
+        /// Compare (05h), NVM Command Set §3.3.1: reads the logical blocks and compares
+        /// them with the command's data (Compare Failure when they differ).
+        Compare = 0x05 => "Compare",
         /// Write Zeroes (08h), NVM Command Set §3.3.8.
         WriteZeroes = 0x08 => "Write Zeroes",
         /// Dataset Management (09h), NVM Command Set §3.3.3.
@@ -134,6 +137,9 @@ wire_enum! {
     /// Log Page Identifiers (LID, CDW10 bits 7:0 of Get Log Page), NVMe Base
     /// 2.x §5.16.1 Figure "Log Page Identifiers".
     pub enum LogPageId: u8 {
+        /// Supported Log Pages (00h): one 4-byte LID Supported and Effects entry per
+        /// log page identifier (NVMe Base 2.x §5.16.1.1).
+        SupportedLogPages = 0x00 => "Supported Log Pages",
         /// Error Information (01h).
         ErrorInformation = 0x01 => "Error Information",
         /// SMART / Health Information (02h).

@@ -236,6 +236,22 @@ impl Sqe {
         Self::rw(NvmOpcode::Write, cid, nsid, slba, nlb_0based, fua)
     }
 
+    /// Fabrics Disconnect (opcode 7Fh, FCTYPE 08h, RECFMT 0; NVMe Base 2.x §6.4):
+    /// deletes the I/O queue it is submitted on.
+    pub fn disconnect(cid: u16) -> Self {
+        // FCTYPE is byte 4, where other commands hold the NSID (little endian).
+        Sqe::new(crate::opcodes::FABRICS_OPCODE, cid).with_nsid(u32::from(
+            crate::opcodes::FabricsCommandType::Disconnect.value(),
+        ))
+    }
+
+    /// Compare (05h): `nlb_0based + 1` logical blocks at `slba` against the
+    /// command's data (NVM Command Set §3.3.1); set the data SGL with
+    /// [`set_sgl`](Self::set_sgl).
+    pub fn compare(cid: u16, nsid: u32, slba: u64, nlb_0based: u16) -> Self {
+        Self::rw(NvmOpcode::Compare, cid, nsid, slba, nlb_0based, false)
+    }
+
     /// Flush (00h) of `nsid` (NVMe Base 2.x §7.1; FFFFFFFFh = all).
     pub fn flush(cid: u16, nsid: u32) -> Self {
         Sqe::new(NvmOpcode::Flush.value(), cid).with_nsid(nsid)

@@ -183,6 +183,9 @@ wire_enum! {
         ConnectRestartDiscovery = 0x83 => "Connect Restart Discovery",
         /// Connect Invalid Host (84h, Fabrics).
         ConnectInvalidHost = 0x84 => "Connect Invalid Host",
+        /// Invalid Queue Type (85h, Fabrics): e.g. a Disconnect on the admin queue
+        /// (NVMe Base 2.x §6.4).
+        InvalidQueueType = 0x85 => "Invalid Queue Type",
         /// Discover Restart (90h, Fabrics discovery).
         DiscoverRestart = 0x90 => "Discover Restart",
         /// Authentication Required (91h, Fabrics).

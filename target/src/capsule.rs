@@ -17,6 +17,8 @@ pub enum Kind {
     PropertyGet,
     /// Fabrics Property Set (admin queue only).
     PropertySet,
+    /// Fabrics Disconnect (I/O queues only): delete the queue it came on.
+    Disconnect,
     /// Any other command on the admin queue.
     Admin,
     /// An NVM command on an I/O queue, decoded and checked against its namespace.
@@ -26,7 +28,8 @@ pub enum Kind {
 /// Classifies `sqe` received on queue `qid` whose controller is `ctrl` (none before
 /// Connect) and says which data it moves, or the status to answer it with:
 /// PSDT other than SGL, or a fused command: Invalid Field (DNR); an unknown Fabrics
-/// command type: Invalid Opcode (DNR); anything but Connect before Connect: Command
+/// command type: Invalid Opcode (DNR); a Disconnect on the admin queue: Invalid Queue
+/// Type (DNR); anything but Connect (and Disconnect) before Connect: Command
 /// Sequence Error (DNR); I/O while the controller is not ready, on an unknown
 /// namespace, or failing `io::decode` (LBA range, MDTS = `max_io_bytes`): that status
 /// (NVMe Base 2.x §3.3, NVMe over Fabrics 1.x §3; nvmet's checks).
@@ -49,6 +52,12 @@ pub fn classify(
             Some(0x01) => Ok((Kind::Connect, DataDirection::HostToController(1024))),
             Some(0x04) if qid == 0 => Ok((Kind::PropertyGet, DataDirection::None)),
             Some(0x00) if qid == 0 => Ok((Kind::PropertySet, DataDirection::None)),
+            Some(0x08) if qid != 0 => Ok((Kind::Disconnect, DataDirection::None)),
+            // NVMe Base 2.x §6.4: a Disconnect on the admin queue.
+            Some(0x08) => Err(Status::command_specific(
+                nvme::status::CommandSpecificStatus::InvalidQueueType,
+            )
+            .with_dnr()),
             _ => Err(Status::generic(GenericStatus::InvalidOpcode).with_dnr()),
         };
     }
@@ -68,7 +77,12 @@ pub fn classify(
     let cmd = io::decode(sqe, ns.ns.nlb(), ns.ns.block_size(), max_io_bytes)?;
     // A read-only namespace serves reads and flushes; anything else would change it
     // (nvmet_io_cmd_check_access: the same status, no DNR).
-    if ns.ns.is_read_only() && !matches!(cmd, IoCommand::Read { .. } | IoCommand::Flush) {
+    if ns.ns.is_read_only()
+        && !matches!(
+            cmd,
+            IoCommand::Read { .. } | IoCommand::Compare { .. } | IoCommand::Flush
+        )
+    {
         return Err(Status::generic(GenericStatus::NamespaceWriteProtected));
     }
     let dir = match (cmd.host_to_controller_len(), cmd.controller_to_host_len()) {

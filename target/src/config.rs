@@ -87,6 +87,9 @@ fn default_max_queue_size() -> u16 {
 fn default_kato_ms() -> u32 {
     120_000
 }
+fn default_shutdown_timeout_ms() -> u32 {
+    crate::shutdown::DEFAULT_SHUTDOWN_TIMEOUT_MS
+}
 
 /// The whole daemon configuration.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -149,6 +152,18 @@ pub struct TargetConfig {
     /// it (its SRQ limit event) and hosts' next commands wait (RNR NAK).
     #[serde(default = "default_srq_depth")]
     pub srq_depth: u32,
+    /// The bound of a clean shutdown (SIGTERM/SIGINT) in milliseconds, from 100 to
+    /// 3600000: commands in flight are answered, namespaces flushed and queues
+    /// disconnected within it ([`crate::shutdown`]); what is left then is reported.
+    /// Default 10000.
+    #[serde(default = "default_shutdown_timeout_ms")]
+    pub shutdown_timeout_ms: u32,
+    /// CPUs the poll groups are pinned to, as SPDK's core mask: a list (`[0, 1]`), a
+    /// string of numbers and ranges (`"0-3,6"`) or a hexadecimal mask (`"0x3"`); poll
+    /// group `k` (over every listen address) runs on the `k % n`-th ([`crate::cpus`]).
+    /// Each must be one the process may run on. Absent (the default): not pinned.
+    #[serde(default)]
+    pub cpus: Option<crate::cpus::CpuList>,
 }
 
 /// One listen address (NVMe over Fabrics 1.x Discovery Log Page Entry: TRADDR, TRSVCID).
@@ -160,6 +175,13 @@ pub struct ListenAddr {
     /// RDMA CM port (TRSVCID). Default 4420.
     #[serde(default = "default_trsvcid")]
     pub trsvcid: u16,
+    /// IPv4 ToS / IPv6 traffic class of the queues connected through this port, for
+    /// PFC priority mapping (RoCE deployments map a DSCP to a lossless class): the DSCP
+    /// shifted left by 2, e.g. 0x60 for DSCP 24 or 0x68 for 26; the ECN bits (1:0)
+    /// stay the transport's (ECT(0)) and must be 0 here. Absent: the host's request's
+    /// traffic class (0 from Linux). Soft provider only.
+    #[serde(default)]
+    pub tos: Option<u8>,
 }
 
 impl ListenAddr {
@@ -190,14 +212,34 @@ pub struct SubsystemConfig {
     pub namespaces: Vec<NamespaceConfig>,
 }
 
-/// One namespace, backed by a file or a block device ([`crate::backend`]).
+/// What backs a namespace (`backend` of a namespace in the configuration).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NamespaceBackend {
+    /// A file or block device at `path` (the default).
+    #[default]
+    File,
+    /// No storage: reads return zeroes, writes are dropped (Linux null_blk, SPDK's
+    /// Null bdev), for measuring the fabric alone; `size` is required, no `path`.
+    Null,
+    /// `size` bytes of the target's memory, lost when it exits; no `path`.
+    Ram,
+}
+
+/// One namespace, backed by a file or a block device ([`crate::backend`]), or by no
+/// storage or memory (`backend = "null"` / `"ram"`, [`crate::backend::memory`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NamespaceConfig {
     /// Namespace ID: 1 to 0xFFFFFFFE, unique within the subsystem.
     pub nsid: u32,
+    /// `"file"` (the default), `"null"` or `"ram"`.
+    #[serde(default)]
+    pub backend: NamespaceBackend,
     /// Backing file (created sparse at `size` when missing; its directory must exist)
     /// or block device (opened with O_EXCL: not mounted, not in use elsewhere).
+    /// Required for `backend = "file"`, refused for the others.
+    #[serde(default)]
     pub path: PathBuf,
     /// Size for creating a missing file: bytes, or "1G", "512M", "4KiB" (powers of
     /// 1024); written as a string or an integer. Without it the file must exist. A
@@ -430,6 +472,7 @@ impl TargetConfig {
             listen: vec![ListenAddr {
                 addr,
                 trsvcid: DEFAULT_TRSVCID,
+                tos: None,
             }],
             poll_groups: default_poll_groups(),
             subsystems: vec![SubsystemConfig {
@@ -439,6 +482,7 @@ impl TargetConfig {
                 serial: None,
                 namespaces: vec![NamespaceConfig {
                     nsid: 1,
+                    backend: NamespaceBackend::File,
                     path: path.to_path_buf(),
                     size: Some(size_bytes.to_string()),
                     block_size: None,
@@ -453,6 +497,8 @@ impl TargetConfig {
             discovery: true,
             data_slab: None,
             srq_depth: DEFAULT_SRQ_DEPTH,
+            shutdown_timeout_ms: default_shutdown_timeout_ms(),
+            cpus: None,
         }
     }
 
@@ -485,7 +531,26 @@ impl TargetConfig {
             if l.trsvcid == 0 {
                 return Err(format!("listen[{i}] ({}): trsvcid 0 is not a port", l.addr));
             }
-            if let Some(j) = self.listen[..i].iter().position(|e| e == l) {
+            if let Some(tos) = l.tos {
+                if tos & transport::soft::ECN_MASK != 0 {
+                    return Err(format!(
+                        "listen[{i}] ({l}): tos {tos:#04x} sets the ECN bits (1:0), which \
+                         stay the transport's: give the DSCP shifted left by 2, e.g. {:#04x}",
+                        tos & !transport::soft::ECN_MASK
+                    ));
+                }
+                if self.provider == ProviderKind::Verbs {
+                    return Err(format!(
+                        "listen[{i}] ({l}): tos is an option of the soft provider; on a \
+                         kernel RDMA device set the RoCE traffic class with rdma_cm's \
+                         default_roce_tos (`cma_roce_tos -d <device> -t {tos}`)"
+                    ));
+                }
+            }
+            if let Some(j) = self.listen[..i]
+                .iter()
+                .position(|e| e.socket_addr() == l.socket_addr())
+            {
                 return Err(format!(
                     "listen[{i}] ({l}): the same address and trsvcid as listen[{j}]; remove one"
                 ));
@@ -523,6 +588,14 @@ impl TargetConfig {
                 "srq_depth {} must be from {MIN_SRQ_DEPTH} to {MAX_SRQ_DEPTH} (receive buffers \
                  per poll group; default {DEFAULT_SRQ_DEPTH})",
                 self.srq_depth
+            ));
+        }
+        if !(100..=3_600_000).contains(&self.shutdown_timeout_ms) {
+            return Err(format!(
+                "shutdown_timeout_ms {} must be from 100 to 3600000 (the bound of a clean \
+                 shutdown; default {})",
+                self.shutdown_timeout_ms,
+                default_shutdown_timeout_ms()
             ));
         }
         if self.max_queue_size < 2 {
@@ -582,14 +655,43 @@ impl TargetConfig {
                 if !nsids.insert(n.nsid) {
                     return Err(format!("{at}: nsid {} is used twice", n.nsid));
                 }
-                if n.path.as_os_str().is_empty() {
-                    return Err(format!("{at}: path is empty"));
-                }
-                if !paths.insert(n.path.as_path()) {
-                    return Err(format!(
-                        "{at}: path {} backs two namespaces",
-                        n.path.display()
-                    ));
+                match n.backend {
+                    NamespaceBackend::File => {
+                        if n.path.as_os_str().is_empty() {
+                            return Err(format!(
+                                "{at}: path is empty (a file or block device, or backend = \"null\" / \"ram\")"
+                            ));
+                        }
+                        if !paths.insert(n.path.as_path()) {
+                            return Err(format!(
+                                "{at}: path {} backs two namespaces",
+                                n.path.display()
+                            ));
+                        }
+                    }
+                    NamespaceBackend::Null | NamespaceBackend::Ram => {
+                        let kind = if n.backend == NamespaceBackend::Null {
+                            "null"
+                        } else {
+                            "ram"
+                        };
+                        if !n.path.as_os_str().is_empty() {
+                            return Err(format!(
+                                "{at}: backend = \"{kind}\" has no file: remove path {}",
+                                n.path.display()
+                            ));
+                        }
+                        if n.size.is_none() {
+                            return Err(format!(
+                                "{at}: backend = \"{kind}\" needs a size, e.g. size = \"1G\""
+                            ));
+                        }
+                        if n.direct {
+                            return Err(format!(
+                                "{at}: direct = true is for files and block devices, not backend = \"{kind}\""
+                            ));
+                        }
+                    }
                 }
                 if let Some(b) = n.block_size {
                     if !b.is_power_of_two() || !(512..=4096).contains(&b) {
@@ -698,6 +800,50 @@ nqn = "nqn.2026-11.io.example:a"
         assert_eq!(s1.hosts.len(), 1);
         assert_eq!(s1.namespaces[0].block_size, Some(4096));
         assert_eq!(s1.namespaces[0].size_bytes(), Ok(Some(256 << 20)));
+    }
+
+    #[test]
+    fn null_and_ram_namespaces_need_a_size_and_no_path() {
+        let ok = with_ns(
+            "[[subsystems.namespaces]]\nnsid = 1\nbackend = \"null\"\nsize = \"1G\"\n\
+             [[subsystems.namespaces]]\nnsid = 2\nbackend = \"ram\"\nsize = \"64M\"\n",
+        );
+        let c = TargetConfig::from_toml_str(&ok).unwrap();
+        let ns = &c.subsystems[0].namespaces;
+        assert_eq!(
+            (ns[0].backend, ns[1].backend),
+            (NamespaceBackend::Null, NamespaceBackend::Ram)
+        );
+        assert_eq!(c.shutdown_timeout_ms, 10_000);
+        let e = invalid(&with_ns(
+            "[[subsystems.namespaces]]\nnsid = 1\nbackend = \"ram\"\n",
+        ));
+        assert!(e.contains("needs a size"), "{e}");
+        let e = invalid(&with_ns(
+            "[[subsystems.namespaces]]\nnsid = 1\nbackend = \"null\"\nsize = 4096\npath = \"/x\"\n",
+        ));
+        assert!(e.contains("has no file"), "{e}");
+        let e = invalid(&with_ns("[[subsystems.namespaces]]\nnsid = 1\n"));
+        assert!(e.contains("path is empty"), "{e}");
+        let e = invalid(&format!("shutdown_timeout_ms = 5\n{MINIMAL}"));
+        assert!(e.contains("shutdown_timeout_ms 5"), "{e}");
+    }
+
+    #[test]
+    fn cpus_and_tos_are_read_and_checked() {
+        let c = TargetConfig::from_toml_str(&format!("cpus = [1, 0]\n{MINIMAL}")).unwrap();
+        assert_eq!(c.cpus.unwrap().0, [1, 0]);
+        let c = TargetConfig::from_toml_str(&format!("cpus = \"0x5\"\n{MINIMAL}")).unwrap();
+        assert_eq!(c.cpus.unwrap().0, [0, 2]);
+        let e = TargetConfig::from_toml_str(&format!("cpus = [1, 1]\n{MINIMAL}")).unwrap_err();
+        assert!(e.to_string().contains("twice"), "{e}");
+        let tos = "[[listen]]\naddr = \"10.0.0.1\"\ntrsvcid = 4421\ntos = 0x60\n";
+        let c = TargetConfig::from_toml_str(&format!("{MINIMAL}{tos}")).unwrap();
+        assert_eq!((c.listen[1].tos, c.listen[0].tos), (Some(0x60), None));
+        let e = invalid(&format!("{MINIMAL}{}", tos.replace("0x60", "0x63")));
+        assert!(e.contains("ECN bits") && e.contains("0x60"), "{e}");
+        let e = invalid(&format!("provider = \"verbs\"\n{MINIMAL}{tos}"));
+        assert!(e.contains("cma_roce_tos"), "{e}");
     }
 
     #[test]

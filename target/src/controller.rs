@@ -21,6 +21,7 @@ use nvme::status::{CommandSpecificStatus, GenericStatus, Status};
 use nvme::LogPageId;
 use parking_lot::Mutex;
 
+use crate::error_log::ErrorLog;
 use crate::subsystem::{Limits, Subsystem};
 
 /// Outstanding Asynchronous Event Requests a controller holds (Identify Controller
@@ -87,6 +88,10 @@ struct State {
     aer_cids: VecDeque<u16>,
     events: VecDeque<u32>,
     aen_config: u32,
+    /// Log page identifiers whose asynchronous event was reported and not yet cleared
+    /// by reading the log with RAE cleared: no second event of theirs until then
+    /// (NVMe Base 2.x §5.2: an event type is masked until its log page is read).
+    masked_logs: Vec<u8>,
     changed_ns: Vec<u32>,
 }
 
@@ -106,7 +111,14 @@ pub struct Controller {
     limits: Limits,
     /// Volatile Write Cache enabled (feature 06h WCE); read by every write.
     vwc_enabled: AtomicBool,
+    /// A command arrived, or one of its queues was set up or torn down, since the Keep
+    /// Alive sweep last looked: Traffic Based Keep Alive (Identify Controller CTRATT
+    /// bit 6, NVMe Base 2.x §3.9.2), as nvmet's `reset_tbkas`.
+    traffic_seen: AtomicBool,
     state: Mutex<State>,
+    /// The Error Information log (a lock of its own: poll groups record failed
+    /// commands into it).
+    errors: Mutex<ErrorLog>,
 }
 
 /// Rounds a Keep Alive Timeout up to whole seconds, as nvmet (KAS 10: 1 s units).
@@ -147,6 +159,7 @@ impl Controller {
             kind,
             limits: *limits,
             vwc_enabled: AtomicBool::new(true),
+            traffic_seen: AtomicBool::new(false),
             state: Mutex::new(State {
                 cc: Cc(0),
                 csts: Csts(0),
@@ -157,8 +170,10 @@ impl Controller {
                 aer_cids: VecDeque::new(),
                 events: VecDeque::new(),
                 aen_config: 0,
+                masked_logs: Vec::new(),
                 changed_ns: Vec::new(),
             }),
+            errors: Mutex::new(ErrorLog::default()),
         }
     }
 
@@ -255,6 +270,29 @@ impl Controller {
         self.state.lock().last_keep_alive = now;
     }
 
+    /// Notes traffic for Traffic Based Keep Alive: a command of this controller arrived
+    /// (on any of its queues), or one of its queues was set up or torn down. The next
+    /// [`Controller::keep_alive_sweep`] restarts the timer, as nvmet's Keep Alive work
+    /// does on `reset_tbkas`. Called per command by the poll groups: a load of a flag
+    /// that is written only when it changes, so a busy controller's queues share the
+    /// cache line read-only between two sweeps.
+    pub fn note_traffic(&self) {
+        if !self.traffic_seen.load(Ordering::Relaxed) {
+            self.traffic_seen.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// The Keep Alive sweep at `now` (the control thread, every 100 ms): with traffic
+    /// since the last sweep ([`Controller::note_traffic`]) the timer restarts at `now`
+    /// and has not expired; otherwise [`Controller::kato_expired`].
+    pub fn keep_alive_sweep(&self, now: Instant) -> bool {
+        if self.traffic_seen.swap(false, Ordering::Relaxed) {
+            self.keep_alive(now);
+            return false;
+        }
+        self.kato_expired(now)
+    }
+
     /// Whether the Keep Alive timer expired at `now`: KATO is non-zero and no Keep
     /// Alive arrived for KATO since the last one (or since Connect / enable).
     pub fn kato_expired(&self, now: Instant) -> bool {
@@ -288,12 +326,19 @@ impl Controller {
             return Err(Status::generic(GenericStatus::CommandSequenceError).with_dnr());
         }
         s.connected.push(qid);
+        drop(s);
+        // Queue setup restarts the Keep Alive timer (nvmet's nvmet_install_queue): a
+        // host that took long to bring an I/O queue up keeps its controller.
+        self.note_traffic();
         Ok(())
     }
 
     /// Forgets queue `qid` (its RDMA connection went away), so it may connect again.
+    /// Like queue setup, a teardown restarts the Keep Alive timer (nvmet's
+    /// nvmet_sq_destroy): the host may be busy reconnecting it.
     pub fn release_queue(&self, qid: u16) {
         self.state.lock().connected.retain(|&q| q != qid);
+        self.note_traffic();
     }
 
     /// Whether queue `qid` is connected.
@@ -338,6 +383,7 @@ impl Controller {
     pub fn push_aer(&self, cid: u16) -> Result<Option<u32>, Status> {
         let mut s = self.state.lock();
         if let Some(dw0) = s.events.pop_front() {
+            s.masked_logs.push(event_log_page(dw0));
             return Ok(Some(dw0));
         }
         if s.aer_cids.len() >= MAX_AER {
@@ -350,17 +396,24 @@ impl Controller {
         Ok(None)
     }
 
-    /// Queues event `dw0` (an AER completion DW0); one of each is kept until reported.
-    /// Call [`take_aer`](Self::take_aer) afterwards to complete a held request.
+    /// Queues event `dw0` (an AER completion DW0); one of each is kept until reported,
+    /// and none while an event of the same log page was reported and its log not yet
+    /// read with RAE cleared ([`Controller::log_read`]). Call
+    /// [`take_aer`](Self::take_aer) afterwards to complete a held request.
     pub fn post_event(&self, dw0: u32) {
         let mut s = self.state.lock();
-        if !s.events.contains(&dw0) {
+        Self::queue_event(&mut s, dw0);
+    }
+
+    fn queue_event(s: &mut State, dw0: u32) {
+        if !s.events.contains(&dw0) && !s.masked_logs.contains(&event_log_page(dw0)) {
             s.events.push_back(dw0);
         }
     }
 
     /// A held Asynchronous Event Request paired with a pending event, if both exist:
-    /// the caller completes command `cid` with success and DW0 `dw0`.
+    /// the caller completes command `cid` with success and DW0 `dw0`. The event's log
+    /// page is masked until the host reads it with RAE cleared.
     pub fn take_aer(&self) -> Option<AerCompletion> {
         let mut s = self.state.lock();
         if s.aer_cids.is_empty() || s.events.is_empty() {
@@ -368,7 +421,30 @@ impl Controller {
         }
         let cid = s.aer_cids.pop_front()?;
         let dw0 = s.events.pop_front()?;
+        s.masked_logs.push(event_log_page(dw0));
         Some(AerCompletion { cid, dw0 })
+    }
+
+    /// Log page `lid` was read with Retain Asynchronous Event cleared: its event may be
+    /// reported again (NVMe Base 2.x §5.16, RAE).
+    pub fn log_read(&self, lid: u8) {
+        self.state.lock().masked_logs.retain(|&l| l != lid);
+    }
+
+    /// Records that command `sqe` of queue `qid` completed with error `status` (the
+    /// Error Information log, [`crate::error_log`]).
+    pub fn record_error(&self, qid: u16, sqe: &nvme::Sqe, status: Status) {
+        self.errors.lock().record(qid, sqe, status);
+    }
+
+    /// The Error Information log page (log page 01h), newest entry first.
+    pub fn error_log_page(&self) -> Vec<u8> {
+        self.errors.lock().page()
+    }
+
+    /// Errors recorded so far (SMART log: Number of Error Information Log Entries).
+    pub fn error_count(&self) -> u64 {
+        self.errors.lock().count()
     }
 
     /// Removes and returns every held Asynchronous Event Request (controller teardown:
@@ -390,17 +466,33 @@ impl Controller {
         if !s.changed_ns.contains(&nsid) && s.changed_ns.len() < 1024 {
             s.changed_ns.push(nsid);
         }
-        if s.aen_config & AEC_NS_ATTR != 0 && !s.events.contains(&AEN_NS_ATTR_CHANGED) {
-            s.events.push_back(AEN_NS_ATTR_CHANGED);
+        if s.aen_config & AEC_NS_ATTR != 0 {
+            Self::queue_event(&mut s, AEN_NS_ATTR_CHANGED);
         }
     }
 
-    /// Takes the Changed Namespace List (reading the log page clears it), sorted.
-    pub fn take_changed_ns(&self) -> Vec<u32> {
-        let mut v = std::mem::take(&mut self.state.lock().changed_ns);
+    /// The Changed Namespace List, sorted; `clear` (a read with RAE cleared) empties
+    /// it.
+    pub fn changed_ns(&self, clear: bool) -> Vec<u32> {
+        let mut s = self.state.lock();
+        let mut v = if clear {
+            std::mem::take(&mut s.changed_ns)
+        } else {
+            s.changed_ns.clone()
+        };
         v.sort_unstable();
         v
     }
+
+    /// Takes the Changed Namespace List (a read with RAE cleared), sorted.
+    pub fn take_changed_ns(&self) -> Vec<u32> {
+        self.changed_ns(true)
+    }
+}
+
+/// The log page an AER completion DW0 names (bits 23:16).
+fn event_log_page(dw0: u32) -> u8 {
+    (dw0 >> 16) as u8
 }
 
 #[cfg(test)]
@@ -496,6 +588,34 @@ mod tests {
     }
 
     #[test]
+    fn traffic_restarts_the_keep_alive_timer_at_the_next_sweep() {
+        let t0 = Instant::now();
+        let c = ctrl(2000, t0);
+        let at = |ms| t0 + Duration::from_millis(ms);
+        // No traffic: the sweep sees the timer run out at KATO.
+        assert!(!c.keep_alive_sweep(at(1900)));
+        // A command at 1.95 s: the sweep at 2.0 s restarts the timer instead.
+        c.note_traffic();
+        assert!(!c.keep_alive_sweep(at(2000)));
+        assert!(!c.keep_alive_sweep(at(3900)));
+        assert!(
+            c.keep_alive_sweep(at(4000)),
+            "2 s of silence after the restart"
+        );
+        // Queue setup and teardown count as traffic (nvmet: install_queue, sq_destroy).
+        let c = ctrl(2000, t0);
+        c.connect_queue(1).unwrap();
+        assert!(!c.keep_alive_sweep(at(2500)));
+        assert!(!c.keep_alive_sweep(at(4400)));
+        c.release_queue(1);
+        assert!(!c.keep_alive_sweep(at(4600)));
+        assert!(c.keep_alive_sweep(at(6600)));
+        // KATO 0: the sweep never expires it.
+        let off = ctrl(0, t0);
+        assert!(!off.keep_alive_sweep(at(3_600_000)));
+    }
+
+    #[test]
     fn discovery_controller_gets_default_kato() {
         let reg = registry_with(vec![]);
         let t0 = Instant::now();
@@ -573,9 +693,21 @@ mod tests {
         assert_eq!(c.take_changed_ns(), vec![5]);
         assert!(c.take_changed_ns().is_empty());
         assert_eq!(c.drain_aers(), vec![1, 2, 3]);
+        // The namespace notice was reported: no second one until log 04h is read with
+        // RAE cleared.
+        c.post_event(AEN_NS_ATTR_CHANGED);
+        assert_eq!(c.push_aer(7), Ok(None));
+        assert_eq!(c.take_aer(), None);
+        c.log_read(LogPageId::ChangedNamespaceList.value());
         // With no held request, a pending event completes the next AER at once.
+        c.drain_aers();
         c.post_event(AEN_NS_ATTR_CHANGED);
         assert_eq!(c.push_aer(7), Ok(Some(AEN_NS_ATTR_CHANGED)));
         assert_eq!(c.held_aers(), 0);
+        // A read with RAE set keeps the list; one with RAE cleared empties it.
+        c.notify_namespace_changed(9);
+        assert_eq!(c.changed_ns(false), vec![9]);
+        assert_eq!(c.changed_ns(true), vec![9]);
+        assert!(c.changed_ns(true).is_empty());
     }
 }

@@ -233,6 +233,20 @@ fn connect_io(reg: &Registry, cmd: &ConnectCommand, d: &ConnectData) -> ConnectO
     ConnectOutcome::Accepted { ctrl, dw0 }
 }
 
+/// Checks a Fabrics Disconnect (NVMe Base 2.x §6.4) received on an I/O queue whose
+/// controller is `ctrl`: RECFMT (CDW10 bits 15:0) must be 0, else Incompatible Format
+/// (SCT 1h, SC 80h, DNR); a queue with no controller yet (no Connect): Command Sequence
+/// Error (DNR). The caller then deletes the queue once every other command of it is
+/// answered, the Disconnect's CQE last.
+pub fn disconnect_check(ctrl: Option<&Controller>, sqe: &Sqe) -> Result<(), Status> {
+    if sqe.cdw10() & 0xFFFF != 0 {
+        return Err(
+            Status::command_specific(CommandSpecificStatus::ConnectIncompatibleFormat).with_dnr(),
+        );
+    }
+    ctrl.map(|_| ()).ok_or_else(no_controller)
+}
+
 fn no_controller() -> Status {
     Status::generic(GenericStatus::CommandSequenceError).with_dnr()
 }

@@ -1,5 +1,5 @@
 //! NVM command set I/O commands (NVM Command Set 1.x §3.3): decoding and checking a
-//! Read, Write, Flush, Write Zeroes or Dataset Management SQE against its namespace,
+//! Read, Write, Compare, Flush, Write Zeroes or Dataset Management SQE against its namespace,
 //! before any data moves, and the status (and log line) for one the file system
 //! failed. The poll group turns the commands into io_uring operations.
 //!
@@ -13,6 +13,7 @@ use std::time::Instant;
 use nvme::status::{GenericStatus, MediaStatus, Status};
 use nvme::{NvmOpcode, Sqe};
 
+use crate::admin::{CSUPP, LBCC};
 use crate::subsystem::NamespaceEntry;
 
 /// A decoded, checked I/O command. Byte offsets and lengths are within the namespace.
@@ -22,6 +23,9 @@ pub enum IoCommand {
     Read { offset: u64, len: u32 },
     /// Write `len` bytes at byte `offset`; `fua` makes it durable before completion.
     Write { offset: u64, len: u32, fua: bool },
+    /// Compare the `len` bytes at byte `offset` with the command's data (NVM Command
+    /// Set 1.x §3.3.1): Compare Failure when they differ ([`compare_status`]).
+    Compare { offset: u64, len: u32 },
     /// Make completed writes durable (fdatasync).
     Flush,
     /// Zero `len` bytes at byte `offset`; `fua` makes it durable before completion.
@@ -35,7 +39,7 @@ impl IoCommand {
     /// Bytes the host sends (host-to-controller data) for this command.
     pub fn host_to_controller_len(&self) -> u32 {
         match *self {
-            IoCommand::Write { len, .. } => len,
+            IoCommand::Write { len, .. } | IoCommand::Compare { len, .. } => len,
             IoCommand::DatasetManagement { ranges, .. } => ranges * 16,
             _ => 0,
         }
@@ -53,6 +57,7 @@ impl IoCommand {
         match self {
             IoCommand::Read { .. } => "read",
             IoCommand::Write { .. } => "write",
+            IoCommand::Compare { .. } => "compare",
             IoCommand::Flush => "flush",
             IoCommand::WriteZeroes { .. } => "write zeroes",
             IoCommand::DatasetManagement { .. } => "deallocate",
@@ -62,12 +67,35 @@ impl IoCommand {
     /// The byte range `(offset, len)` the command touches, when it names one.
     pub fn byte_range(&self) -> Option<(u64, u64)> {
         match *self {
-            IoCommand::Read { offset, len } | IoCommand::Write { offset, len, .. } => {
-                Some((offset, u64::from(len)))
-            }
+            IoCommand::Read { offset, len }
+            | IoCommand::Write { offset, len, .. }
+            | IoCommand::Compare { offset, len } => Some((offset, u64::from(len))),
             IoCommand::WriteZeroes { offset, len, .. } => Some((offset, len)),
             _ => None,
         }
+    }
+}
+
+/// The NVM commands the target serves with their Commands Supported and Effects log
+/// entries (NVMe Base 2.x §5.16.1.6): [`decode`] and this list are the one place an
+/// I/O command is added.
+pub const COMMAND_EFFECTS: &[(NvmOpcode, u32)] = &[
+    (NvmOpcode::Flush, CSUPP),
+    (NvmOpcode::Write, CSUPP | LBCC),
+    (NvmOpcode::Read, CSUPP),
+    (NvmOpcode::Compare, CSUPP),
+    (NvmOpcode::WriteZeroes, CSUPP | LBCC),
+    (NvmOpcode::DatasetManagement, CSUPP | LBCC),
+];
+
+/// The status of a Compare whose command data is `host` and whose logical blocks read
+/// `media` (NVM Command Set 1.x §3.3.1): success when equal, else Compare Failure
+/// (SCT 2h, SC 85h; no DNR: a later Compare may match).
+pub fn compare_status(host: &[u8], media: &[u8]) -> Status {
+    if host == media {
+        Status::SUCCESS
+    } else {
+        Status::media(MediaStatus::CompareFailure)
     }
 }
 
@@ -180,20 +208,20 @@ pub fn decode(sqe: &Sqe, nlb: u64, block_size: u32, mdts_bytes: u32) -> Result<I
         Ok((slba * block_size as u64, count * block_size as u64))
     };
     match op {
-        NvmOpcode::Read | NvmOpcode::Write => {
+        NvmOpcode::Read | NvmOpcode::Write | NvmOpcode::Compare => {
             let (offset, len) = range(sqe.nlb() as u64)?;
             if len > mdts_bytes as u64 {
                 return Err(generic(GenericStatus::InvalidField).with_dnr());
             }
             let len = len as u32;
-            Ok(if op == NvmOpcode::Read {
-                IoCommand::Read { offset, len }
-            } else {
-                IoCommand::Write {
+            Ok(match op {
+                NvmOpcode::Read => IoCommand::Read { offset, len },
+                NvmOpcode::Compare => IoCommand::Compare { offset, len },
+                _ => IoCommand::Write {
                     offset,
                     len,
                     fua: sqe.fua(),
-                }
+                },
             })
         }
         NvmOpcode::Flush => Ok(IoCommand::Flush),
@@ -319,6 +347,31 @@ mod tests {
             decode(&sqe, 100, 512, 1 << 20),
             Ok(IoCommand::WriteZeroes { fua: true, .. })
         ));
+    }
+
+    #[test]
+    fn compare_is_decoded_and_judged() {
+        let sqe = Sqe::compare(1, 1, 8, 7);
+        let cmd = decode(&sqe, 100, 512, 1 << 20).unwrap();
+        assert_eq!(
+            cmd,
+            IoCommand::Compare {
+                offset: 8 * 512,
+                len: 4096
+            }
+        );
+        assert_eq!(
+            (cmd.host_to_controller_len(), cmd.controller_to_host_len()),
+            (4096, 0)
+        );
+        assert!(decode(&Sqe::compare(1, 1, 96, 7), 100, 512, 1 << 20).is_err());
+        assert_eq!(compare_status(b"abc", b"abc"), Status::SUCCESS);
+        let miss = compare_status(b"abc", b"abd");
+        assert_eq!(
+            miss.to_field(),
+            (2 << 9) | (0x85 << 1),
+            "SCT 2h, SC 85h, no DNR"
+        );
     }
 
     #[test]

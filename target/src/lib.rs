@@ -21,7 +21,9 @@ pub mod buffers;
 pub mod capsule;
 pub mod config;
 pub mod controller;
+pub mod cpus;
 pub mod discovery;
+pub mod error_log;
 pub mod fabrics;
 pub mod io;
 pub mod logging;
@@ -30,6 +32,8 @@ pub mod oplog;
 pub mod provider;
 pub mod rdma;
 pub mod server;
+pub mod shutdown;
+pub mod stats;
 pub mod subsystem;
 pub mod uring;
 

@@ -56,7 +56,7 @@ pub struct QueuePeer {
 }
 
 /// Why a queue ended, and who started it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum QueueEnd {
     /// The host disconnected (a CM DREQ, or a REJ of the established connection).
     HostDisconnected,
@@ -76,13 +76,20 @@ pub enum QueueEnd {
     AcceptFailed,
     /// The control thread gave up waiting for the poll group to create the queue.
     SetupAbandoned,
+    /// The host deleted the I/O queue with a Fabrics Disconnect command (NVMe Base
+    /// 2.x §6.4); the target then disconnected its connection.
+    HostFabricsDisconnect,
+    /// The target is shutting down (SIGTERM/SIGINT): its commands were answered first.
+    TargetShutdown,
 }
 
 impl QueueEnd {
     /// Who started the end: `"host"` or `"target"`.
     pub fn initiator(self) -> &'static str {
         match self {
-            QueueEnd::HostDisconnected | QueueEnd::HostRejected => "host",
+            QueueEnd::HostDisconnected
+            | QueueEnd::HostRejected
+            | QueueEnd::HostFabricsDisconnect => "host",
             _ => "target",
         }
     }
@@ -104,12 +111,21 @@ impl QueueEnd {
             }
             QueueEnd::AcceptFailed => "the CM accept could not be sent",
             QueueEnd::SetupAbandoned => "the queue was not ready in time",
+            QueueEnd::HostFabricsDisconnect => {
+                "the host deleted the queue (Fabrics Disconnect); the target disconnected it"
+            }
+            QueueEnd::TargetShutdown => {
+                "the target is shutting down; the queue's commands were answered first"
+            }
         }
     }
 
     /// Whether an operator may have to act (logged at `warn`, else `info`).
     pub fn is_trouble(self) -> bool {
-        !matches!(self, QueueEnd::HostDisconnected)
+        !matches!(
+            self,
+            QueueEnd::HostDisconnected | QueueEnd::HostFabricsDisconnect | QueueEnd::TargetShutdown
+        )
     }
 }
 
@@ -298,6 +314,8 @@ pub fn poll_group_stopped(
         idle_sleeps = counters.sleeps.load(Relaxed),
         srq_limit_events = counters.srq_limit_events.load(Relaxed),
         recv_refills = counters.recv_refills.load(Relaxed),
+        srq_qps = counters.srq_qps.load(Relaxed),
+        admin_own_buffers = counters.admin_own_buffers.load(Relaxed),
         "poll group stopped"
     );
 }
@@ -334,7 +352,7 @@ pub fn fabrics_connect(peer: &QueuePeer, sqe: &Sqe, data: &[u8], outcome: &Conne
         ),
         ConnectOutcome::Refused { status, dw0 } => {
             let cntlid = d.as_ref().map(|d| d.cntlid());
-            let reason = connect_refusal_words(*status, *dw0, qid, subnqn, cntlid);
+            let reason = connect_refusal_words(*status, *dw0, qid, (subnqn, hostnqn), cntlid);
             tracing::warn!(
                 host_addr = %peer.host_addr,
                 host_qpn = %Hex(peer.host_qpn),
@@ -352,12 +370,13 @@ pub fn fabrics_connect(peer: &QueuePeer, sqe: &Sqe, data: &[u8], outcome: &Conne
 }
 
 /// A refused Fabrics Connect in words, from its status and DW0 (IATTR/IPO, NVMe over
-/// Fabrics 1.1 §3.3) as [`crate::fabrics::connect`] sets them.
+/// Fabrics 1.1 §3.3) as [`crate::fabrics::connect`] sets them, for the Connect of
+/// `hostnqn` to `subnqn`; a refusal the operator can lift names the configuration key.
 pub fn connect_refusal_words(
     status: Status,
     dw0: u32,
     qid: u16,
-    subnqn: &str,
+    (subnqn, hostnqn): (&str, &str),
     cntlid: Option<u16>,
 ) -> String {
     use CommandSpecificStatus as C;
@@ -389,17 +408,17 @@ pub fn connect_refusal_words(
             }
             _ => format!("invalid parameter (DW0 {dw0:#010x})"),
         },
-        Some(C::ConnectInvalidHost) => {
-            "host NQN not allowed by the subsystem (add it to the subsystem's hosts, or allow_any_host)"
-                .to_string()
-        }
+        Some(C::ConnectInvalidHost) => format!(
+            "host NQN {hostnqn:?} is not allowed by subsystem {subnqn}: add it to that \
+             subsystem's `hosts` list in the configuration ([[subsystems]] nqn = \
+             {subnqn:?}, hosts = [{hostnqn:?}]), or set `allow_any_host = true` there"
+        ),
         Some(C::ConnectControllerBusy) => {
             "the queue is already connected, or no controller ID is free".to_string()
         }
         Some(C::ConnectIncompatibleFormat) => "unsupported Connect record format".to_string(),
         _ if status == Status::generic(GenericStatus::CommandSequenceError).with_dnr() => {
-            "the controller is not enabled yet, or this queue ID is already connected"
-                .to_string()
+            "the controller is not enabled yet, or this queue ID is already connected".to_string()
         }
         _ if status == Status::generic(GenericStatus::DataSglLengthInvalid).with_dnr() => {
             "the Connect data is shorter than 1024 bytes".to_string()
@@ -417,15 +436,29 @@ mod tests {
         let invalid = ConnectInvalidParameter::status();
         let sub = ConnectInvalidParameter::SUBNQN.to_dw0();
         assert_eq!(
-            connect_refusal_words(invalid, sub, 0, "nqn.x", Some(0xFFFF)),
+            connect_refusal_words(invalid, sub, 0, ("nqn.x", "nqn.h"), Some(0xFFFF)),
             "unknown subsystem NQN \"nqn.x\""
         );
-        assert!(connect_refusal_words(invalid, sub, 0, DISCOVERY_NQN, None).contains("discovery"));
+        assert!(
+            connect_refusal_words(invalid, sub, 0, (DISCOVERY_NQN, "nqn.h"), None)
+                .contains("discovery")
+        );
         let host = Status::command_specific(CommandSpecificStatus::ConnectInvalidHost).with_dnr();
         let hostnqn = ConnectInvalidParameter::HOSTNQN.to_dw0();
-        assert!(connect_refusal_words(host, hostnqn, 0, "nqn.x", None).contains("not allowed"));
+        let w = connect_refusal_words(host, hostnqn, 0, ("nqn.x", "nqn.h:1"), None);
+        assert!(
+            w.contains("\"nqn.h:1\" is not allowed by subsystem nqn.x"),
+            "{w}"
+        );
+        assert!(
+            w.contains("hosts = [\"nqn.h:1\"]") && w.contains("allow_any_host"),
+            "{w}"
+        );
         let qid = ConnectInvalidParameter::QID.to_dw0();
-        assert!(connect_refusal_words(invalid, qid, 9, "nqn.x", Some(1)).contains("queue ID 9"));
+        assert!(
+            connect_refusal_words(invalid, qid, 9, ("nqn.x", "nqn.h"), Some(1))
+                .contains("queue ID 9")
+        );
     }
 
     #[test]

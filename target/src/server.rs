@@ -11,7 +11,7 @@
 //! on its CQ's completion events); several `trsvcid`s on one address are several CM
 //! listens. The subsystems, controllers and Keep Alive are shared by all, in one
 //! [`Registry`] and one control thread.
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -24,8 +24,8 @@ use transport::cm::{CmEvent, ConnId};
 use transport::verbs::connection::{ConnError, ConnRequest};
 use transport::verbs::{CmOf, ConnectionManager, Device, DeviceOf, Provider};
 
-use crate::backend::Backend;
-use crate::config::TargetConfig;
+use crate::backend::{Backend, BackendKind};
+use crate::config::{NamespaceBackend, TargetConfig};
 use crate::oplog::{self, QueueEnd, QueuePeer};
 use crate::provider::DefaultProvider;
 use crate::rdma::{
@@ -80,8 +80,22 @@ pub struct TargetHandle<P: Provider = DefaultProvider> {
     groups: Vec<(Sender<GroupCmd>, Option<JoinHandle<()>>)>,
     counters: Vec<Arc<PollGroupCounters>>,
     control: Option<JoinHandle<()>>,
-    stop: Sender<()>,
+    stop: Sender<ControlCmd>,
     listen: Vec<SocketAddr>,
+}
+
+/// What the handle asks of the control thread.
+enum ControlCmd {
+    /// Stop the control thread.
+    Stop,
+    /// Refuse every new connection request (a shutdown began).
+    StopAccepting,
+    /// Disconnect (CM DREQ) every connection and destroy its queue: `queues` gets the
+    /// number, `confirmed` a message once every host answered (DREP) or left.
+    DisconnectAll {
+        queues: Sender<usize>,
+        confirmed: Sender<()>,
+    },
 }
 
 impl<P: Provider> std::fmt::Debug for TargetHandle<P> {
@@ -118,12 +132,60 @@ impl<P: Provider> TargetHandle<P> {
     pub fn poll_group_counters(&self) -> &[Arc<PollGroupCounters>] {
         &self.counters
     }
-    /// Stops the target and waits for its threads.
+    /// Stops the target at once and waits for its threads: connections are not
+    /// drained or disconnected (see [`TargetHandle::shutdown_within`] for that).
     pub fn shutdown(mut self) {
         self.stop_all();
     }
+    /// Shuts the target down cleanly within `bound` (issue 16 item 3): stops accepting
+    /// connections, drains every poll group (commands in flight get their CQEs, later
+    /// ones Command Aborted due to SQ Deletion), flushes every namespace with a
+    /// volatile write cache (`fdatasync`), disconnects every queue (CM DREQ) and waits
+    /// for the hosts' DREPs, then stops every thread. What was not done by `bound`
+    /// is left, and the report says so ([`crate::shutdown::ShutdownReport::clean`]).
+    pub fn shutdown_within(mut self, bound: Duration) -> crate::shutdown::ShutdownReport {
+        let t0 = Instant::now();
+        let deadline = t0 + bound;
+        let mut report = crate::shutdown::ShutdownReport::new(bound);
+        let _ = self.stop.send(ControlCmd::StopAccepting);
+        // Drain: every poll group answers when nothing of it is in flight.
+        let (drained_tx, drained) = channel::unbounded();
+        let mut waiting = 0;
+        for (tx, _) in &self.groups {
+            if tx.send(GroupCmd::Drain(drained_tx.clone())).is_ok() {
+                waiting += 1;
+            }
+        }
+        while waiting > 0 {
+            match drained.recv_deadline(deadline) {
+                Ok(r) => {
+                    report.add_drained(&r);
+                    waiting -= 1;
+                }
+                Err(_) => break,
+            }
+        }
+        report.groups_not_drained = waiting;
+        crate::shutdown::flush_namespaces(&self.reg, deadline, &mut report);
+        // Disconnect every queue; wait for the DREPs (at most a second of the bound).
+        let (queues_tx, queues) = channel::bounded(1);
+        let (confirmed_tx, confirmed) = channel::bounded(1);
+        let asked = self.stop.send(ControlCmd::DisconnectAll {
+            queues: queues_tx,
+            confirmed: confirmed_tx,
+        });
+        if asked.is_ok() {
+            report.queues_disconnected = queues.recv_deadline(deadline).unwrap_or(0);
+            let drep_deadline = deadline.min(Instant::now() + crate::shutdown::DREP_WAIT);
+            report.disconnects_confirmed = confirmed.recv_deadline(drep_deadline).is_ok();
+        }
+        self.stop_all();
+        report.elapsed = t0.elapsed();
+        report
+    }
+
     fn stop_all(&mut self) {
-        let _ = self.stop.send(());
+        let _ = self.stop.send(ControlCmd::Stop);
         if let Some(c) = self.control.take() {
             let _ = c.join();
         }
@@ -167,7 +229,8 @@ pub fn start_on<P: Provider>(cfg: &TargetConfig) -> Result<TargetHandle<P>, Targ
 
 /// [`start_on`], with each listen address's device opened with
 /// `device_config(address, poll groups)` (the soft provider's fault injection, for
-/// one, is set there).
+/// one, is set there). A start that fails removes the namespace files it created
+/// (sparse files that did not exist before), so a failed start leaves nothing behind.
 ///
 /// # Errors
 /// [`TargetError`] naming what failed: a namespace file, the device of an address
@@ -178,8 +241,41 @@ pub fn start_with<P: Provider>(
     cfg: &TargetConfig,
     device_config: impl Fn(IpAddr, u32) -> P::DeviceConfig,
 ) -> Result<TargetHandle<P>, TargetError> {
+    let mut created = Vec::new();
+    let started = start_recording_created::<P>(cfg, device_config, &mut created);
+    if started.is_err() {
+        remove_created(&created);
+    }
+    started
+}
+
+/// Removes the namespace files a failed start created, and says so.
+fn remove_created(created: &[std::path::PathBuf]) {
+    for path in created {
+        match std::fs::remove_file(path) {
+            Ok(()) => tracing::info!(
+                path = %path.display(),
+                "removed the namespace file this failed start had created"
+            ),
+            Err(e) => tracing::warn!(
+                path = %path.display(),
+                "this failed start created the namespace file but cannot remove it: {e}"
+            ),
+        }
+    }
+}
+
+/// [`start_with`], pushing the path of every namespace file it creates to `created`.
+fn start_recording_created<P: Provider>(
+    cfg: &TargetConfig,
+    device_config: impl Fn(IpAddr, u32) -> P::DeviceConfig,
+    created: &mut Vec<std::path::PathBuf>,
+) -> Result<TargetHandle<P>, TargetError> {
     if cfg.listen.is_empty() {
         return Err(TargetError::Config("no listen address".into()));
+    }
+    if let Some(cpus) = &cfg.cpus {
+        cpus.check_allowed().map_err(TargetError::Config)?;
     }
     let mut files = Vec::new();
     let mut subsystems = Vec::new();
@@ -187,11 +283,27 @@ pub fn start_with<P: Provider>(
         let mut namespaces = Vec::new();
         for n in &s.namespaces {
             let opts = n.options().map_err(TargetError::Config)?;
-            let ns = Backend::open_with(&n.path, &opts).map_err(|e| TargetError::Namespace {
+            let opened = match n.backend {
+                NamespaceBackend::File => Backend::open_with(&n.path, &opts),
+                NamespaceBackend::Null | NamespaceBackend::Ram => Backend::open_memory(
+                    if n.backend == NamespaceBackend::Ram {
+                        BackendKind::Ram
+                    } else {
+                        BackendKind::Null
+                    },
+                    opts.create_size_bytes.unwrap_or(0),
+                    opts.block_size,
+                    opts.read_only,
+                ),
+            };
+            let ns = opened.map_err(|e| TargetError::Namespace {
                 nqn: s.nqn.clone(),
                 nsid: n.nsid,
                 source: e,
             })?;
+            if ns.created() {
+                created.push(ns.path().to_path_buf());
+            }
             let file_index = files.len() as u32;
             files.push(ns.fd());
             namespaces.push(NamespaceEntry::new(
@@ -273,9 +385,27 @@ pub fn start_with<P: Provider>(
                 c.clone(),
             );
             let errs = qp_err_tx.clone();
+            let global = first_group + index as usize;
+            let cpu = cfg.cpus.as_ref().map(|c| c.for_group(global));
             let h = std::thread::Builder::new()
-                .name(format!("nvmf-pg{}", first_group + index as usize))
+                .name(format!("nvmf-pg{global}"))
                 .spawn(move || {
+                    // Pinned before the poll group allocates: its memory is then
+                    // first touched on that CPU's node.
+                    if let Some(cpu) = cpu {
+                        match crate::cpus::pin_current_thread(cpu) {
+                            Ok(()) => tracing::info!(
+                                poll_group = global,
+                                cpu,
+                                "poll group pinned to CPU {cpu}"
+                            ),
+                            Err(e) => tracing::warn!(
+                                poll_group = global,
+                                cpu,
+                                "pinning the poll group to CPU {cpu}: {e}"
+                            ),
+                        }
+                    }
                     match PollGroup::<P>::new(&dev2, cm2, index, gcfg, reg2, &files2, rx, errs, c2)
                     {
                         Ok(g) => {
@@ -296,8 +426,15 @@ pub fn start_with<P: Provider>(
             groups.push((tx, Some(h)));
             counters.push(c);
         }
+        let tos = cfg
+            .listen
+            .iter()
+            .filter(|l| l.addr == ip)
+            .filter_map(|l| l.tos.map(|t| (l.trsvcid, t)))
+            .collect();
         endpoints.push(Endpoint::<P> {
             cm: cm.clone(),
+            tos,
             events,
             qp_errors,
             _qp_errors_open: qp_err_tx,
@@ -307,14 +444,17 @@ pub fn start_with<P: Provider>(
         });
         devices.push((dev, cm));
     }
-    let (stop_tx, stop_rx) = channel::bounded(1);
+    let (stop_tx, stop_rx) = channel::unbounded();
     let ctl = Control::<P> {
         endpoints,
-        stop: stop_rx,
+        cmds: stop_rx,
         groups: groups.iter().map(|(tx, _)| tx.clone()).collect(),
         reg: reg.clone(),
         conns: HashMap::new(),
         max_queue_size: cfg.max_queue_size,
+        accepting: true,
+        awaiting_drep: HashSet::new(),
+        drep_confirmed: None,
     };
     let control = std::thread::Builder::new()
         .name("nvmf-control".into())
@@ -335,6 +475,8 @@ pub fn start_with<P: Provider>(
 /// of each listened port, and its poll groups (global indices `first_group..`).
 struct Endpoint<P: Provider> {
     cm: CmOf<P>,
+    /// The traffic class of each listened port that sets one (`tos`).
+    tos: Vec<(u16, u8)>,
     events: Vec<Receiver<CmEvent>>,
     /// Its poll groups' reports of QPs gone to the error state (group indices local).
     qp_errors: Receiver<QpErrorReport>,
@@ -357,7 +499,7 @@ struct ConnRecord {
 
 /// What woke the control thread.
 enum Input {
-    Stop,
+    Cmd(ControlCmd),
     Tick,
     Event(usize, CmEvent),
     QpError(usize, QpErrorReport),
@@ -365,13 +507,19 @@ enum Input {
 
 struct Control<P: Provider> {
     endpoints: Vec<Endpoint<P>>,
-    stop: Receiver<()>,
+    cmds: Receiver<ControlCmd>,
     /// Every poll group, all endpoints' (global index).
     groups: Vec<Sender<GroupCmd>>,
     reg: Arc<Registry>,
     /// (endpoint, CM connection id) -> its queue.
     conns: HashMap<(usize, u32), ConnRecord>,
     max_queue_size: u16,
+    /// False once a shutdown began: connection requests are refused.
+    accepting: bool,
+    /// Connections the shutdown disconnected whose DREP (or end) has not come yet.
+    awaiting_drep: HashSet<(usize, u32)>,
+    /// Told once `awaiting_drep` is empty.
+    drep_confirmed: Option<Sender<()>>,
 }
 
 impl<P: Provider> Control<P> {
@@ -379,7 +527,11 @@ impl<P: Provider> Control<P> {
         let tick = channel::tick(Duration::from_millis(100));
         loop {
             match self.next_input(&tick) {
-                None | Some(Input::Stop) => return,
+                None | Some(Input::Cmd(ControlCmd::Stop)) => return,
+                Some(Input::Cmd(ControlCmd::StopAccepting)) => self.accepting = false,
+                Some(Input::Cmd(ControlCmd::DisconnectAll { queues, confirmed })) => {
+                    self.disconnect_all(queues, confirmed)
+                }
                 Some(Input::Event(ep, ev)) => self.handle_event(ep, ev),
                 Some(Input::QpError(ep, r)) => self.handle_qp_error(ep, r),
                 Some(Input::Tick) => self.check_keep_alive(),
@@ -391,7 +543,7 @@ impl<P: Provider> Control<P> {
     /// gone.
     fn next_input(&self, tick: &Receiver<Instant>) -> Option<Input> {
         let mut sel = channel::Select::new();
-        let stop = sel.recv(&self.stop);
+        let stop = sel.recv(&self.cmds);
         let ticked = sel.recv(tick);
         let mut sources = Vec::new();
         for (e, ep) in self.endpoints.iter().enumerate() {
@@ -403,8 +555,7 @@ impl<P: Provider> Control<P> {
         let op = sel.select();
         let i = op.index();
         if i == stop {
-            let _ = op.recv(&self.stop);
-            return Some(Input::Stop);
+            return Some(Input::Cmd(op.recv(&self.cmds).unwrap_or(ControlCmd::Stop)));
         }
         if i == ticked {
             let _ = op.recv(tick);
@@ -421,7 +572,7 @@ impl<P: Provider> Control<P> {
     fn check_keep_alive(&mut self) {
         let now = Instant::now();
         for ctrl in self.reg.controllers() {
-            if ctrl.kato_expired(now) {
+            if ctrl.keep_alive_sweep(now) {
                 ctrl.set_fatal();
                 // Tear down every queue of that controller (and only those), as nvmet does.
                 let mut qpns = Vec::new();
@@ -468,7 +619,31 @@ impl<P: Provider> Control<P> {
             .collect();
         for id in ids {
             let _ = self.endpoints[ep].cm.disconnect(ConnId(id));
-            self.drop_conn((ep, id), QueueEnd::QpError);
+            self.drop_conn((ep, id), r.why);
+        }
+    }
+
+    /// The shutdown's last step: a CM DREQ on every connection and its queue destroyed
+    /// (logged as [`QueueEnd::TargetShutdown`]); `queues` gets how many, `confirmed` a
+    /// message once every host answered or left.
+    fn disconnect_all(&mut self, queues: Sender<usize>, confirmed: Sender<()>) {
+        let keys: Vec<(usize, u32)> = self.conns.keys().copied().collect();
+        for &(ep, id) in &keys {
+            let _ = self.endpoints[ep].cm.disconnect(ConnId(id));
+            self.drop_conn((ep, id), QueueEnd::TargetShutdown);
+            self.awaiting_drep.insert((ep, id));
+        }
+        let _ = queues.send(keys.len());
+        self.drep_confirmed = Some(confirmed);
+        self.confirm_dreps();
+    }
+
+    /// Tells the shutdown once no disconnected connection waits for its DREP.
+    fn confirm_dreps(&mut self) {
+        if self.awaiting_drep.is_empty() {
+            if let Some(tx) = self.drep_confirmed.take() {
+                let _ = tx.send(());
+            }
         }
     }
 
@@ -544,6 +719,11 @@ impl<P: Provider> Control<P> {
             }
             // Connections the target ended itself are forgotten already (drop_conn):
             // what is left here was ended by the host.
+            CmEvent::Disconnected { id } | CmEvent::Unreachable { id }
+                if self.awaiting_drep.remove(&(ep, id.0)) =>
+            {
+                self.confirm_dreps()
+            }
             CmEvent::Disconnected { id } => self.drop_conn((ep, id.0), QueueEnd::HostDisconnected),
             CmEvent::Unreachable { id } => self.drop_conn((ep, id.0), QueueEnd::HostUnreachable),
             CmEvent::Rejected { id, .. } => self.drop_conn((ep, id.0), QueueEnd::HostRejected),
@@ -557,6 +737,18 @@ impl<P: Provider> Control<P> {
         let id = req.id;
         let (remote_ip, remote_qpn) = (req.remote_ip, req.remote_qpn);
         let from = (remote_ip, remote_qpn, req.private_data.as_slice());
+        if !self.accepting {
+            tracing::info!(
+                host_addr = %remote_ip,
+                host_qpn = %oplog::Hex(remote_qpn),
+                "refused an RDMA CM connection request: the target is shutting down"
+            );
+            let pd = RdmaCmReject::new(RdmaCmRejectStatus::NoResources);
+            let _ = self.endpoints[ep]
+                .cm
+                .reject(id, zerocopy::IntoBytes::as_bytes(&pd));
+            return;
+        }
         let (nvme_req, sq_size, ord) =
             match self.check_request(&req.private_data, req.responder_resources) {
                 Ok(v) => v,
@@ -564,6 +756,8 @@ impl<P: Provider> Control<P> {
             };
         let qid = nvme_req.qid();
         let e = &mut self.endpoints[ep];
+        let port_tos = e.tos.iter().find(|(port, _)| *port == req.local_port);
+        let tos = port_tos.map_or(req.traffic_class, |&(_, t)| t);
         let g = e.first_group
             + if qid == 0 {
                 0
@@ -573,7 +767,11 @@ impl<P: Provider> Control<P> {
         e.next_group += 1;
         let (rtx, rrx) = channel::bounded(1);
         let nq = NewQueue {
-            req: req.clone(),
+            // A port's traffic class replaces the request's on the queue's path.
+            req: ConnRequest {
+                traffic_class: tos,
+                ..req.clone()
+            },
             qid,
             sq_size: sq_size as u16,
             ord,

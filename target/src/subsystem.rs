@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Instant;
 
 use nvme::status::{CommandSpecificStatus, Status};
 use nvme::NVMF_DISCOVERY_NQN;
@@ -17,6 +18,7 @@ use parking_lot::Mutex;
 
 use crate::backend::Backend;
 use crate::controller::Controller;
+use crate::stats::NamespaceStats;
 
 /// Model Number (Identify Controller MN) of every subsystem unless set otherwise.
 pub const DEFAULT_MODEL: &str = "nvmf-rdma";
@@ -45,6 +47,8 @@ pub struct NamespaceEntry {
     pub nguid: [u8; 16],
     /// Namespace UUID (the NIDT 3 descriptor), an RFC 9562 version 8 UUID.
     pub uuid: [u8; 16],
+    /// What the poll groups served from it (the SMART / Health log's counters).
+    pub stats: Arc<NamespaceStats>,
 }
 
 impl NamespaceEntry {
@@ -59,6 +63,7 @@ impl NamespaceEntry {
             file_index,
             nguid,
             uuid,
+            stats: Arc::new(NamespaceStats::default()),
         }
     }
 }
@@ -229,6 +234,8 @@ pub struct Registry {
     pub ports: Vec<PortInfo>,
     /// Advertised and enforced sizes.
     pub limits: Limits,
+    /// When the registry (the target) started: the SMART log's Power On Hours.
+    pub started: Instant,
     controllers: Mutex<ControllerTable>,
     genctr: AtomicU64,
 }
@@ -261,6 +268,7 @@ impl Registry {
             serve_discovery,
             ports,
             limits,
+            started: Instant::now(),
             controllers: Mutex::new(ControllerTable {
                 by_id: BTreeMap::new(),
                 next: CNTLID_MIN,
@@ -338,7 +346,6 @@ impl Registry {
 pub(crate) mod tests {
     use super::*;
     use std::net::Ipv4Addr;
-    use std::time::Instant;
 
     /// Restricted subsystem NQN used by the tests of this crate's command logic.
     pub const REF_NQN: &str = "nqn.2026-11.io.example:ref";

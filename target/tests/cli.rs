@@ -55,6 +55,15 @@ fn udp_port_in_use_is_named() {
     );
     // ... and how to get out of it.
     assert!(err.contains("another with --addr"), "{err}");
+    // The sparse file this start created is gone again (issue 16: a failed start
+    // leaves nothing behind) ...
+    assert!(!path.exists(), "{} left behind: {err}", path.display());
+    assert!(err.contains("removed the namespace file"), "{err}");
+    // ... while a file that was there before stays, with its contents.
+    std::fs::write(&path, vec![7u8; 1 << 20]).unwrap();
+    let (code, err) = run(&["--addr", "127.0.0.22", "--file", path.to_str().unwrap()]);
+    assert_ne!(code, 0);
+    assert_eq!(std::fs::read(&path).unwrap(), vec![7u8; 1 << 20], "{err}");
 }
 
 #[test]
@@ -281,6 +290,37 @@ fn srq_depth_out_of_range_is_refused() {
         err.contains("srq_depth 8") && err.contains("16 to 16384"),
         "{err}"
     );
+}
+
+#[test]
+fn null_namespace_from_the_command_line_serves_without_a_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_nvmf-target"))
+        .args(["--addr", "127.0.0.172", "--null", "1G"])
+        .current_dir(dir.path())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("nvmf-target starts");
+    let stderr = child.stderr.take().unwrap();
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(stderr));
+    let serving = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .find(|l| l.contains("serving") || l.contains("error"))
+        .expect("a serving line");
+    assert!(serving.contains("serving"), "{serving}");
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    assert!(child.wait().unwrap().success());
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        0,
+        "no file made"
+    );
+    // --null and --file together: refused by name.
+    let (code, err) = run(&["--null", "1G", "--file", "x.img"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("--null") && err.contains("--file"), "{err}");
 }
 
 /// Issue 20: with --config, the flags that describe the default subsystem are refused

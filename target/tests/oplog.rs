@@ -178,6 +178,13 @@ fn json_log_lines_carry_the_connection_fields() {
         (&serving["level"], &serving["traddr"]),
         (&"INFO".into(), &TARGET.into())
     );
+    let words = serving["message"].as_str().unwrap();
+    assert!(
+        words.contains("(soft provider, RoCEv2 over UDP 127.0.0.204:4791, path MTU"),
+        "{words}"
+    );
+    let stop = find("received SIGTERM, shutting down");
+    assert_eq!(stop["level"], "INFO");
     let accepted = find("RDMA CM connection accepted");
     assert_eq!(accepted["level"], "INFO");
     assert_eq!(accepted["host_addr"], HOST);

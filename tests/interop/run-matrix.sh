@@ -27,6 +27,12 @@
 #                   target-exit (guest/verbs-target.sh). Not in the default groups (it
 #                   needs rdma-core's -dev packages to build): .ci/run runs it in its
 #                   verbs section with INTEROP_GROUPS=verbs-target.
+#   nvme-cli/*      issue 16 item 7: the same nvme-cli commands (id-ctrl, id-ns, smart-log,
+#                   error-log, get-feature, list-ns, ns-descs, get-log, ...) from VM B
+#                   against Linux nvmet in VM A and against our nvmf-target, compared
+#                   field by field (nvme-cli-diff.py): a cell fails on a difference
+#                   not listed there with its reason. Not a default group:
+#                   INTEROP_GROUPS=nvme-cli (.ci/run runs it).
 #   tshark/*        tshark's verdict on the capture of each run (check-capture.sh).
 # Exit status: 0 all cells passed, 1 a cell failed, 2 the matrix cannot run here (no
 # root, no network namespaces, no QEMU/tcpdump/tshark, no guest image) - with the reason.
@@ -78,7 +84,7 @@ ip netns add "$probe_ns" 2>/tmp/interop-netns.err ||
 ip netns del "$probe_ns"
 [ -x "$LP_DIR/run.sh" ] || cannot "linux-peer harness not found at $LP_DIR (set LP_DIR)"
 case " $GROUPS_ " in
-    *" linux-host"* | *" linux-target"*)
+    *" linux-host"* | *" linux-target"* | *" nvme-cli "*)
         for b in "$NVMF_TARGET_BIN" "$NVMF_BENCH_BIN"; do
             [ -x "$b" ] || cannot "$b not built (cargo build -p nvmf-target -p nvmf-bench --bins)"
         done ;;
@@ -212,6 +218,23 @@ run_linux_target() {
     cp "$d/cells-initiator.txt" "$OUT/$g.cells" 2>/dev/null || : >"$OUT/$g.cells"
 }
 
+# ---- group 4: nvme-cli against Linux nvmet (VM A) and against our target, compared -------
+run_nvme_cli() {
+    local g=$1 d="$OUT/$1"
+    mkdir -p "$d"
+    export INTEROP_IMG="$OUT/$g-ns1.img" INTEROP_LOOP=0 INTEROP_READY=ours
+    rm -f "$INTEROP_IMG"
+    say "$g: VM B's nvme-cli -> Linux nvmet in VM A (192.168.77.10) and -> our nvmf-target (192.168.77.1)"
+    local t0
+    t0=$(date +%s)
+    "$LP/run.sh" -t 480 -o "$d" -a target_ip=192.168.77.1 -a nqn="$INTEROP_NQN" \
+        -a target_timeout=400 -H "$HERE/hooks/our-target.sh" \
+        A:192.168.77.10:nvmet-target.sh B:192.168.77.11:nvme-cli-diff.sh >"$OUT/$g.log" 2>&1
+    say "$g: run.sh exit status $? after $(( $(date +%s) - t0 )) s"
+    unset INTEROP_READY
+    python3 "$HERE/nvme-cli-diff.py" "$d/out/B/nvmet" "$d/out/B/ours" >"$OUT/$g.cells" 2>"$OUT/$g.diff.log"
+}
+
 # ---- group 3: Linux host (VM B) -> our target on the verbs provider in VM A ----------------
 run_verbs_target() {
     local g=$1 d="$OUT/$1"
@@ -235,6 +258,9 @@ TARGET_CELLS="bench-4k-qd1 bench-4k-qd32 bench-128k-qd1 bench-128k-qd32 connect 
 TARGET6_CELLS="bench-4k-qd32 bench-128k-qd32 connect identify disconnect"
 VERBS_TARGET_CELLS="target-start discover connect list id-ctrl id-ns fio-4k-qd1 fio-4k-qd32
             fio-128k-qd1 fio-128k-qd32 fio-1m-write-qd8 flush readback discard disconnect data-intact target-exit"
+NVME_CLI_CELLS="discover connect id-ctrl id-ns list-ns ns-descs smart-log smart-log-ns1
+            error-log fw-log effects-log changed-ns-list-log get-features get-logs compare
+            disconnect"
 # Linux's own captures of the same traffic, for the dissector's known limitation.
 REF4="$REPO/testdata/captures/linux-nvme-rdma-rxe.pcap"
 REF6="$REPO/testdata/captures/linux-nvme-rdma-rxe-ipv6.pcap"
@@ -245,6 +271,7 @@ for g in $GROUPS_; do
         linux-host | linux-host-ipv6) fn=run_linux_host ;;
         linux-target | linux-target-ipv6) fn=run_linux_target ;;
         verbs-target) fn=run_verbs_target ;;
+        nvme-cli) fn=run_nvme_cli ;;
         *) cannot "unknown group '$g' in INTEROP_GROUPS" ;;
     esac
     if [ "${INTEROP_PARALLEL:-0}" = 1 ]; then $fn "$g" & pids+=($!); else $fn "$g"; fi
@@ -260,6 +287,8 @@ for g in $GROUPS_; do
         linux-target-ipv6) add_cells $g "$OUT/$g.cells" $TARGET6_CELLS; ours=fd77::1 ref=$REF6 ;;
         # Linux rxe on both ends: no capture (nothing of our wire code to check).
         verbs-target) add_cells $g "$OUT/$g.cells" $VERBS_TARGET_CELLS; continue ;;
+        # Two Linux-side runs compared: no capture.
+        nvme-cli) add_cells $g "$OUT/$g.cells" $NVME_CLI_CELLS; continue ;;
     esac
     if [ -s "$OUT/$g.pcap" ]; then
         "$HERE/check-capture.sh" "$g" "$OUT/$g.pcap" "$ours" "$ref" >"$OUT/tshark-$g.txt" 2>&1

@@ -223,6 +223,7 @@ impl Xdp {
             dst_mac: peer_mac(e.peer, &e.iface).map_err(|e| e.to_string())?,
             src: SocketAddr::new(e.local, 0xC000),
             dst: SocketAddr::new(e.peer, ROCE_V2_UDP_DPORT),
+            tos: transport::soft::ECN_ECT0,
         };
         eprintln!(
             "xdp: {} XDP on {} ({ix}), peer MAC {:02x?}",

@@ -118,6 +118,7 @@ fn xsk_echo_through_the_kernel_stack_on_a_veth_pair() {
                         dst_mac,
                         src: SocketAddr::new(IP_B.into(), ROCE_V2_UDP_DPORT),
                         dst: to,
+                        tos: transport::soft::ECN_ECT0,
                     };
                     let hl = headers_len(false);
                     out[hl..hl + payload.len()].copy_from_slice(&payload);

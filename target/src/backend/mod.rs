@@ -36,6 +36,7 @@ mod access;
 pub mod block;
 pub mod file;
 pub mod lock;
+pub mod memory;
 
 pub use lock::LockHolder;
 
@@ -202,6 +203,10 @@ pub enum BackendKind {
     File,
     /// A block device (opened with `O_EXCL`).
     BlockDevice,
+    /// No storage: reads zeroes, drops writes ([`memory`]).
+    Null,
+    /// Blocks in the target's memory ([`memory`]).
+    Ram,
 }
 
 /// A namespace's back end: `nlb()` logical blocks of `block_size()` bytes, LBA `n` at
@@ -224,6 +229,8 @@ pub struct Backend {
     last_error_log_ms: AtomicU64,
     /// I/O errors not logged since that line.
     errors_not_logged: AtomicU64,
+    /// A null or RAM namespace's store (then `file` is `/dev/null`, never read).
+    memory: Option<memory::MemoryStore>,
 }
 
 /// What [`file::open`] and [`block::open`] found.
@@ -351,7 +358,76 @@ impl Backend {
             opened: Instant::now(),
             last_error_log_ms: AtomicU64::new(u64::MAX),
             errors_not_logged: AtomicU64::new(0),
+            memory: None,
         })
+    }
+
+    /// A null (`kind` [`BackendKind::Null`]) or RAM ([`BackendKind::Ram`]) namespace of
+    /// `size_bytes` in blocks of `block_size` (512 unless given; `read_only`: writes
+    /// are answered Namespace is Write Protected), served by the poll
+    /// groups without io_uring ([`memory`]). Its file is `/dev/null` (an io_uring fixed
+    /// file that is never used), its path the words "null namespace" or "RAM
+    /// namespace".
+    ///
+    /// # Errors
+    /// [`NamespaceError::BadBlockSize`], [`NamespaceError::SizeNotMultiple`] or
+    /// [`NamespaceError::Empty`] for the size; [`NamespaceError::Io`] when the memory
+    /// cannot be mapped or `/dev/null` opened.
+    pub fn open_memory(
+        kind: BackendKind,
+        size_bytes: u64,
+        block_size: Option<u32>,
+        read_only: bool,
+    ) -> Result<Backend, NamespaceError> {
+        let path = PathBuf::from(match kind {
+            BackendKind::Ram => "RAM namespace",
+            _ => "null namespace",
+        });
+        let block_size = block_size.unwrap_or(DEFAULT_FILE_BLOCK_SIZE);
+        if !(block_size.is_power_of_two() && (512..=4096).contains(&block_size)) {
+            return Err(NamespaceError::BadBlockSize { path, block_size });
+        }
+        check_size(&path, size_bytes, block_size)?;
+        let io = |op, source| NamespaceError::Io {
+            path: path.clone(),
+            op,
+            source,
+        };
+        let store = match kind {
+            BackendKind::Ram => memory::MemoryStore::Ram(
+                memory::RamStore::new(size_bytes).map_err(|e| io("map memory", e))?,
+            ),
+            _ => memory::MemoryStore::Null,
+        };
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/null")
+            .map_err(|e| io("open /dev/null", e))?;
+        Ok(Backend {
+            file,
+            path,
+            kind: if matches!(kind, BackendKind::Ram) {
+                BackendKind::Ram
+            } else {
+                BackendKind::Null
+            },
+            size_bytes,
+            block_size,
+            direct: false,
+            read_only,
+            dio_mem_align: 1,
+            created: false,
+            opened: Instant::now(),
+            last_error_log_ms: AtomicU64::new(u64::MAX),
+            errors_not_logged: AtomicU64::new(0),
+            memory: Some(store),
+        })
+    }
+
+    /// The store of a null or RAM namespace, which the poll groups serve themselves.
+    pub fn memory(&self) -> Option<&memory::MemoryStore> {
+        self.memory.as_ref()
     }
 
     /// Rate limit of the I/O error log (any poll group may call it): `Some(n)` when a
@@ -373,6 +449,24 @@ impl Backend {
         }
         self.errors_not_logged.fetch_add(1, Ordering::Relaxed);
         None
+    }
+
+    /// Whether completed writes may sit in a volatile cache until a flush (the page
+    /// cache, a device's write cache): the target advertises a volatile write cache
+    /// (Identify Controller VWC 1) and flushes such namespaces when it shuts down.
+    pub fn has_volatile_cache(&self) -> bool {
+        self.memory.is_none()
+    }
+
+    /// Makes every completed write durable (`fdatasync`, what a Flush command does).
+    ///
+    /// # Errors
+    /// The operating system's error (EIO: the storage failed).
+    pub fn flush(&self) -> io::Result<()> {
+        match self.memory {
+            Some(_) => Ok(()),
+            None => self.file.sync_data(),
+        }
     }
 
     /// The open file's descriptor (for [`crate::uring::Ring::register_files`]); valid

@@ -14,7 +14,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use nix::sys::signal::{SigSet, Signal};
-use nvmf_target::config::TargetConfig;
+use nvmf_target::config::{NamespaceBackend, TargetConfig};
 use nvmf_target::logging::{self, LogFormat};
 use nvmf_target::provider::SoftProvider;
 #[cfg(feature = "verbs")]
@@ -25,7 +25,16 @@ use transport::verbs::{Device as _, Provider};
 use transport::PacketPathKind;
 
 /// The flags that describe the default subsystem, which `--config` replaces.
-const SUBSYSTEM_FLAGS: [&str; 6] = ["addr", "port", "nqn", "file", "size", "block_size"];
+const SUBSYSTEM_FLAGS: [&str; 8] = [
+    "addr",
+    "port",
+    "nqn",
+    "file",
+    "null",
+    "ram",
+    "size",
+    "block_size",
+];
 
 #[derive(Parser, Debug)]
 #[command(
@@ -62,6 +71,14 @@ struct Args {
     /// device (opened exclusively; its size is its own).
     #[arg(long, default_value = "nvmf-target.img")]
     file: PathBuf,
+    /// Namespace 1 is a null namespace of SIZE instead of a file: reads return zeroes,
+    /// writes are dropped (as Linux null_blk), to measure the fabric alone.
+    #[arg(long, value_name = "SIZE", conflicts_with_all = ["file", "ram"])]
+    null: Option<String>,
+    /// Namespace 1 is SIZE bytes of the target's memory instead of a file (lost when it
+    /// exits).
+    #[arg(long, value_name = "SIZE", conflicts_with_all = ["file"])]
+    ram: Option<String>,
     /// Size of the backing file when it has to be created (e.g. 1G, 512M).
     #[arg(long, default_value = "1G")]
     size: String,
@@ -73,6 +90,10 @@ struct Args {
     /// too: it sets `direct = true` on each namespace).
     #[arg(long)]
     direct: bool,
+    /// CPUs to pin the poll groups to, as SPDK's core mask: "0,1", "0-3" or "0x3"
+    /// (poll group k on the k-th, round robin). Overrides a --config file's `cpus`.
+    #[arg(long, value_name = "LIST")]
+    cpus: Option<String>,
     /// Poll groups (busy-polling threads, one per core you give the target; at least 1)
     /// [default: 1]. Overrides a --config file's `poll_groups`.
     #[arg(long)]
@@ -94,6 +115,11 @@ struct Args {
     /// The interface that holds --addr, for --packet-path af-xdp.
     #[arg(long, value_name = "IFACE")]
     interface: Option<String>,
+    /// The bound of a clean shutdown on SIGTERM/SIGINT in milliseconds (commands in
+    /// flight answered, namespaces flushed, queues disconnected). Overrides a --config
+    /// file's `shutdown_timeout_ms` [default: 10000]
+    #[arg(long, value_name = "MS")]
+    shutdown_timeout_ms: Option<u32>,
     /// Data slab per poll group: memory registered (pinned) for command data, at least
     /// MDTS (1M), e.g. 4M or 64M. Default: sized from RLIMIT_MEMLOCK (`ulimit -l`), 64M
     /// when it allows. Overrides a --config file's `data_slab`.
@@ -178,9 +204,19 @@ fn main() -> ExitCode {
             if let Some(l) = c.listen.first_mut() {
                 l.trsvcid = args.port;
             }
+            let memory = match (&args.null, &args.ram) {
+                (Some(size), _) => Some((NamespaceBackend::Null, size)),
+                (_, Some(size)) => Some((NamespaceBackend::Ram, size)),
+                _ => None,
+            };
             for s in &mut c.subsystems {
                 for n in &mut s.namespaces {
                     n.block_size = args.block_size;
+                    if let Some((backend, size)) = memory {
+                        n.backend = backend;
+                        n.path = PathBuf::new();
+                        n.size = Some(size.clone());
+                    }
                 }
             }
             c
@@ -221,6 +257,22 @@ fn main() -> ExitCode {
         overrides("--provider", &format!("{p:?}").to_lowercase(), "provider");
         cfg.provider = p;
     }
+    if let Some(ms) = args.shutdown_timeout_ms {
+        overrides("--shutdown-timeout-ms", &ms, "shutdown_timeout_ms");
+        cfg.shutdown_timeout_ms = ms;
+    }
+    if let Some(list) = &args.cpus {
+        match nvmf_target::cpus::CpuList::parse(list) {
+            Ok(c) => {
+                overrides("--cpus", &c, "cpus");
+                cfg.cpus = Some(c)
+            }
+            Err(e) => {
+                eprintln!("nvmf-target: --{e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
     // The command line's values pass the configuration file's checks, with the same
     // messages.
     if let Err(e) = cfg.validate_as("command line") {
@@ -253,13 +305,14 @@ fn main() -> ExitCode {
     // Provider selection: the one place the binary names a provider.
     match cfg.provider {
         ProviderKind::Soft if packet_path != PacketPath::Udp => serve_started(
-            nvmf_target::provider::start_with_packet_path(&cfg, packet_path),
+            nvmf_target::provider::start_with_packet_path(&cfg, packet_path.clone()),
             &cfg,
+            &packet_path,
             &sigs,
         ),
-        ProviderKind::Soft => serve::<SoftProvider>(&cfg, &sigs),
+        ProviderKind::Soft => serve::<SoftProvider>(&cfg, &packet_path, &sigs),
         #[cfg(feature = "verbs")]
-        ProviderKind::Verbs => serve::<VerbsProvider>(&cfg, &sigs),
+        ProviderKind::Verbs => serve::<VerbsProvider>(&cfg, &packet_path, &sigs),
         // Refused above (check_built).
         #[cfg(not(feature = "verbs"))]
         ProviderKind::Verbs => ExitCode::FAILURE,
@@ -272,14 +325,29 @@ const PIN_LESS: &str = "a smaller --data-slab (data_slab in a --config file; at 
 
 /// Runs the target of `cfg` on provider `P` until SIGINT or SIGTERM (blocked in
 /// `sigs`), then stops it.
-fn serve<P: Provider>(cfg: &TargetConfig, sigs: &SigSet) -> ExitCode {
-    serve_started(nvmf_target::start_on::<P>(cfg), cfg, sigs)
+fn serve<P: Provider>(cfg: &TargetConfig, packet_path: &PacketPath, sigs: &SigSet) -> ExitCode {
+    serve_started(nvmf_target::start_on::<P>(cfg), cfg, packet_path, sigs)
+}
+
+/// How RoCEv2 reaches listen address `ip` on provider `kind`, for the "serving" line:
+/// the soft provider's UDP port or AF_XDP interface, or the kernel RDMA device.
+fn transport_words(kind: ProviderKind, packet_path: &PacketPath, ip: IpAddr) -> String {
+    match (kind, packet_path) {
+        (ProviderKind::Verbs, _) => {
+            format!("RoCEv2 on the kernel RDMA device whose RoCE v2 GID is {ip}")
+        }
+        (ProviderKind::Soft, PacketPath::AfXdp { interface }) => {
+            format!("RoCEv2 over AF_XDP on {interface}, {ip} UDP 4791")
+        }
+        (ProviderKind::Soft, _) => format!("RoCEv2 over UDP {ip}:4791"),
+    }
 }
 
 /// [`serve`] a target already started (or not).
 fn serve_started<P: Provider>(
     started: Result<nvmf_target::TargetHandle<P>, nvmf_target::TargetError>,
     cfg: &TargetConfig,
+    packet_path: &PacketPath,
     sigs: &SigSet,
 ) -> ExitCode {
     let target = match started {
@@ -309,19 +377,43 @@ fn serve_started<P: Provider>(
                 trsvcid = l.port(),
                 namespaces = s.namespaces.len(),
                 provider = P::NAME,
-                "serving {} ({} namespace(s)) on rdma traddr={} trsvcid={} ({} provider, RoCEv2 UDP {}:4791, path MTU {})",
+                "serving {} ({} namespace(s)) on rdma traddr={} trsvcid={} ({} provider, {}, path MTU {})",
                 s.nqn,
                 s.namespaces.len(),
                 l.ip(),
                 l.port(),
                 P::NAME,
-                l.ip(),
+                transport_words(cfg.provider, packet_path, l.ip()),
                 mtu
             );
         }
     }
     let sig = sigs.wait();
-    tracing::info!("{:?}, shutting down", sig.ok());
-    target.shutdown();
-    ExitCode::SUCCESS
+    let bound = std::time::Duration::from_millis(u64::from(cfg.shutdown_timeout_ms));
+    tracing::info!(
+        bound_ms = cfg.shutdown_timeout_ms,
+        "{}, shutting down (within {} ms; a second signal stops at once)",
+        sig.map_or_else(
+            |e| format!("waiting for a signal failed ({e})"),
+            |s| format!("received {s}")
+        ),
+        cfg.shutdown_timeout_ms
+    );
+    // A second SIGINT/SIGTERM ends the process at once, as fio and nvmf-bench do.
+    let again = *sigs;
+    let _ = std::thread::Builder::new()
+        .name("nvmf-signals".into())
+        .spawn(move || {
+            if let Ok(s) = again.wait() {
+                tracing::warn!("received {s} again: exiting now, without finishing the shutdown");
+                std::process::exit(1);
+            }
+        });
+    let report = target.shutdown_within(bound);
+    report.log();
+    if report.clean() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
 }

@@ -3,6 +3,7 @@
 //! memory and io_uring operations they name. Plain values: no provider or ring types,
 //! so another driver (the simulation, a verbs provider) carries out the same actions.
 use super::wr_id::WrId;
+use crate::oplog::QueueEnd;
 
 /// One of the regions the core's buffers lie in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -95,4 +96,7 @@ pub enum Action {
     /// QP `qpn` failed (its first error completion): tell the control thread, which
     /// disconnects it (CM DREQ) and destroys the queue.
     ReportQpError { qpn: u32 },
+    /// Queue `qpn` is over for reason `why` (a Fabrics Disconnect was answered): tell
+    /// the control thread, which disconnects it (CM DREQ) and destroys the queue.
+    EndQueue { qpn: u32, why: QueueEnd },
 }

@@ -61,9 +61,12 @@ use crate::buffers::{BufferPool, Chunk, PoolError};
 use crate::capsule::{classify, Kind};
 use crate::io::{self, IoCommand};
 use crate::oplog::{self, QueueEnd};
+use crate::stats::NamespaceStats;
 use crate::subsystem::Registry;
 
+mod drain;
 mod execute;
+pub use drain::{DrainCounts, DRAIN_STATUS};
 use execute::Exec;
 
 /// Smallest data buffer the pool hands out (and the alignment of every buffer).
@@ -165,6 +168,13 @@ pub struct CoreConfig {
     pub max_io_bytes: u32,
     /// io_uring operations that may be queued or in flight at once (the ring's slots).
     pub io_slots: u32,
+    /// The poll group's index (which slot of the namespaces' counters it counts in,
+    /// [`crate::stats`]).
+    pub group: u32,
+    /// Receive buffers beyond the SRQ's, `srq_depth..srq_depth + admin_slots`: the
+    /// admin queues' own (an SQE each, no in-capsule data, as nvmet-rdma's admin
+    /// commands), so I/O filling the SRQ never starves a Keep Alive.
+    pub admin_slots: u32,
 }
 
 /// Why a core could not be built.
@@ -212,6 +222,12 @@ struct Request {
     /// In-capsule data (offset in its region) to copy into the data buffer first: it
     /// does not meet the O_DIRECT namespace's alignment.
     bounce_from: Option<usize>,
+    /// A Compare: `media` holds the logical blocks read, to compare with `data`.
+    compare: bool,
+    /// The second buffer of a Compare (the blocks read from the namespace).
+    media: Option<Chunk>,
+    /// io_uring fixed-file index of the I/O command's namespace (its counters).
+    file: u32,
     status: Status,
     dw0: u32,
     dw1: u32,
@@ -249,6 +265,9 @@ impl Request {
             keyed: None,
             from_host: false,
             bounce_from: None,
+            compare: false,
+            media: None,
+            file: u32::MAX,
             status: Status::SUCCESS,
             dw0: 0,
             dw1: 0,
@@ -285,6 +304,16 @@ pub struct RequestCore {
     kick_queues: Vec<u32>,
     /// An admin command ran on this queue: complete held AERs it released.
     events_due: Option<u32>,
+    /// A command of this queue was answered while a Disconnect waits there.
+    disconnect_due: Option<u32>,
+    /// Every namespace's counters, by io_uring fixed-file index.
+    ns_stats: Vec<Option<Arc<NamespaceStats>>>,
+    /// The null and RAM namespaces, by io_uring fixed-file index: served here, without
+    /// io_uring ([`crate::backend::memory`]). Never changed after construction.
+    in_memory: Vec<Option<Arc<crate::backend::Backend>>>,
+    /// Shutting down: commands parsed from now on are answered, not run ([`RequestCore::drain`]).
+    draining: bool,
+    drain_counts: DrainCounts,
     trace: Option<Vec<(u32, ReqState)>>,
 }
 
@@ -314,14 +343,15 @@ impl RequestCore {
         counters: Arc<PollGroupCounters>,
     ) -> Result<RequestCore, CoreError> {
         let n = cfg.srq_depth as usize;
+        let slots = n + cfg.admin_slots as usize;
         for (what, r, need) in [
-            ("SQE", mem.sqes, n * SQE_LEN),
+            ("SQE", mem.sqes, slots * SQE_LEN),
             (
                 "in-capsule",
                 mem.in_capsule,
                 n * cfg.in_capsule_bytes as usize,
             ),
-            ("response", mem.responses, n * RESP_SLOT),
+            ("response", mem.responses, slots * RESP_SLOT),
             ("data", mem.data, cfg.max_io_bytes as usize),
         ] {
             if r.len < need {
@@ -339,12 +369,25 @@ impl RequestCore {
         // the pool only hands out offsets into it.
         let pool =
             unsafe { BufferPool::new(mem.data.ptr, mem.data.len, MIN_DATA_BUFFER, max_block) }?;
+        let mut ns_stats: Vec<Option<Arc<NamespaceStats>>> = Vec::new();
+        let mut in_memory = Vec::new();
+        for ns in reg.subsystems.iter().flat_map(|s| s.namespaces.iter()) {
+            let at = ns.file_index as usize;
+            if ns_stats.len() <= at {
+                ns_stats.resize(at + 1, None);
+                in_memory.resize(at + 1, None);
+            }
+            ns_stats[at] = Some(ns.stats.clone());
+            if ns.ns.memory().is_some() {
+                in_memory[at] = Some(ns.ns.clone());
+            }
+        }
         Ok(RequestCore {
             cfg,
             mem,
             reg,
             pool,
-            reqs: vec![Request::free(); n],
+            reqs: vec![Request::free(); slots],
             queues: HashMap::new(),
             next_queue_id: 1,
             need_buffer: VecDeque::new(),
@@ -355,6 +398,11 @@ impl RequestCore {
             kick_shared: false,
             kick_queues: Vec::new(),
             events_due: None,
+            disconnect_due: None,
+            ns_stats,
+            in_memory,
+            draining: false,
+            drain_counts: DrainCounts::default(),
             trace: None,
         })
     }
@@ -511,8 +559,8 @@ impl RequestCore {
             self.actions.push_back(Action::RepostRecv { slot });
             return;
         };
-        if (byte_len as usize) < SQE_LEN {
-            // Not even a command: nothing to answer to.
+        if (byte_len as usize) < SQE_LEN || q.closing {
+            // Not even a command, or one after a Disconnect: nothing to answer to.
             self.actions.push_back(Action::RepostRecv { slot });
             return;
         }
@@ -528,6 +576,10 @@ impl RequestCore {
             self.actions.push_back(Action::RepostRecv { slot });
             return;
         }
+        // Traffic Based Keep Alive: every command restarts its controller's timer.
+        if let Some(c) = &q.ctrl {
+            c.note_traffic();
+        }
         let queue = q.id;
         let sqe_at = i * SQE_LEN;
         let mut sqe = [0u8; SQE_LEN];
@@ -536,8 +588,13 @@ impl RequestCore {
         sqe.copy_from_slice(unsafe {
             std::slice::from_raw_parts(self.mem.sqes.ptr.add(sqe_at), SQE_LEN)
         });
-        let in_capsule_len =
-            (byte_len as usize - SQE_LEN).min(self.cfg.in_capsule_bytes as usize) as u32;
+        // An admin queue's own buffer holds the SQE alone.
+        let room = if slot < self.cfg.srq_depth {
+            self.cfg.in_capsule_bytes as usize
+        } else {
+            0
+        };
+        let in_capsule_len = (byte_len as usize - SQE_LEN).min(room) as u32;
         self.reqs[i] = Request {
             qpn,
             queue,
@@ -637,7 +694,10 @@ impl RequestCore {
             }
         }
         let r = &mut self.reqs[i];
-        if let IoCommand::Read { len, .. } | IoCommand::Write { len, .. } = cmd {
+        if let IoCommand::Read { len, .. }
+        | IoCommand::Write { len, .. }
+        | IoCommand::Compare { len, .. } = cmd
+        {
             if res >= 0 && (res as u32) < len && r.status.is_success() {
                 // Short transfer inside a checked range: the file shrank under us.
                 r.status = Status::generic(GenericStatus::DataTransferError);
@@ -672,6 +732,10 @@ impl RequestCore {
             }
             self.kick(now);
             return;
+        }
+        if r.compare && r.status.is_success() {
+            let st = self.compare_media(i);
+            self.reqs[i].status = st;
         }
         self.set_state(i, ReqState::Executed);
         self.process(i, now);
@@ -718,6 +782,9 @@ impl RequestCore {
         self.advance(i, now);
         if let Some(qpn) = self.events_due.take() {
             self.complete_events(qpn, now);
+        }
+        if let Some(qpn) = self.disconnect_due.take() {
+            self.complete_disconnect(qpn, now);
         }
     }
 
@@ -768,6 +835,9 @@ impl RequestCore {
             self.set_state(i, ReqState::Completed);
             return;
         };
+        if self.draining {
+            return self.refuse_while_draining(i);
+        }
         let (kind, dir) = match classify(&r.sqe, q.qid, q.ctrl.as_deref(), self.cfg.max_io_bytes) {
             Ok(v) => v,
             Err(st) => return self.finish(i, st),
@@ -784,6 +854,16 @@ impl RequestCore {
             Err(st) => return self.finish(i, st),
         };
         let is_write = matches!(kind, Kind::Io(IoCommand::Write { .. }));
+        let compare = match kind {
+            Kind::Io(IoCommand::Compare { len, .. }) => {
+                if !self.media_fits(len) {
+                    return self.finish(i, Status::generic(GenericStatus::InvalidField).with_dnr());
+                }
+                true
+            }
+            _ => false,
+        };
+        self.reqs[i].compare = compare;
         self.reqs[i].keyed = plan.keyed;
         match plan.transfer {
             Transfer::None => self.set_state(i, ReqState::ReadyToExecute),
@@ -816,6 +896,9 @@ impl RequestCore {
                 if is_write && misaligned {
                     self.reqs[i].bounce_from = Some(at);
                     self.wait_for_buffer(i);
+                } else if compare {
+                    // The blocks read go to a data buffer.
+                    self.wait_for_buffer(i);
                 } else {
                     self.set_state(i, ReqState::ReadyToExecute);
                 }
@@ -834,15 +917,48 @@ impl RequestCore {
             return false;
         }
         let len = self.reqs[i].data_len as usize;
-        let Some(chunk) = self.pool.alloc(len) else {
+        let r = self.reqs[i];
+        // A Compare's data already in the capsule needs only the buffer of the blocks
+        // read; a Compare takes both of its buffers at once or none.
+        let need_data = r.data == Data::None || r.bounce_from.is_some();
+        let data = if need_data {
+            self.pool.alloc(len)
+        } else {
+            None
+        };
+        let media = match (r.compare, need_data, data) {
+            (_, true, None) => None,
+            (true, _, _) => match self.pool.alloc(len) {
+                Some(m) => Some(m),
+                None => {
+                    if let Some(c) = data {
+                        let _ = self.pool.free(c);
+                    }
+                    None
+                }
+            },
+            _ => None,
+        };
+        if (need_data && data.is_none()) || (r.compare && media.is_none()) {
             if self.reqs[i].waited & WAITED_BUFFER == 0 {
                 self.reqs[i].waited |= WAITED_BUFFER;
                 self.counters.buffer_waits.fetch_add(1, Ordering::Relaxed);
             }
             return false;
-        };
+        }
         self.need_buffer.pop_front();
-        self.reqs[i].data = Data::Chunk(chunk);
+        self.reqs[i].media = media;
+        let chunk = match data {
+            Some(chunk) => {
+                self.reqs[i].data = Data::Chunk(chunk);
+                chunk
+            }
+            // A Compare with its data in the capsule: nothing to move.
+            None => {
+                self.set_state(i, ReqState::ReadyToExecute);
+                return true;
+            }
+        };
         let r = self.reqs[i];
         if let Some(from) = r.bounce_from {
             let src = Buf {
@@ -944,8 +1060,13 @@ impl RequestCore {
         }
     }
 
-    /// Executed: the response joins its queue's send order.
+    /// Executed: the response joins its queue's send order; a read or write that
+    /// succeeded is counted for its namespace (the SMART log).
     fn ready_to_complete(&mut self, i: usize) {
+        let r = &self.reqs[i];
+        if let (Kind::Io(cmd), true) = (r.kind, r.status.is_success()) {
+            self.count_io(r.file, cmd);
+        }
         let qpn = self.reqs[i].qpn;
         let id = self.reqs[i].queue;
         match self.queues.get_mut(&qpn).filter(|q| q.id == id) {
@@ -989,12 +1110,19 @@ impl RequestCore {
         // completions come in order); counting it until then would drop the host's
         // next, legitimate capsules.
         q.answered();
+        if q.disconnect.is_some() && q.outstanding() == 1 {
+            // Only the Disconnect is left unanswered: it completes now, last.
+            self.disconnect_due = Some(r.qpn);
+        }
         let mut cqe = Cqe::new(r.sqe.cid(), q.qid, q.sqhd, r.status, r.dw0);
         cqe.set_dw1(r.dw1);
         if !r.status.is_success() {
             self.counters
                 .error_completions
                 .fetch_add(1, Ordering::Relaxed);
+            if let Some(c) = &q.ctrl {
+                c.record_error(q.qid, &r.sqe, r.status);
+            }
         }
         let slot = Buf {
             region: RegionId::Responses,
@@ -1048,6 +1176,12 @@ impl RequestCore {
             }
             self.kick_shared = true;
         }
+        if let Some(c) = r.media {
+            if let Err(e) = self.pool.free(c) {
+                tracing::error!("request {i}: {e}");
+            }
+            self.kick_shared = true;
+        }
         let me = i as u32;
         match r.state {
             ReqState::NeedBuffer => self.need_buffer.retain(|&j| j != me),
@@ -1070,6 +1204,13 @@ impl RequestCore {
                 q.put_send(r.send_held);
                 self.kick_queues.push(r.qpn);
             }
+        }
+        if r.kind == Kind::Disconnect && r.answered && r.status.is_success() {
+            // Its response was sent: the queue is over; the control thread disconnects it.
+            self.actions.push_back(Action::EndQueue {
+                qpn: r.qpn,
+                why: QueueEnd::HostFabricsDisconnect,
+            });
         }
         self.reqs[i] = Request::free();
         self.set_state(i, ReqState::Free);

@@ -27,6 +27,7 @@ use transport::verbs::connection::{AcceptToken, ConnRequest};
 use crate::oplog::QueueEnd;
 
 pub mod action;
+pub mod admin_recv;
 pub mod core;
 pub mod poll_group;
 pub mod queue;
@@ -64,6 +65,9 @@ pub struct PollGroupConfig {
     pub io_uring_fixed: bool,
     /// Largest data transfer of one command (MDTS).
     pub max_io_bytes: u32,
+    /// Admin queues with receive buffers of their own in the first poll group of an
+    /// address ([`admin_recv`]; more share the SRQ).
+    pub admin_queues: u32,
     /// io_uring submission queue entries.
     pub ring_entries: u32,
     /// How long a poll group busy-polls with nothing to do before it arms its CQ and
@@ -80,6 +84,7 @@ impl Default for PollGroupConfig {
             data_slab_bytes: crate::memory::DEFAULT_DATA_SLAB_BYTES as usize,
             io_uring_fixed: true,
             max_io_bytes: 1 << 20,
+            admin_queues: admin_recv::DEFAULT_ADMIN_QUEUES,
             ring_entries: 512,
             idle_spin: DEFAULT_IDLE_SPIN,
         }
@@ -98,11 +103,11 @@ impl PollGroupConfig {
     }
 
     /// Bytes of the other registered regions, in whole pages: the SQE slots
-    /// (`srq_depth x 64`) and the response slots (`srq_depth x RESP_SLOT`). Only a
-    /// provider whose registration pins (verbs) pins them.
+    /// (`x 64`) and the response slots (`x RESP_SLOT`) of the SRQ's buffers and the
+    /// admin queues' own. Only a provider whose registration pins (verbs) pins them.
     pub fn other_mr_bytes(&self) -> usize {
         let page = transport::memlock::page_size() as usize;
-        let n = self.srq_depth as usize;
+        let n = (self.srq_depth + self.admin_queues * admin_recv::ADMIN_QUEUE_BUFFERS) as usize;
         (n * SQE_LEN).div_ceil(page) * page + (n * RESP_SLOT).div_ceil(page) * page
     }
 }
@@ -116,6 +121,8 @@ pub struct PollGroupCounters {
     pub sq_overflows: AtomicU64,
     /// Distinct QPs that drew receive buffers from the group's SRQ.
     pub srq_qps: AtomicU64,
+    /// Admin queues that got receive buffers of their own (not the SRQ's).
+    pub admin_own_buffers: AtomicU64,
     /// Host writes whose data came in the capsule.
     pub in_capsule_writes: AtomicU64,
     /// Host writes whose data the target pulled by RDMA READ.
@@ -169,8 +176,20 @@ pub enum GroupCmd {
         cntlid: u16,
         reply: Sender<Vec<u32>>,
     },
+    /// Drain for a clean shutdown ([`core::RequestCore::drain`]): answer what is in
+    /// flight, refuse what comes; the report goes out once nothing is in flight.
+    Drain(Sender<DrainReport>),
     /// Stop the poll loop.
     Shutdown,
+}
+
+/// A poll group's answer to [`GroupCmd::Drain`]: nothing of it is in flight any more.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DrainReport {
+    /// The poll group's index.
+    pub group: u32,
+    /// What the drain did.
+    pub counts: core::DrainCounts,
 }
 
 /// A new queue: the connection request and what the target decided from its
@@ -200,6 +219,9 @@ pub struct QpErrorReport {
     pub group: u32,
     /// The failed QP.
     pub qpn: u32,
+    /// Why the queue ends: [`QueueEnd::QpError`], or the end the core decided
+    /// ([`action::Action::EndQueue`]).
+    pub why: QueueEnd,
 }
 
 /// Errors setting up a poll group.

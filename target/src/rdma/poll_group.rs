@@ -25,12 +25,13 @@ use transport::verbs::{
 };
 
 use super::action::{Action, Buf, IoOp, RegionId, Response};
-use super::core::{CoreConfig, CoreMemory, Region, RequestCore};
+use super::admin_recv::{AdminBuffers, ADMIN_QUEUE_BUFFERS};
+use super::core::{CoreConfig, CoreMemory, Region, ReqState, RequestCore};
 use super::queue::QueueParams;
 use super::wr_id::WrId;
 use super::{
-    GroupCmd, NewQueue, PollGroupConfig, PollGroupCounters, PollGroupError, QpErrorReport,
-    RESP_SLOT, SQE_LEN,
+    DrainReport, GroupCmd, NewQueue, PollGroupConfig, PollGroupCounters, PollGroupError,
+    QpErrorReport, RESP_SLOT, SQE_LEN,
 };
 use crate::oplog::QueueEnd;
 use crate::subsystem::Registry;
@@ -45,6 +46,10 @@ const ASYNC_EVENT_ROUNDS: u32 = 256;
 /// The SRQ limit is `srq_depth / SRQ_LIMIT_DIVISOR` receive buffers: below it, commands
 /// in flight hold nearly every buffer and the next capsules may meet RNR NAKs.
 const SRQ_LIMIT_DIVISOR: u32 = 8;
+/// I/O queues may together have up to this many times the SRQ's buffers in flight
+/// (waiting for a buffer, RNR, beyond it); a queue past that is refused
+/// (checked as each I/O queue connects).
+pub const SRQ_OVERCOMMIT: u32 = 8;
 /// Starvation (an SRQ limit event that a refill did not cure) is logged at most this
 /// often; every event is counted ([`PollGroupCounters::srq_limit_events`]).
 const STARVATION_LOG_INTERVAL: Duration = Duration::from_secs(10);
@@ -90,6 +95,12 @@ pub struct PollGroup<P: Provider> {
     /// The provider's QP of each queue, by QPN.
     qps: HashMap<u32, Qp>,
     srq_level: SrqLevel,
+    /// The admin queues' own receive buffers ([`super::admin_recv`]).
+    admin: AdminBuffers,
+    /// What the I/O queues on the SRQ can have in flight: the sum of their SQ sizes.
+    io_demand: u32,
+    /// `io_demand` beyond the SRQ was logged (again once it came back below).
+    overcommit_logged: bool,
     cmds: Receiver<GroupCmd>,
     /// QPNs whose QP went to the error state, for the control thread to disconnect
     /// (DREQ) and destroy.
@@ -99,6 +110,8 @@ pub struct PollGroup<P: Provider> {
     counters: Arc<PollGroupCounters>,
     wcs: Vec<WorkCompletion>,
     io_done: Vec<(u64, i32)>,
+    /// Draining: where to report once nothing is in flight.
+    drain_reply: Option<Sender<DrainReport>>,
     /// The process budget's charge for the ring's fixed buffers (none when they are
     /// plain buffers); declared after `ring`, so it is released after the ring's drop
     /// unregistered them.
@@ -213,7 +226,9 @@ impl<P: Provider> PollGroup<P> {
         // the ACK of a capsule can leave with its response: one `sendmmsg` per read.
         ctx.set_deferred_transmit(true);
         let pd = dev.alloc_pd()?;
-        let n = cfg.srq_depth as usize;
+        // Admin queues connect to the first poll group of their address only.
+        let admin = AdminBuffers::new(cfg.srq_depth, if index == 0 { cfg.admin_queues } else { 0 });
+        let n = (cfg.srq_depth + admin.slots()) as usize;
         let sqe_mr = dev.reg_mr(pd, n * SQE_LEN, AccessFlags::LOCAL_WRITE)?;
         let in_capsule_mr = match cfg.recv_region_bytes() {
             0 => None,
@@ -235,7 +250,7 @@ impl<P: Provider> PollGroup<P> {
         }
         // Every receive and every signaled send of every request fits, also when a
         // QP in error flushes its unsignaled WRITEs too.
-        let cq = ctx.create_cq(4 * cfg.srq_depth + 64)?;
+        let cq = ctx.create_cq(4 * n as u32 + 64)?;
         let srq = ctx.create_srq(pd, cfg.srq_depth)?;
         let mem = CoreMemory {
             sqes: region(&sqe_mr),
@@ -248,6 +263,8 @@ impl<P: Provider> PollGroup<P> {
             in_capsule_bytes: cfg.in_capsule_bytes,
             max_io_bytes: cfg.max_io_bytes,
             io_slots: ring.capacity() as u32,
+            group: index,
+            admin_slots: admin.slots(),
         };
         let core = RequestCore::new(core_cfg, mem, reg, counters.clone())
             .map_err(|e| std::io::Error::other(e.to_string()))?;
@@ -266,6 +283,9 @@ impl<P: Provider> PollGroup<P> {
             ring,
             cfg,
             qps: HashMap::new(),
+            admin,
+            io_demand: 0,
+            overcommit_logged: false,
             srq_level: SrqLevel {
                 posted: 0,
                 limit,
@@ -279,6 +299,7 @@ impl<P: Provider> PollGroup<P> {
             counters,
             wcs: vec![WorkCompletion::new(0, WcStatus::Success, WcOpcode::Recv, 0); 64],
             io_done: Vec::with_capacity(64),
+            drain_reply: None,
             _pinned: pinned,
         };
         for slot in 0..cfg.srq_depth {
@@ -318,9 +339,40 @@ impl<P: Provider> PollGroup<P> {
         Ok(())
     }
 
+    /// Posts admin buffer `slot` (its SQE slot alone) to the receive queue of admin
+    /// queue `qpn`'s QP.
+    fn post_admin_recv(&mut self, qpn: u32, slot: u32) -> Result<(), VerbsError> {
+        let sge = Sge {
+            addr: self.sqe_mr.addr() + (slot as usize * SQE_LEN) as u64,
+            length: SQE_LEN as u32,
+            lkey: self.sqe_mr.lkey(),
+        };
+        self.ctx.post_recv(
+            Qp(qpn),
+            &RecvWr {
+                wr_id: WrId::Recv { slot }.encode(),
+                sg_list: SgList::one(sge),
+            },
+        )?;
+        self.admin.posted(slot, qpn);
+        Ok(())
+    }
+
     /// Re-posts receive buffer `slot` (its request is done); one that cannot be posted
-    /// now is kept for a refill.
+    /// now is kept for a refill. An admin buffer goes back to its queue's QP, or
+    /// nowhere when that queue is gone.
     fn repost_recv(&mut self, slot: u32) {
+        if self.admin.is_admin(slot) {
+            if let Some(qpn) = self.admin.owner(slot).filter(|q| self.qps.contains_key(q)) {
+                if let Err(e) = self.post_admin_recv(qpn, slot) {
+                    tracing::warn!(
+                        poll_group = self.index,
+                        "re-posting admin buffer {slot}: {e}"
+                    );
+                }
+            }
+            return;
+        }
         if let Err(e) = self.post_recv(slot) {
             tracing::error!(
                 poll_group = self.index,
@@ -412,6 +464,7 @@ impl<P: Provider> PollGroup<P> {
                     let _ = self.qp_errors.send(QpErrorReport {
                         group: self.index,
                         qpn: qp.qpn(),
+                        why: QueueEnd::QpError,
                     });
                 }
                 AsyncEvent::SrqError { .. }
@@ -443,6 +496,9 @@ impl<P: Provider> PollGroup<P> {
                 return;
             };
             work += self.poll_once();
+            if self.drain_reply.is_some() {
+                self.report_if_drained();
+            }
             rounds = rounds.wrapping_add(1);
             if rounds.is_multiple_of(ASYNC_EVENT_ROUNDS) {
                 work += self.handle_async_events();
@@ -543,6 +599,18 @@ impl<P: Provider> PollGroup<P> {
 
     fn handle_wc(&mut self, wc: &WorkCompletion, now: Instant) {
         match WrId::decode(wc.wr_id) {
+            Some(WrId::Recv { slot }) if self.admin.is_admin(slot) => {
+                // A completion of a destroyed admin QP (a flushed receive) is dropped.
+                if !self.admin.completed(slot, wc.qp_num) {
+                    return;
+                }
+                if wc.status == WcStatus::Success {
+                    self.core
+                        .capsule_received(slot, wc.qp_num, wc.byte_len, now)
+                } else {
+                    self.core.recv_failed(slot)
+                }
+            }
             Some(WrId::Recv { slot }) => {
                 self.srq_level.posted = self.srq_level.posted.saturating_sub(1);
                 if wc.status == WcStatus::Success {
@@ -583,7 +651,27 @@ impl<P: Provider> PollGroup<P> {
             GroupCmd::QueuesOf { cntlid, reply } => {
                 let _ = reply.send(self.core.queues_of(cntlid));
             }
+            GroupCmd::Drain(reply) => {
+                let in_flight = self.core.drain(Instant::now());
+                self.execute_actions(Instant::now());
+                tracing::debug!(poll_group = self.index, in_flight, "draining");
+                self.drain_reply = Some(reply);
+                self.report_if_drained();
+            }
             GroupCmd::Shutdown => {}
+        }
+    }
+
+    /// Draining with nothing in flight: reports it (once).
+    fn report_if_drained(&mut self) {
+        if self.core.in_flight() > 0 {
+            return;
+        }
+        if let Some(reply) = self.drain_reply.take() {
+            let _ = reply.send(DrainReport {
+                group: self.index,
+                counts: self.core.drain_counts(),
+            });
         }
     }
 
@@ -597,16 +685,27 @@ impl<P: Provider> PollGroup<P> {
     fn new_queue(&mut self, q: &NewQueue) -> Result<AcceptToken, String> {
         let caps = self.ctx.device().caps();
         let sq = u32::from(q.sq_size.max(1));
+        if q.qid != 0 {
+            self.admit_io_queue(sq)?;
+        }
+        // An admin queue gets receive buffers of its own while the pool has a block.
+        let core = &self.core;
+        let own = q.qid == 0
+            && self
+                .admin
+                .clone()
+                .claim(0, |s| core.state(s) == Some(ReqState::Free))
+                .is_some();
         // Up to 2 x SQ-size commands of 2 WRs each (WRITE + SEND, or READ + SEND).
         let send_depth = (4 * sq + 16).min(caps.max_qp_wr);
         let init = QpInitAttr {
             pd: self.pd,
             send_cq: self.cq,
             recv_cq: self.cq,
-            srq: Some(self.srq),
+            srq: (!own).then_some(self.srq),
             cap: QpCap {
                 max_send_wr: send_depth,
-                max_recv_wr: 0,
+                max_recv_wr: if own { ADMIN_QUEUE_BUFFERS } else { 0 },
                 max_send_sge: 2,
                 max_recv_sge: 2,
                 max_inline_data: 0,
@@ -625,6 +724,29 @@ impl<P: Provider> PollGroup<P> {
             ));
         }
         self.qps.insert(qp.qpn(), qp);
+        if own {
+            let core = &self.core;
+            let slots = self
+                .admin
+                .claim(qp.qpn(), |s| core.state(s) == Some(ReqState::Free))
+                .unwrap_or(0..0);
+            for slot in slots {
+                if let Err(e) = self.post_admin_recv(qp.qpn(), slot) {
+                    self.admin.release(qp.qpn());
+                    self.qps.remove(&qp.qpn());
+                    let _ = self.ctx.destroy_qp(qp);
+                    return Err(format!("posting the admin queue's receive buffers: {e}"));
+                }
+            }
+        } else if q.qid != 0 {
+            self.io_demand += sq;
+        }
+        let counter = if own {
+            &self.counters.admin_own_buffers
+        } else {
+            &self.counters.srq_qps
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
         self.core.add_queue(
             qp.qpn(),
             &QueueParams {
@@ -636,8 +758,44 @@ impl<P: Provider> PollGroup<P> {
                 ord: token.initiator_depth,
             },
         );
-        self.counters.srq_qps.fetch_add(1, Ordering::Relaxed);
         Ok(token)
+    }
+
+    /// Admits an I/O queue of `sq` entries on the SRQ: the SRQ is sized for
+    /// `srq_depth` commands in flight and the connected queues may have more (they then
+    /// wait for a buffer: RNR), which is logged once when it begins; beyond
+    /// [`SRQ_OVERCOMMIT`] times the SRQ the queue could not be served and is refused.
+    ///
+    /// # Errors
+    /// Why the queue is refused, with the fix.
+    fn admit_io_queue(&mut self, sq: u32) -> Result<(), String> {
+        let depth = self.cfg.srq_depth;
+        let demand = self.io_demand + sq;
+        if demand > depth.saturating_mul(SRQ_OVERCOMMIT) {
+            return Err(format!(
+                "poll group {}: its I/O queues could have {demand} commands in flight with \
+                 this one, more than {SRQ_OVERCOMMIT} x its {depth} shared receive buffers: \
+                 raise srq_depth (to {demand} for every command a buffer), add poll groups, \
+                 or have the hosts use smaller queues",
+                self.index
+            ));
+        }
+        if demand > depth && !self.overcommit_logged {
+            self.overcommit_logged = true;
+            tracing::info!(
+                poll_group = self.index,
+                io_queue_commands = demand,
+                srq_depth = depth,
+                "poll group {}: its I/O queues can have {demand} commands in flight, its \
+                 shared receive queue holds {depth}: commands beyond it wait for a buffer \
+                 (hosts see RNR NAKs and retry; admin queues have buffers of their own, so \
+                 Keep Alive is not delayed); srq_depth = {demand} gives every command one",
+                self.index
+            );
+        } else if demand <= depth {
+            self.overcommit_logged = false;
+        }
+        Ok(())
     }
 
     /// Destroys queue `qpn`'s QP, then has the core release its requests.
@@ -645,6 +803,9 @@ impl<P: Provider> PollGroup<P> {
         let Some(qp) = self.qps.remove(&qpn) else {
             return;
         };
+        if let Some(q) = self.core.queue(qpn).filter(|q| q.qid != 0) {
+            self.io_demand = self.io_demand.saturating_sub(u32::from(q.sq_size));
+        }
         if let Some(c) = self.ctx.qp_counters(qp) {
             // What the QP's requester resent over its life (a slow or lossy peer shows
             // here before it ends a queue).
@@ -670,6 +831,8 @@ impl<P: Provider> PollGroup<P> {
         };
         let _ = self.ctx.modify_qp(qp, &to_error);
         let _ = self.ctx.destroy_qp(qp);
+        // Nothing is posted on it any more; its flushed receives are dropped.
+        self.admin.release(qpn);
         let now = Instant::now();
         self.core.remove_queue(qpn, why, now);
         self.execute_actions(now);
@@ -740,6 +903,14 @@ impl<P: Provider> PollGroup<P> {
                     let _ = self.qp_errors.send(QpErrorReport {
                         group: self.index,
                         qpn,
+                        why: QueueEnd::QpError,
+                    });
+                }
+                Action::EndQueue { qpn, why } => {
+                    let _ = self.qp_errors.send(QpErrorReport {
+                        group: self.index,
+                        qpn,
+                        why,
                     });
                 }
             }

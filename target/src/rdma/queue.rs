@@ -64,6 +64,12 @@ pub struct Queue {
     pub(crate) pending_read: VecDeque<u32>,
     /// Responses waiting for send credits, in order.
     pub(crate) pending_send: VecDeque<u32>,
+    /// A Fabrics Disconnect (its request) waiting for the queue's other commands to be
+    /// answered, its CQE last (NVMe Base 2.x §6.4).
+    pub(crate) disconnect: Option<u32>,
+    /// A Disconnect was accepted: capsules that arrive after it are dropped (the
+    /// specification leaves them undefined; no CQE may follow the Disconnect's).
+    pub(crate) closing: bool,
 }
 
 impl Queue {
@@ -83,6 +89,8 @@ impl Queue {
             read_credits: u32::from(p.ord.max(1)),
             pending_read: VecDeque::new(),
             pending_send: VecDeque::new(),
+            disconnect: None,
+            closing: false,
         }
     }
 

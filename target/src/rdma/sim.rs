@@ -69,6 +69,8 @@ pub enum Seen {
     Io { req: u32, op: IoOp },
     /// A QP reported failed.
     QpError { qpn: u32 },
+    /// A queue reported over (a Fabrics Disconnect was answered).
+    QueueEnded { qpn: u32 },
 }
 
 /// Queue parameters as the poll group gives them, for a host on 127.0.0.1 whose QPN is
@@ -146,6 +148,8 @@ impl Sim {
                 in_capsule_bytes: cfg.in_capsule_bytes,
                 max_io_bytes: cfg.max_io_bytes,
                 io_slots: cfg.io_slots,
+                group: 0,
+                admin_slots: 0,
             },
             mem,
             reg,
@@ -278,6 +282,7 @@ impl Sim {
                     self.core.io_completed(req, res, now);
                 }
                 Action::ReportQpError { qpn } => seen.push(Seen::QpError { qpn }),
+                Action::EndQueue { qpn, .. } => seen.push(Seen::QueueEnded { qpn }),
             }
         }
         seen

@@ -14,6 +14,8 @@
 #   INTEROP_LOOP     1: serve INTEROP_IMG through a loop device with O_DIRECT (the
 #                    block-device back end: BLKGETSIZE64, BLKSSZGET, O_EXCL, --direct);
 #                    the loop device is detached after the target exits
+#   INTEROP_READY    the name under out/ whose ready file it touches (default A; the
+#                    nvme-cli group uses "ours", VM A being Linux nvmet there)
 # Touches $LP_SHARE/out/A/ready once the target listens; stops the target (SIGTERM)
 # when $LP_SHARE/out/stop appears, and writes its exit status to
 # $LP_SHARE/target.rc. The target's log is $LP_SHARE/target.log.
@@ -58,8 +60,9 @@ if ! grep -q "serving" "$log" 2>/dev/null; then
     stop_target
     exit 1
 fi
-mkdir -p "$LP_SHARE/out/A"
-touch "$LP_SHARE/out/A/ready"
+ready="$LP_SHARE/out/${INTEROP_READY:-A}"
+mkdir -p "$ready"
+touch "$ready/ready"
 echo "$(date +%T) target ready"
 while [ ! -e "$LP_SHARE/out/stop" ]; do
     if ! kill -0 "$pid" 2>/dev/null; then

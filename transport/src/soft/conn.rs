@@ -96,13 +96,14 @@ pub fn init_attr(ird: u8) -> QpAttr {
     }
 }
 
-/// The path of an RC QP to `dest` with the CM exchange's `flow_label`.
-fn path(dest: IpAddr, flow_label: u32) -> AhAttr {
+/// The path of an RC QP to `dest` with the CM exchange's `flow_label` and
+/// `traffic_class` (the IP ToS / traffic class its packets carry, ECN bits aside).
+fn path(dest: IpAddr, flow_label: u32, traffic_class: u8) -> AhAttr {
     AhAttr {
         dest,
         flow_label,
         hop_limit: CM_HOP_LIMIT,
-        traffic_class: 0,
+        traffic_class,
     }
 }
 
@@ -142,7 +143,9 @@ pub fn passive_attrs(
             rq_psn: Some(rq_psn),
             max_dest_rd_atomic: Some(ird),
             min_rnr_timer: Some(min_rnr_timer(on_srq)),
-            ah_attr: Some(path(req.remote_ip, req.flow_label)),
+            // The request's traffic class, as ib_cm's passive side takes the REQ's path
+            // (a target sets a listen port's own here, issue 16 item 8).
+            ah_attr: Some(path(req.remote_ip, req.flow_label, req.traffic_class)),
             selective_retransmit: Some(req.peer_selective_retransmit),
             ..Default::default()
         },
@@ -207,7 +210,7 @@ pub fn active_attrs(req: &Request, rep: &Reply, dev_mtu: Mtu) -> (QpAttr, QpAttr
         rq_psn: Some(req.rq_psn),
         max_dest_rd_atomic: Some(req.ird.max(rep.initiator_depth)),
         min_rnr_timer: Some(min_rnr_timer(req.on_srq)),
-        ah_attr: Some(path(req.dest, rep.flow_label)),
+        ah_attr: Some(path(req.dest, rep.flow_label, 0)),
         // Only a peer whose REP carried our marker gets selective retransmission.
         selective_retransmit: Some(rep.peer_selective_retransmit),
         ..Default::default()
@@ -499,6 +502,13 @@ mod tests {
             (ah.flow_label, ah.hop_limit, ah.traffic_class),
             (0x12345, 64, 0)
         );
+        // The request's traffic class (a target's listen port sets its own there).
+        let tc = ConnRequest {
+            traffic_class: 0x60,
+            ..req()
+        };
+        let a = passive_attrs(&tc, &SOFT_CAPS, Mtu::Mtu4096, 16, true, 0xabc);
+        assert_eq!(a.rtr.ah_attr.unwrap().traffic_class, 0x60);
         assert_eq!(r.selective_retransmit, Some(false));
         let t = a.rts;
         assert_eq!(t.sq_psn, Some(0x29fa4c));

@@ -366,6 +366,7 @@ impl Context {
                         dst_mac,
                         src: SocketAddr::new(ip, want),
                         dst: SocketAddr::new(ah.dest, ROCE_V2_UDP_DPORT),
+                        tos: crate::soft::tos_byte(ah.traffic_class),
                     };
                     (TxVia::Xdp(ends), want)
                 }
@@ -374,6 +375,10 @@ impl Context {
                         SocketError::OpenFiles(n) => VerbsError::OpenFiles(n),
                         _ => VerbsError::NoResources("UDP source port"),
                     })?;
+                    if ah.traffic_class != 0 {
+                        crate::soft::socket::set_traffic_class(&sock, ip, ah.traffic_class)
+                            .map_err(|_| VerbsError::NoResources("IP_TOS of the send socket"))?;
+                    }
                     let dest = SockAddr::from(SocketAddr::new(ah.dest, ROCE_V2_UDP_DPORT));
                     (TxVia::Udp { sock, dest }, sport)
                 }

@@ -33,3 +33,16 @@ pub use context::*;
 pub use device::*;
 pub use fault::{FaultConfig, FaultConfigError, FaultCounters, FaultCountersSnapshot};
 pub use provider::{SoftOptions, SoftProvider};
+
+/// ECN bits of the ToS / traffic class byte (RFC 3168).
+pub const ECN_MASK: u8 = 0x03;
+/// ECN codepoint ECT(0): what the soft provider sends (DESIGN: ToS is masked from the
+/// ICRC; a receiver that sees CE answers with a CNP).
+pub const ECN_ECT0: u8 = 0x02;
+
+/// The ToS / traffic class byte the soft provider sends for a path's `traffic_class`:
+/// its DSCP (bits 7:2, e.g. 0x60 for DSCP 24, which RoCE deployments map to a lossless
+/// PFC priority) with ECT(0) in the ECN bits, whatever the path's ECN bits were.
+pub const fn tos_byte(traffic_class: u8) -> u8 {
+    (traffic_class & !ECN_MASK) | ECN_ECT0
+}

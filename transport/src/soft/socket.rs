@@ -268,6 +268,20 @@ pub fn bind_rx_group(ip: IpAddr, rx_queues: u32) -> Result<Vec<Socket>, SocketEr
     Ok(socks)
 }
 
+/// Sets the IPv4 ToS (IPv6 traffic class) of send socket `s` on `ip` to
+/// [`crate::soft::tos_byte`]`(traffic_class)`: the path's DSCP with our ECN bits.
+///
+/// # Errors
+/// The operating system's error from `setsockopt`.
+pub fn set_traffic_class(s: &Socket, ip: IpAddr, traffic_class: u8) -> io::Result<()> {
+    let v = libc::c_int::from(crate::soft::tos_byte(traffic_class));
+    if ip.is_ipv4() {
+        setsockopt_int(s.as_raw_fd(), libc::IPPROTO_IP, libc::IP_TOS, v)
+    } else {
+        setsockopt_int(s.as_raw_fd(), libc::IPPROTO_IPV6, libc::IPV6_TCLASS, v)
+    }
+}
+
 /// Per-QP send socket bound to `ip:sport`, DF set. On EADDRINUSE it tries the next
 /// ports of 0xC000..=0xFFFF; returns the socket and the port it got.
 pub fn bind_tx_socket(ip: IpAddr, sport: u16) -> Result<(Socket, u16), SocketError> {
@@ -747,6 +761,33 @@ pub fn send_many(sock: &Socket, dest: &SockAddr, msgs: &[TxMsg<'_>]) -> io::Resu
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_paths_traffic_class_sets_the_dscp_and_keeps_ect0() {
+        let ip: IpAddr = "127.0.0.136".parse().unwrap();
+        let (sock, _) = bind_tx_socket(ip, 0xC000).unwrap();
+        let tos = |s: &Socket| {
+            let mut v: libc::c_int = 0;
+            let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+            // SAFETY: getsockopt into a c_int of the given length.
+            let r = unsafe {
+                libc::getsockopt(
+                    s.as_raw_fd(),
+                    libc::IPPROTO_IP,
+                    libc::IP_TOS,
+                    &mut v as *mut _ as *mut libc::c_void,
+                    &mut len,
+                )
+            };
+            assert_eq!(r, 0);
+            v
+        };
+        assert_eq!(tos(&sock), 0x02, "ECT(0) by default");
+        // DSCP 24 (0x60) with the ECN bits of the path ignored (CE asked for: 0x63).
+        set_traffic_class(&sock, ip, 0x63).unwrap();
+        assert_eq!(tos(&sock), 0x62);
+        assert_eq!(crate::soft::tos_byte(0xB8), 0xBA, "DSCP 46 (EF)");
+    }
+
     use super::*;
     use crate::soft::fault::{FaultConfig, FaultCounters};
     use std::sync::Arc;

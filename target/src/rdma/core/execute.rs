@@ -5,12 +5,14 @@
 //! Management all of its ranges at once. Also the lookups they share: the request's
 //! data buffer, its namespace, write-through.
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Instant;
 
 use nvme::status::{GenericStatus, Status};
 
 use super::{Data, ReqState, RequestCore};
 use crate::admin::{self, AdminOutcome};
+use crate::backend::memory::MemoryStore;
 use crate::capsule::Kind;
 use crate::fabrics::{self, ConnectOutcome};
 use crate::io::{self, IoCommand};
@@ -41,6 +43,46 @@ impl RequestCore {
             offset,
             len: r.data_len,
         })
+    }
+
+    /// Whether the data slab can ever hold both buffers of a Compare of `len` bytes
+    /// (the host's data and the blocks read): a slab of one MDTS cannot for more than
+    /// half of it, and such a Compare is refused rather than left waiting forever.
+    pub(super) fn media_fits(&self, len: u32) -> bool {
+        let block = (len as usize)
+            .max(super::MIN_DATA_BUFFER)
+            .next_power_of_two();
+        self.pool.capacity() / block >= 2
+    }
+
+    /// A Compare's status once its blocks were read: its data against them
+    /// ([`io::compare_status`]).
+    pub(super) fn compare_media(&self, i: usize) -> Status {
+        let r = &self.reqs[i];
+        let (Some(host), Some(media)) = (self.data_buf(i), r.media) else {
+            return Status::generic(GenericStatus::InternalError);
+        };
+        let media = Buf {
+            region: RegionId::Data,
+            offset: media.offset,
+            len: r.data_len,
+        };
+        io::compare_status(self.bytes(host), self.bytes(media))
+    }
+
+    /// Counts a successful I/O command `cmd` of the namespace at fixed-file index
+    /// `file` in its counters ([`crate::stats`]): reads and Compares, writes.
+    pub(super) fn count_io(&self, file: u32, cmd: IoCommand) {
+        let Some(Some(stats)) = self.ns_stats.get(file as usize) else {
+            return;
+        };
+        match cmd {
+            IoCommand::Read { len, .. } | IoCommand::Compare { len, .. } => {
+                stats.count_read(self.cfg.group, u64::from(len))
+            }
+            IoCommand::Write { len, .. } => stats.count_write(self.cfg.group, u64::from(len)),
+            _ => {}
+        }
     }
 
     /// The namespace request `i` names on its queue's controller, and the subsystem NQN.
@@ -112,6 +154,27 @@ impl RequestCore {
                 }
                 Err(st) => self.finish(i, st),
             },
+            Kind::Disconnect => {
+                if let Err(st) = fabrics::disconnect_check(ctrl.as_deref(), &r.sqe) {
+                    self.finish(i, st);
+                    return Exec::Moved;
+                }
+                let Some(q) = self.queues.get_mut(&qpn) else {
+                    self.set_state(i, ReqState::Completed);
+                    return Exec::Moved;
+                };
+                q.closing = true;
+                if q.outstanding() <= 1 {
+                    // Nothing else of the queue is unanswered: its CQE is the last now.
+                    if let Some(ctrl) = q.ctrl.take() {
+                        ctrl.release_queue(q.qid);
+                    }
+                    self.finish(i, Status::SUCCESS);
+                } else {
+                    q.disconnect = Some(i as u32);
+                    self.set_state(i, ReqState::AwaitingEvent);
+                }
+            }
             Kind::PropertySet => {
                 let st = fabrics::property_set_at(ctrl.as_deref(), &r.sqe, now)
                     .err()
@@ -162,6 +225,18 @@ impl RequestCore {
         let file = ns.file_index;
         let (nlb, block_size) = (ns.ns.nlb(), u64::from(ns.ns.block_size()));
         let req = i as u32;
+        self.reqs[i].file = file;
+        if let Some(Some(b)) = self.in_memory.get(file as usize) {
+            let b: *const crate::backend::Backend = Arc::as_ptr(b);
+            // SAFETY: the Arc stays in `self.in_memory`, which is never changed after
+            // construction, for as long as the core lives; the pointer only lets the
+            // store be used while the request's buffers are borrowed mutably.
+            let store = unsafe { (*b).memory() };
+            if let Some(store) = store {
+                self.execute_in_memory(i, cmd, store, nlb);
+                return Exec::Moved;
+            }
+        }
         let op = match cmd {
             IoCommand::Read { offset, .. } => {
                 let Some(buf) = self.data_buf(i) else {
@@ -182,6 +257,18 @@ impl RequestCore {
                     offset,
                     dsync,
                 }
+            }
+            IoCommand::Compare { offset, len } => {
+                let Some(media) = self.reqs[i].media else {
+                    self.finish(i, Status::generic(GenericStatus::InternalError));
+                    return Exec::Moved;
+                };
+                let buf = Buf {
+                    region: RegionId::Data,
+                    offset: media.offset,
+                    len,
+                };
+                IoOp::Read { file, buf, offset }
             }
             IoCommand::Flush => IoOp::Fsync { file },
             IoCommand::WriteZeroes { offset, len, .. } => IoOp::Fallocate {
@@ -210,6 +297,62 @@ impl RequestCore {
         }
         self.submit(i, req, std::iter::once(op), 1);
         Exec::Moved
+    }
+
+    /// Runs I/O command `cmd` of request `i` on a null or RAM namespace (`store`, of
+    /// `nlb` blocks): a copy between its data buffer and the memory, in this poll
+    /// group, completing at once.
+    fn execute_in_memory(&mut self, i: usize, cmd: IoCommand, store: &MemoryStore, nlb: u64) {
+        let status = match cmd {
+            IoCommand::Read { offset, .. } => {
+                if let Some(buf) = self.data_buf(i) {
+                    store.read(offset, self.bytes_mut(buf));
+                }
+                Status::SUCCESS
+            }
+            IoCommand::Write { offset, .. } => {
+                if let Some(buf) = self.data_buf(i) {
+                    store.write(offset, self.bytes(buf));
+                }
+                Status::SUCCESS
+            }
+            IoCommand::Compare { offset, len } => match self.reqs[i].media {
+                Some(m) => {
+                    let media = Buf {
+                        region: RegionId::Data,
+                        offset: m.offset,
+                        len,
+                    };
+                    store.read(offset, self.bytes_mut(media));
+                    self.compare_media(i)
+                }
+                None => Status::generic(GenericStatus::InternalError),
+            },
+            IoCommand::Flush => Status::SUCCESS,
+            IoCommand::WriteZeroes { offset, len, .. } => {
+                store.zero(offset, len);
+                Status::SUCCESS
+            }
+            IoCommand::DatasetManagement { ranges, deallocate } => {
+                let block = self
+                    .namespace_of(i)
+                    .map_or(512, |(ns, _)| u64::from(ns.ns.block_size()));
+                match (deallocate, self.data_buf(i)) {
+                    (false, _) => Status::SUCCESS,
+                    (true, None) => Status::generic(GenericStatus::DataSglLengthInvalid).with_dnr(),
+                    (true, Some(buf)) => match io::parse_dsm_ranges(self.bytes(buf), ranges, nlb) {
+                        Ok(list) => {
+                            for r in list {
+                                store.zero(r.slba * block, u64::from(r.nlb) * block);
+                            }
+                            Status::SUCCESS
+                        }
+                        Err(st) => st,
+                    },
+                }
+            }
+        };
+        self.finish(i, status);
     }
 
     /// Dataset Management: with the Deallocate attribute, one hole punched per range of
@@ -275,6 +418,26 @@ impl RequestCore {
             self.actions.push_back(Action::SubmitIo { req, op });
         }
         self.set_state(i, ReqState::Executing);
+    }
+
+    /// Completes the Fabrics Disconnect waiting on queue `qpn` (every other command of
+    /// the queue is answered): the queue leaves its controller, so its queue ID may be
+    /// connected again (NVMe Base 2.x §6.4), and the Disconnect completes with success.
+    pub(super) fn complete_disconnect(&mut self, qpn: u32, now: Instant) {
+        let Some(q) = self.queues.get_mut(&qpn) else {
+            return;
+        };
+        let Some(j) = q.disconnect.take() else {
+            return;
+        };
+        if let Some(ctrl) = q.ctrl.take() {
+            ctrl.release_queue(q.qid);
+        }
+        let j = j as usize;
+        if self.reqs[j].state == ReqState::AwaitingEvent {
+            self.finish(j, Status::SUCCESS);
+            self.advance(j, now);
+        }
     }
 
     /// Completes held Asynchronous Event Requests of queue `qpn` for which its

@@ -7,6 +7,7 @@ use nvme::properties::Property;
 use nvme::status::{GenericStatus, Status};
 use nvme::{SglDescriptor, Sqe};
 use transport::verbs::WcStatus;
+use zerocopy::FromBytes;
 
 use super::*;
 use crate::fabrics::tests::connect_data;
@@ -587,4 +588,236 @@ fn a_second_connect_on_a_queue_is_refused() {
         Status::command_specific(nvme::status::CommandSpecificStatus::ConnectControllerBusy)
             .with_dnr()
     );
+}
+
+/// A Compare of `data` at LBA 8, in the capsule.
+fn compare_in_capsule(cid: u16, data: &[u8]) -> Vec<u8> {
+    let nlb = (data.len() / BLOCK - 1) as u16;
+    let sqe =
+        Sqe::compare(cid, 1, 8, nlb).with_sgl(SglDescriptor::inline_offset(0, data.len() as u32));
+    let mut c = sqe.to_array().to_vec();
+    c.extend_from_slice(data);
+    c
+}
+
+/// Runs the Compare whose actions come next: the blocks "read" are `media`.
+fn finish_compare(f: &mut Fixture, media: &[u8]) -> Status {
+    let a = f.sim.actions();
+    let [Action::SubmitIo {
+        req,
+        op: IoOp::Read { buf, offset, .. },
+    }] = a[..]
+    else {
+        panic!("{a:?}")
+    };
+    assert_eq!((buf.region, offset), (RegionId::Data, 8 * BLOCK as u64));
+    f.sim.fill(buf, media);
+    f.sim.core.io_completed(req, buf.len as i32, f.now);
+    one_response(&f.sim.run(&[], f.now)).0
+}
+
+#[test]
+fn compare_reads_the_blocks_into_a_buffer_of_its_own_and_judges_them() {
+    let mut f = default_fixture();
+    let data: Vec<u8> = (0..4096u32).map(|i| (i * 13) as u8).collect();
+    // In-capsule data: only the buffer for the blocks is taken from the slab.
+    f.sim
+        .deliver(IO, &compare_in_capsule(3, &data), f.now)
+        .unwrap();
+    assert_eq!(finish_compare(&mut f, &data), Status::SUCCESS);
+    let mut other = data.clone();
+    other[4095] ^= 1;
+    f.sim
+        .deliver(IO, &compare_in_capsule(4, &data), f.now)
+        .unwrap();
+    let miss = finish_compare(&mut f, &other);
+    assert_eq!(
+        miss,
+        Status::media(nvme::status::MediaStatus::CompareFailure)
+    );
+    // Keyed data: RDMA READ into one buffer, the blocks into a second.
+    let sqe = Sqe::compare(5, 1, 8, 15).with_sgl(keyed(8192, 0x79));
+    f.sim.deliver(IO, &sqe.to_array(), f.now).unwrap();
+    let a = f.sim.actions();
+    let [Action::PostRdmaRead {
+        qpn, wr_id, local, ..
+    }] = a[..]
+    else {
+        panic!("{a:?}")
+    };
+    let host: Vec<u8> = (0..8192u32).map(|i| (i % 251) as u8).collect();
+    f.sim.fill(local, &host);
+    f.sim
+        .core
+        .send_completed(wr_id, qpn, WcStatus::Success, f.now);
+    let a = f.sim.actions();
+    let [Action::SubmitIo {
+        req,
+        op: IoOp::Read { buf, .. },
+    }] = a[..]
+    else {
+        panic!("{a:?}")
+    };
+    assert_ne!(buf.offset, local.offset, "two buffers");
+    f.sim.fill(buf, &host);
+    f.sim.core.io_completed(req, 8192, f.now);
+    assert_eq!(one_response(&f.sim.run(&[], f.now)).0, Status::SUCCESS);
+    // Both buffers went back to the pool; the Compare counted as reads (SMART), the
+    // miss in the controller's error log.
+    assert_eq!(f.sim.core.pool.in_use_bytes(), 0);
+    let ctrl = f.sim.core.queue(IO).unwrap().ctrl.clone().unwrap();
+    let ns = ctrl.subsys.namespace(1).unwrap();
+    assert_eq!(ns.stats.totals().read_commands, 2);
+    assert_eq!(ns.stats.totals().read_bytes, 4096 + 8192);
+    assert_eq!(ctrl.error_count(), 1);
+}
+
+#[test]
+fn a_compare_the_slab_cannot_hold_twice_is_refused() {
+    // A slab of one MDTS (1 MiB): a 1 MiB Compare could never get both buffers.
+    let cfg = SimConfig {
+        data_slab_bytes: 1 << 20,
+        ..SimConfig::default()
+    };
+    let mut f = fixture(cfg, 32, 144, 16);
+    let sqe = Sqe::compare(6, 1, 0, 2047).with_sgl(keyed(1 << 20, 0x7A));
+    f.sim.deliver(IO, &sqe.to_array(), f.now).unwrap();
+    let (status, _) = one_response(&f.sim.run(&[], f.now));
+    assert_eq!(
+        status,
+        Status::generic(GenericStatus::InvalidField).with_dnr()
+    );
+    // Half of it fits.
+    let sqe = Sqe::compare(7, 1, 0, 1023).with_sgl(keyed(1 << 19, 0x7B));
+    f.sim.deliver(IO, &sqe.to_array(), f.now).unwrap();
+    let (status, _) = one_response(&f.sim.run(&[], f.now));
+    assert_eq!(status, Status::SUCCESS, "zeros read, zeros sent");
+}
+
+#[test]
+fn reads_and_writes_are_counted_and_errors_logged_for_the_controller() {
+    let mut f = default_fixture();
+    f.sim.deliver(IO, &read(1, 4096), f.now).unwrap();
+    assert_eq!(one_response(&f.sim.run(&[], f.now)).0, Status::SUCCESS);
+    f.sim.deliver(IO, &write_keyed(2, 8192), f.now).unwrap();
+    assert_eq!(
+        one_response(&f.sim.run(&[1; 8192], f.now)).0,
+        Status::SUCCESS
+    );
+    // Past the end of the 1 MiB namespace: LBA Out of Range, logged.
+    let bad = Sqe::read(3, 1, 4096, 0, false).with_sgl(keyed(512, 0x77));
+    f.sim.deliver(IO, &bad.to_array(), f.now).unwrap();
+    let (status, _) = one_response(&f.sim.run(&[], f.now));
+    assert_eq!(status.as_generic(), Some(GenericStatus::LbaOutOfRange));
+    let ctrl = f.sim.core.queue(IO).unwrap().ctrl.clone().unwrap();
+    let t = ctrl.subsys.namespace(1).unwrap().stats.totals();
+    assert_eq!(
+        (
+            t.read_commands,
+            t.read_bytes,
+            t.write_commands,
+            t.write_bytes
+        ),
+        (1, 4096, 1, 8192)
+    );
+    assert_eq!(ctrl.error_count(), 1);
+    let page = ctrl.error_log_page();
+    let e = nvme::log::ErrorLogEntry::read_from_bytes(&page[..64]).unwrap();
+    assert_eq!((e.sqid.get(), e.cid.get(), e.lba.get()), (1, 3, 4096));
+}
+
+#[test]
+fn disconnect_answers_last_then_ends_the_queue() {
+    let mut f = default_fixture();
+    let ctrl = f.sim.core.queue(IO).unwrap().ctrl.clone().unwrap();
+    assert!(ctrl.queue_connected(1));
+    // A read in io_uring, then the Disconnect: the Disconnect waits for the read.
+    let read_slot = f.sim.deliver(IO, &read(1, 4096), f.now).unwrap();
+    let a = f.sim.actions();
+    let [Action::SubmitIo { req, .. }] = a[..] else {
+        panic!("{a:?}")
+    };
+    let disc = Sqe::disconnect(2).with_sgl(SglDescriptor::keyed_null());
+    let disc_slot = f.sim.deliver(IO, &disc.to_array(), f.now).unwrap();
+    assert!(f.sim.actions().is_empty(), "no CQE before the read's");
+    assert_eq!(f.sim.core.state(disc_slot), Some(S::AwaitingEvent));
+    // A capsule after the Disconnect is dropped: no CQE, its buffer goes back.
+    let late = f.sim.deliver(IO, &read(3, 512), f.now).unwrap();
+    assert_eq!(f.sim.core.state(late), Some(S::Free));
+    // The read completes: its response, then the Disconnect's, then the queue's end.
+    f.sim.core.io_completed(req, 4096, f.now);
+    let seen = f.sim.run(&[], f.now);
+    let order: Vec<_> = seen
+        .iter()
+        .filter_map(|s| match s {
+            Seen::Response { req, cqe, .. } => Some((*req, cqe.status())),
+            Seen::QueueEnded { qpn } => Some((*qpn, Status::SUCCESS)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        order,
+        [
+            (read_slot, Status::SUCCESS),
+            (disc_slot, Status::SUCCESS),
+            (IO, Status::SUCCESS)
+        ],
+        "{seen:?}"
+    );
+    // The queue ID left the controller: the host may connect it again.
+    assert!(!ctrl.queue_connected(1));
+    assert!(f.sim.core.queue(IO).unwrap().ctrl.is_none());
+}
+
+#[test]
+fn disconnect_on_the_admin_queue_or_with_a_bad_format_is_refused() {
+    let mut f = default_fixture();
+    let disc = Sqe::disconnect(9).with_sgl(SglDescriptor::keyed_null());
+    f.sim.deliver(ADMIN, &disc.to_array(), f.now).unwrap();
+    let (st, _) = one_response(&f.sim.run(&[], f.now));
+    let queue_type = Status::command_specific(nvme::CommandSpecificStatus::InvalidQueueType);
+    assert_eq!(st, queue_type.with_dnr());
+    let mut bad = disc;
+    bad.set_cdw10(1);
+    f.sim.deliver(IO, &bad.to_array(), f.now).unwrap();
+    let (st, _) = one_response(&f.sim.run(&[], f.now));
+    assert_eq!(
+        st,
+        Status::command_specific(nvme::CommandSpecificStatus::ConnectIncompatibleFormat).with_dnr()
+    );
+    // The queue still serves.
+    f.sim.deliver(IO, &read(10, 512), f.now).unwrap();
+    assert_eq!(one_response(&f.sim.run(&[], f.now)).0, Status::SUCCESS);
+}
+
+#[test]
+fn a_draining_core_answers_what_is_in_flight_and_aborts_what_comes() {
+    let mut f = default_fixture();
+    // A held AER and a read in io_uring.
+    f.sim
+        .deliver(ADMIN, &Sqe::async_event_request(5).to_array(), f.now)
+        .unwrap();
+    assert!(f.sim.run(&[], f.now).is_empty(), "the AER is held");
+    f.sim.deliver(IO, &read(1, 4096), f.now).unwrap();
+    let a = f.sim.actions();
+    let [Action::SubmitIo { req, .. }] = a[..] else {
+        panic!("{a:?}")
+    };
+    assert_eq!(f.sim.core.drain(f.now), 2);
+    // The AER is answered at once with Command Aborted due to SQ Deletion.
+    let (st, _) = one_response(&f.sim.run(&[], f.now));
+    assert_eq!(st, DRAIN_STATUS);
+    assert!(!st.dnr);
+    // A command that arrives now is answered the same way, not run.
+    f.sim.deliver(IO, &read(2, 4096), f.now).unwrap();
+    let seen = f.sim.run(&[], f.now);
+    assert_eq!(one_response(&seen).0, DRAIN_STATUS);
+    assert!(!seen.iter().any(|s| matches!(s, Seen::Io { .. })));
+    assert_eq!(f.sim.core.in_flight(), 1, "the read is still in io_uring");
+    // The read in flight completes normally; then nothing is in flight.
+    f.sim.core.io_completed(req, 4096, f.now);
+    assert_eq!(one_response(&f.sim.run(&[], f.now)).0, Status::SUCCESS);
+    assert_eq!(f.sim.core.in_flight(), 0);
+    let c = f.sim.core.drain_counts();
+    assert_eq!((c.in_flight_at_start, c.aborted), (2, 2));
 }

@@ -21,7 +21,6 @@ pub const IPV6_HDR_LEN: usize = 40;
 /// UDP header length, bytes.
 pub const UDP_HDR_LEN: usize = 8;
 /// ECN field value ECT(0), as the provider's sockets set it.
-const ECN_ECT0: u8 = 0x02;
 /// TTL / hop limit of what we send (Linux's default).
 const HOP_LIMIT: u8 = 64;
 /// IPv4 flags: Don't Fragment.
@@ -89,6 +88,9 @@ pub struct FrameEnds {
     pub dst_mac: MacAddr,
     pub src: SocketAddr,
     pub dst: SocketAddr,
+    /// The IPv4 ToS / IPv6 traffic class byte: DSCP in bits 7:2, ECN in 1:0
+    /// ([`crate::soft::tos_byte`]).
+    pub tos: u8,
 }
 
 /// Why headers could not be written.
@@ -151,7 +153,7 @@ pub fn write_headers(
         (IpAddr::V4(s), IpAddr::V4(d)) => {
             let mut ip = Ipv4Hdr {
                 version_ihl: 0x45,
-                tos: ECN_ECT0,
+                tos: ends.tos,
                 total_len: U16::new((IPV4_HDR_LEN + usize::from(udp_len)) as u16),
                 id: U16::new(0),
                 flags_frag: U16::new(IPV4_DF),
@@ -166,7 +168,7 @@ pub fn write_headers(
         }
         (IpAddr::V6(s), IpAddr::V6(d)) => {
             let ip = Ipv6Hdr {
-                version_tc_flow: [0x60 | (ECN_ECT0 >> 4), ECN_ECT0 << 4, 0, 0],
+                version_tc_flow: [0x60 | (ends.tos >> 4), ends.tos << 4, 0, 0],
                 payload_len: U16::new(udp_len),
                 next_header: IPPROTO_UDP,
                 hop_limit: HOP_LIMIT,
@@ -231,6 +233,7 @@ mod tests {
             dst_mac: B,
             src: SocketAddr::new(src, 0xC001),
             dst: SocketAddr::new(dst, 4791),
+            tos: crate::soft::ECN_ECT0,
         }
     }
 
