@@ -45,9 +45,13 @@ run() { # label round binary
 import json, re, sys
 path, err, label, rnd, load = sys.argv[1:]
 d = json.load(open(path))
-g = d["group"]["read"] if d["group"]["read"]["total_ios"] else d["group"]["write"]
+# Builds before issue 19 put a top-level "group" and their own keys beside the jobs;
+# later ones keep fio's keys only (one job per group with group_reporting) and their
+# own under "nvmf-bench".
+grp = d["group"] if "group" in d else d["jobs"][0]
+g = grp["read"] if grp["read"]["total_ios"] else grp["write"]
 ios = g["total_ios"] or 1
-b = d.get("baseline") or {}
+b = d.get("nvmf-bench", d).get("baseline") or {}
 floor = (b.get("udp_rtt_4096") or {}).get("p50_us", 0.0)
 p50 = g["clat_ns"]["percentile"]["50.000000"] / 1000
 m = re.search(r"embedded target: (\d+) packets sent in (\d+) datagrams, (\d+) received in (\d+) datagrams",

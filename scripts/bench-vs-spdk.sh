@@ -89,7 +89,7 @@ if name == "4k-randread-qd1":
     print(name + ".p50_us", pct["50.000000"] / 1000)
     print(name + ".p99_us", pct["99.000000"] / 1000)
     # --baseline: the 4 KiB floor measured inside this very run, and p50 / floor.
-    b = doc.get("baseline", {})
+    b = doc.get("nvmf-bench", doc).get("baseline", {})
     if "p50_over_floor" in b:
         print(name + ".run_floor_4096_us", b["udp_rtt_4096"]["p50_us"])
         print(name + ".p50_over_run_floor", b["p50_over_floor"])

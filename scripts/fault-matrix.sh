@@ -76,9 +76,10 @@ def load(name, rw):
         return None
 
 def iops(doc):
-    # fio's group totals, reads plus writes.
-    g = doc["group"]
-    return g["read"]["iops"] + g["write"]["iops"]
+    # All jobs' reads plus writes (before issue 19 a top-level "group" held the sums).
+    if "group" in doc:
+        return doc["group"]["read"]["iops"] + doc["group"]["write"]["iops"]
+    return sum(j[d]["iops"] for j in doc["jobs"] for d in ("read", "write"))
 
 def p99_us(doc):
     worst = 0
@@ -89,7 +90,7 @@ def p99_us(doc):
     return worst / 1000.0
 
 def injected(doc):
-    f = doc.get("faults")
+    f = doc.get("nvmf-bench", doc).get("faults")
     if not f:
         return "-"
     s = {"dropped": 0, "reordered": 0, "duplicated": 0, "corrupted": 0, "icrc_errors": 0}
@@ -116,7 +117,7 @@ for name in cells:
         w = 13 if rw == "randread" else 11
         cellstr = f"{iops(d):>{w}.0f} {frac:>6.2f} {p99_us(d):>8.1f}"
         if rw == "randrw":
-            v = d.get("verify", {})
+            v = d.get("nvmf-bench", d).get("verify", {})
             mism = v.get("mismatches", 0)
             bad |= mism != 0
             cellstr += f" {v.get('verified_blocks', 0):>9} {mism:>8} | {injected(d)}"

@@ -82,7 +82,6 @@ fn run_cell(name: &str, t: u8, faults: Option<FaultConfig>) -> Outcome {
     let engine = QueueEngine::new(queue, 1, ns.block_size).expect("engine");
     let spec = JobSpec {
         name: name.to_string(),
-        index: 0,
         rw: RwMode::RandRw,
         rwmixread: 50,
         bs: BS,
@@ -91,13 +90,12 @@ fn run_cell(name: &str, t: u8, faults: Option<FaultConfig>) -> Outcome {
         size: NS_BYTES,
         io_limit: Some(IO_BYTES),
         seed: 0x89,
-    };
-    let run_opts = RunOptions {
         // A bound, not a measurement: the cell ends when its I/O is done.
         runtime: Duration::from_secs(120),
         verify: VerifyMode::Crc32c,
-        ..RunOptions::default()
+        ..JobSpec::default()
     };
+    let run_opts = RunOptions::default();
     let result = run(vec![Job::new(spec, Box::new(engine))], &run_opts);
     let target_c = target.device().counters().snapshot();
     let host_c = host_dev.counters().snapshot();

@@ -144,7 +144,8 @@ pub struct Fabric {
 impl Baseline {
     /// The run's reads against the floor; `None` when the run read nothing.
     pub fn fabric(&self, result: &BenchResult) -> Option<Fabric> {
-        let reads = &result.group.dirs[0];
+        let all = result.all_jobs()?;
+        let reads = &all.dirs[0];
         if reads.ios == 0 || self.udp_4096.p50_ns == 0 {
             return None;
         }
@@ -288,8 +289,8 @@ mod tests {
             uring_read_4096: s(1_000),
         };
         let mut r = crate::report::testdata::result();
-        assert!(r.group.dirs[0].ios > 0);
-        let p50 = r.group.dirs[0].clat.percentile_ns(50.0);
+        let p50 = r.all_jobs().unwrap().dirs[0].clat.percentile_ns(50.0);
+        assert!(p50 > 0);
         let f = b.fabric(&r).unwrap();
         assert_eq!(f.read_p50_ns, p50);
         assert_eq!(f.overhead_ns, p50 as i64 - 8_000);
@@ -299,7 +300,9 @@ mod tests {
         let j = serde_json::to_value(to_json(&b, &r)).unwrap();
         assert_eq!(j["udp_rtt_4096"]["p50_us"], 8.0);
         assert!(j["p50_over_floor"].is_number());
-        r.group.dirs[0].ios = 0;
+        for j in &mut r.jobs {
+            j.dirs[0].ios = 0;
+        }
         assert!(b.fabric(&r).is_none());
         assert!(render_text(&b, &r).contains("no reads"));
         assert!(serde_json::to_value(to_json(&b, &r)).unwrap()["p50_over_floor"].is_null());

@@ -44,9 +44,10 @@ pub struct IoCompletion {
 
 /// An engine that executes block I/Os for one job.
 ///
-/// Implementations must not block in [`IoEngine::poll`]: the runner polls all jobs from
-/// one thread, and calls [`IoEngine::idle`] after a round in which no job submitted or
-/// completed anything (busy polling unless the engine sleeps there).
+/// Implementations must not block in [`IoEngine::poll`]: each job's thread polls its
+/// engine in a loop, and calls [`IoEngine::idle`] after a round in which it submitted
+/// and completed nothing (busy polling unless the engine sleeps there). An engine is
+/// `Send`: it runs on its job's thread.
 pub trait IoEngine {
     /// How many I/Os may be outstanding at once (queue depth the engine can take).
     fn max_outstanding(&self) -> usize;

@@ -1,14 +1,18 @@
 //! `nvmf-bench`: fio's workloads and reports over NVMe over Fabrics, independent of
 //! the transport.
 //!
-//! Flow: parse [`BenchArgs`] (fio option names), derive one [`JobSpec`] per job for
-//! the namespace size ([`BenchArgs::job_specs`]), pair each with an [`IoEngine`]
-//! (one NVMe-oF I/O queue, [`QueueEngine`]; [`MemEngine`] for tests) as a [`Job`], [`run`] them on
-//! one busy-polling thread ([`run_with`] adds a stop flag for Ctrl-C
-//! ([`signals::StopSignals`]) and fio's progress line ([`progress::EtaLine`])), and
-//! print the [`BenchResult`] with [`report::render_text`] (after fio's header,
-//! [`report::render_header`]) or [`report::render_json`]. Without `--traddr` the
-//! benchmark runs against an [`embedded::EmbeddedTarget`].
+//! Flow: the command line and job files become job sections
+//! ([`invocation::Invocation`]: fio's `--name` segments, `[job]` sections, each parsed
+//! as [`BenchArgs`]); each section becomes one [`JobSpec`] per `--numjobs` for the
+//! namespace size ([`BenchArgs::job_specs`]); each spec is paired with an
+//! [`IoEngine`] (one NVMe-oF I/O queue, [`QueueEngine`]; [`MemEngine`] for tests) as a
+//! [`Job`]; [`run`] runs every job on its own thread, as fio's `thread` mode
+//! ([`run_with`] adds a stop flag for Ctrl-C ([`signals::StopSignals`]), fio's
+//! progress line ([`progress::EtaLine`]) and `--status-interval` reports); the
+//! [`BenchResult`] is printed with [`report::render_text`] (after fio's header,
+//! [`report::render_header`]) or [`report::render_json`], byte for byte in fio
+//! 3.33's forms. Without `--traddr` the benchmark runs against an
+//! [`embedded::EmbeddedTarget`].
 //!
 //! This is the only crate that depends on both the target (`nvmf-target`, for the
 //! embedded default) and the host library (`nvmf-initiator`); the binary is
@@ -33,16 +37,23 @@
 //!     .collect();
 //! let result = run(jobs, &args.run_options());
 //! assert_eq!(result.verify.unwrap().mismatches, 0);
-//! let text = nvmf_bench::report::render_text(&result, std::process::id());
+//! let text = nvmf_bench::report::render_text(&result);
 //! assert!(text.contains("Run status group 0 (all jobs):"));
 //! ```
 
 pub mod baseline;
 pub mod embedded;
 pub mod engine;
+pub mod fio_args;
+pub mod histogram;
+pub mod invocation;
+pub mod iolog;
+pub mod jobfile;
+pub mod jobspec;
 pub mod mem_engine;
 pub mod options;
 pub mod permutation;
+pub mod plot;
 pub mod progress;
 pub mod queue_engine;
 pub mod report;
@@ -55,15 +66,16 @@ pub mod verify;
 pub mod workload;
 
 pub use engine::{EngineError, IoCompletion, IoEngine};
+pub use jobspec::{JobSpec, LogSpec, RunOptions};
 pub use mem_engine::{shared_disk, MemEngine, ReadCorruption, SharedDisk};
 pub use options::{
-    BenchArgs, CompletionMode, EtaMode, JobSpec, OptionsError, OutputFormat, ProviderKind,
-    RunOptions, RwMode, VerifyMode,
+    BenchArgs, CompletionMode, EtaMode, OptionsError, OutputFormat, ProviderKind, RwMode,
+    VerifyMode,
 };
 pub use progress::{EtaLine, Progress};
 pub use queue_engine::QueueEngine;
 pub use result::{
-    BenchResult, FaultSummary, GroupResult, InjectedFaults, JobError, JobResult, VerifySummary,
+    BenchResult, FaultSummary, InjectedFaults, JobError, JobResult, RunStats, VerifySummary,
 };
 pub use runner::{run, run_in_place, run_with, Job, RunControl};
 pub use workload::{IoOp, IoRequest, Workload};

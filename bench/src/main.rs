@@ -3,9 +3,13 @@
 //! By default it starts an embedded target (an in-process `nvmf-target` on a 1 GiB
 //! file in the temp directory, laid out with data first as fio lays out its files,
 //! and unlinked so it never outlives the process) on 127.0.0.2 and connects to it
-//! from 127.0.0.3; with `--traddr` it benchmarks a remote target. One busy-polling
-//! thread drives every job (one I/O queue each); the embedded target's poll group
-//! takes the other core.
+//! from 127.0.0.3; with `--traddr` it benchmarks a remote target. Every job runs on
+//! its own thread with its own I/O queue, as fio's `thread` mode; the embedded
+//! target's poll group wants a core too.
+//!
+//! The jobs come from the command line and fio job files, as fio reads them
+//! (`nvmf_bench::invocation`): `nvmf-bench job.fio` runs a job file; `--showcmd` prints
+//! the jobs as one command line.
 //!
 //! The host runs on the provider `--provider` names: the soft provider (the default;
 //! fault injection and the embedded target need it) or, in builds with the `verbs`
@@ -14,23 +18,30 @@
 //! provider ([`run_host`]).
 //!
 //! Order of work: every argument that can be checked is checked, and `--output` is
-//! created, before anything starts; the block size is checked against the namespace
-//! right after Identify, before any I/O. Ctrl-C or SIGTERM stops the jobs; the report
-//! of what ran is printed, the host disconnects and the exit status is 128 (fio's); a
-//! second signal exits at once (see `nvmf_bench::signals`).
+//! created, before anything starts; then fio's header (`name: (g=0): rw=...`,
+//! `fio-3.33`, `Starting N threads`); the block size is checked against the
+//! namespace right after Identify, before any I/O. Standard output carries fio's
+//! report and nothing else; nvmf-bench's own lines (verification, faults, baseline,
+//! the embedded target's counters) go to standard error. Ctrl-C or SIGTERM, in any
+//! phase, prints fio's `fio: terminating on signal N` and ends the run within a
+//! second with fio's status 128: the jobs stop, the report of what ran is printed,
+//! the host disconnects (given what is left of that second); a second signal exits
+//! at once (see `nvmf_bench::signals`).
+use std::cell::RefCell;
 use std::io::{IsTerminal, Write};
 use std::net::{IpAddr, SocketAddr};
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use clap::Parser;
 use nvmf_bench::embedded::{EmbeddedTarget, EMBEDDED_NQN};
-use nvmf_bench::report::{self, render_header, verify_problem, ReportOutput};
-use nvmf_bench::signals::{StopSignals, EXIT_STATUS_SIGNALED};
+use nvmf_bench::invocation::Invocation;
+use nvmf_bench::report::{self, render_extras, render_header, ReportOutput};
+use nvmf_bench::runner::thread::allowed_cpus;
+use nvmf_bench::signals::{RunPhase, StopSignals, Watchdog, EXIT_STATUS_SIGNALED};
 use nvmf_bench::QueueEngine;
 use nvmf_bench::{
-    run_with, BenchArgs, CompletionMode, EtaLine, EtaMode, FaultSummary, Job, OutputFormat,
-    ProviderKind, RunControl,
+    run_with, BenchArgs, CompletionMode, EtaLine, EtaMode, FaultSummary, Job, JobResult, JobSpec,
+    OutputFormat, ProviderKind, RunControl,
 };
 use nvmf_initiator::{HostOptions, SyncHost};
 use transport::soft::xdp::PacketPath;
@@ -51,9 +62,33 @@ struct Plan {
     /// The remote target's host options; `None` for the embedded target.
     remote: Option<HostOptions>,
     output: ReportOutput,
+    /// The jobs for the header (the embedded namespace's, or checked against a
+    /// namespace of unknown size for a remote target).
+    specs: Vec<JobSpec>,
 }
 
-fn plan(args: &BenchArgs) -> Result<Plan, String> {
+/// A namespace size for checking a remote target's jobs before Identify.
+const UNKNOWN_NAMESPACE_BYTES: u64 = 1 << 62;
+
+fn check_cpus(specs: &[JobSpec]) -> Result<(), String> {
+    let Some(wanted) = specs.iter().find_map(|s| s.cpus.as_ref()) else {
+        return Ok(());
+    };
+    let allowed = allowed_cpus().map_err(|e| format!("--cpus_allowed: sched_getaffinity: {e}"))?;
+    for s in specs {
+        for c in s.cpus.iter().flatten() {
+            if !allowed.contains(c) {
+                return Err(format!(
+                    "--cpus_allowed {wanted:?}: CPU {c} is not one this process may run on \
+                     ({allowed:?}); give CPUs from that list"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn plan(args: &BenchArgs, inv: &Invocation) -> Result<Plan, String> {
     args.check_provider().map_err(|e| e.to_string())?;
     // --inject-*: on the embedded target's device and the host's (refused with --traddr).
     let faults = args.fault_config().map_err(|e| e.to_string())?;
@@ -77,13 +112,14 @@ fn plan(args: &BenchArgs) -> Result<Plan, String> {
         .packet_path
         .with_interface(args.interface.as_deref())
         .map_err(|e| format!("{e}: the interface of --host-traddr"))?;
-    let remote = match &args.traddr {
+    let (remote, specs) = match &args.traddr {
         None => {
             nvmf_bench::embedded::check_size(args.embedded_size)?;
             // The namespace is exactly the embedded file: regions can be checked now.
-            args.job_specs(args.embedded_size)
+            let specs = inv
+                .job_specs(args.embedded_size)
                 .map_err(|e| format!("{e} (the embedded target's namespace is --embedded-size)"))?;
-            None
+            (None, specs)
         }
         Some(addr) => {
             let ip = addr
@@ -100,15 +136,20 @@ fn plan(args: &BenchArgs) -> Result<Plan, String> {
                     .map_err(|_| format!("--host-traddr {h}: not an IP address"))?;
                 o.local_ip = Some(local);
             }
-            Some(o)
+            let specs = inv
+                .job_specs(UNKNOWN_NAMESPACE_BYTES)
+                .map_err(|e| e.to_string())?;
+            (Some(o), specs)
         }
     };
+    check_cpus(&specs)?;
     let output = ReportOutput::open(args)?;
     Ok(Plan {
         faults,
         packet_path,
         remote,
         output,
+        specs,
     })
 }
 
@@ -130,7 +171,19 @@ fn print_stdout(text: &str) {
 }
 
 fn main() -> ExitCode {
-    let args = BenchArgs::parse();
+    let inv = match Invocation::from_env() {
+        Ok(i) => i,
+        Err(e) => {
+            let m = e.message.trim_end();
+            eprintln!("{m}");
+            return ExitCode::from(u8::try_from(e.code).unwrap_or(1));
+        }
+    };
+    let args = &inv.run;
+    if args.fio.showcmd {
+        print_stdout(&inv.showcmd());
+        return ExitCode::SUCCESS;
+    }
     // Warnings, and the host library's connection notes (e.g. a retried Connect).
     nvmf_target::logging::init(args.log_format, "warn,nvmf_initiator=info");
     // The soft provider opens a UDP socket per QP: allow as many as the hard limit does.
@@ -139,43 +192,66 @@ fn main() -> ExitCode {
             "nvmf-bench: cannot raise the open-file limit RLIMIT_NOFILE to its hard limit: {e}"
         );
     }
-    bench(&args)
+    bench(&inv)
 }
 
-fn bench(args: &BenchArgs) -> ExitCode {
-    let plan = match plan(args) {
+fn bench(inv: &Invocation) -> ExitCode {
+    let args = &inv.run;
+    let mut plan = match plan(args, inv) {
         Ok(p) => p,
         Err(m) => return fail(m),
     };
-    for w in args.warnings() {
-        eprintln!("nvmf-bench: {w}");
+    for s in &inv.sections {
+        for w in s.args.warnings() {
+            eprintln!("nvmf-bench: {w}");
+        }
     }
     let signals = match StopSignals::install() {
         Ok(s) => s,
         Err(e) => return fail(format!("installing the SIGINT/SIGTERM handlers: {e}")),
     };
+    let watchdog = Watchdog::start(&signals, plan.output.is_stdout());
+    if args.output_format == OutputFormat::Normal {
+        if let Err(e) = plan.output.write(&render_header(&plan.specs)) {
+            return fail(format!("writing the header: {e}"));
+        }
+    }
+    let ctx = Ctx {
+        inv,
+        signals: &signals,
+        watchdog: &watchdog,
+    };
     match args.provider {
-        ProviderKind::Soft => bench_soft(args, plan, &signals),
-        ProviderKind::Verbs => bench_verbs(args, plan, &signals),
+        ProviderKind::Soft => bench_soft(ctx, plan),
+        ProviderKind::Verbs => bench_verbs(ctx, plan),
     }
 }
 
-/// The exit of a run a signal stopped before the jobs started.
-fn interrupted(signals: &StopSignals, what: &str) -> ExitCode {
-    eprintln!(
-        "nvmf-bench: terminating on signal {} ({what})",
-        signals.received().unwrap_or(0)
-    );
-    ExitCode::from(EXIT_STATUS_SIGNALED)
+/// What every phase needs.
+#[derive(Clone, Copy)]
+struct Ctx<'a> {
+    inv: &'a Invocation,
+    signals: &'a StopSignals,
+    watchdog: &'a Watchdog,
+}
+
+impl Ctx<'_> {
+    /// The exit of a run a signal stopped before its jobs started.
+    fn interrupted(&self) -> ExitCode {
+        self.watchdog.announce(self.signals.received().unwrap_or(0));
+        ExitCode::from(EXIT_STATUS_SIGNALED)
+    }
 }
 
 /// The soft provider: the embedded target (or a remote one) and fault injection.
-fn bench_soft(args: &BenchArgs, plan: Plan, signals: &StopSignals) -> ExitCode {
+fn bench_soft(ctx: Ctx<'_>, plan: Plan) -> ExitCode {
+    let args = &ctx.inv.run;
     let Plan {
         faults,
         packet_path,
         remote,
         output,
+        ..
     } = plan;
     let (embedded, opts) = match remote {
         None => {
@@ -186,12 +262,10 @@ fn bench_soft(args: &BenchArgs, plan: Plan, signals: &StopSignals) -> ExitCode {
                 &args.name,
                 args.data_slab,
                 faults,
-                Some(signals.flag()),
+                Some(ctx.signals.flag()),
             ) {
                 Ok(e) => e,
-                Err(_) if signals.received().is_some() => {
-                    return interrupted(signals, "laying out")
-                }
+                Err(_) if ctx.signals.received().is_some() => return ctx.interrupted(),
                 Err(m) => return fail(m),
             };
             let mut o = HostOptions::new(e.target.listen_addr(), EMBEDDED_NQN);
@@ -201,9 +275,8 @@ fn bench_soft(args: &BenchArgs, plan: Plan, signals: &StopSignals) -> ExitCode {
         Some(o) => (None, o),
     };
     let run = HostRun {
-        args,
+        ctx,
         output,
-        signals,
         embedded,
         faults,
     };
@@ -216,14 +289,13 @@ fn bench_soft(args: &BenchArgs, plan: Plan, signals: &StopSignals) -> ExitCode {
 
 /// The verbs provider: a remote target (checked by [`plan`]).
 #[cfg(feature = "verbs")]
-fn bench_verbs(args: &BenchArgs, plan: Plan, signals: &StopSignals) -> ExitCode {
+fn bench_verbs(ctx: Ctx<'_>, plan: Plan) -> ExitCode {
     let Some(opts) = plan.remote else {
         return fail(nvmf_bench::OptionsError::VerbsNeedsTraddr);
     };
     let run = HostRun {
-        args,
+        ctx,
         output: plan.output,
-        signals,
         embedded: None,
         faults: None,
     };
@@ -232,18 +304,29 @@ fn bench_verbs(args: &BenchArgs, plan: Plan, signals: &StopSignals) -> ExitCode 
 
 /// The verbs provider is not in this build ([`plan`] refuses it first).
 #[cfg(not(feature = "verbs"))]
-fn bench_verbs(_args: &BenchArgs, _plan: Plan, _signals: &StopSignals) -> ExitCode {
+fn bench_verbs(_ctx: Ctx<'_>, _plan: Plan) -> ExitCode {
     fail(nvmf_bench::OptionsError::VerbsNotBuilt)
 }
 
-/// What a run needs besides the host: the arguments, the report's destination, the
-/// stop signals, and (soft provider) the embedded target and the faults injected.
+/// What a run needs besides the host: the invocation and signals, the report's
+/// destination, and (soft provider) the embedded target and the faults injected.
 struct HostRun<'a> {
-    args: &'a BenchArgs,
+    ctx: Ctx<'a>,
     output: ReportOutput,
-    signals: &'a StopSignals,
     embedded: Option<EmbeddedTarget>,
     faults: Option<FaultConfig>,
+}
+
+fn counters_json(c: &DeviceCountersSnapshot) -> serde_json::Value {
+    serde_json::json!({
+        "sent_pkts": c.sent_pkts,
+        "sent_datagrams": c.sent_datagrams,
+        "rcvd_pkts": c.rcvd_pkts,
+        "rcvd_datagrams": c.rcvd_datagrams,
+        "icrc_errors": c.icrc_errors,
+        "tx_payload_bytes_zero_copy": c.tx_payload_bytes_zero_copy,
+        "rx_truncated_datagrams": c.rx_truncated_datagrams,
+    })
 }
 
 /// Connects the host on provider `P` with its own `options` and `opts` (completed from
@@ -258,12 +341,12 @@ fn run_host<P: Provider>(
     host_counters: fn(&Arc<DeviceOf<P>>) -> Option<DeviceCountersSnapshot>,
 ) -> ExitCode {
     let HostRun {
-        args,
-        mut output,
-        signals,
+        ctx,
+        output,
         embedded,
         faults,
     } = run;
+    let args = &ctx.inv.run;
     // --baseline: on the run's addresses, before the host connects.
     let baseline = match embedded.as_ref().filter(|_| args.baseline) {
         Some(e) => match nvmf_bench::baseline::measure(
@@ -277,20 +360,33 @@ fn run_host<P: Provider>(
         },
         None => None,
     };
+    if ctx.signals.received().is_some() {
+        return ctx.interrupted();
+    }
+    let early = match ctx.inv.job_specs(UNKNOWN_NAMESPACE_BYTES) {
+        Ok(s) => s,
+        Err(e) => return fail(e),
+    };
     if let Some(h) = &args.hostnqn {
         opts.hostnqn = h.clone();
     }
-    opts.io_queues = args.numjobs as u16;
-    opts.queue_depth = (args.iodepth + 1).min(1024) as u16;
+    opts.io_queues = early.len().min(usize::from(u16::MAX)) as u16;
+    let depth = early.iter().map(|s| s.iodepth).max().unwrap_or(1);
+    opts.queue_depth = (depth + 1).min(1024) as u16;
     // Larger blocks are split by the queue engine at the controller's MDTS.
-    opts.max_io_bytes = args.bs as usize;
-    // One pool buffer per I/O in flight (each tag owns one of --bs, rounded up to a
-    // power of two by the pool), and room for the admin queue's.
-    let tag_bytes = (args.bs as usize).next_power_of_two();
-    let pool = args.numjobs as usize * args.iodepth as usize * tag_bytes + (1 << 20);
+    opts.max_io_bytes = early.iter().map(|s| s.bs).max().unwrap_or(4096) as usize;
+    // One pool buffer per I/O in flight (each tag owns one of its job's largest block,
+    // rounded up to a power of two by the pool), and room for the admin queue's.
+    let pool: usize = early
+        .iter()
+        .map(|s| s.iodepth as usize * (s.bs as usize).next_power_of_two())
+        .sum::<usize>()
+        + (1 << 20);
     opts.buffer_pool_bytes = Some(pool.div_ceil(1 << 20) << 20);
+    ctx.watchdog.enter(RunPhase::Connecting);
     let mut host = match SyncHost::<P>::connect_with_options(&opts, &options) {
         Ok(h) => h,
+        Err(_) if ctx.signals.received().is_some() => return ctx.interrupted(),
         Err(e) => {
             return fail(format!(
                 "connecting to {} ({}): {e}",
@@ -302,13 +398,16 @@ fn run_host<P: Provider>(
         Ok(ns) => ns,
         Err(e) => return fail(format!("namespace {}: {e}", args.nsid)),
     };
+    ctx.watchdog.enter(RunPhase::Setup);
     // Known only now; checked before any I/O.
-    if let Err(e) = args.check_block_size(ns.block_size) {
-        let _ = host.disconnect();
-        return fail(e);
+    for s in &ctx.inv.sections {
+        if let Err(e) = s.args.check_block_size(ns.block_size) {
+            let _ = host.disconnect();
+            return fail(e);
+        }
     }
     let ns_bytes = ns.nsze * ns.block_size as u64;
-    let specs = match args.job_specs(ns_bytes) {
+    let specs = match ctx.inv.job_specs(ns_bytes) {
         Ok(s) => s,
         Err(e) => {
             let _ = host.disconnect();
@@ -321,13 +420,17 @@ fn run_host<P: Provider>(
         let granted = queues.len();
         let _ = keeper.shutdown(queues);
         return fail(format!(
-            "the target granted {granted} I/O queues, {} jobs need one each; lower --numjobs",
+            "the target granted {granted} I/O queues, {} jobs need one each; run fewer jobs",
             specs.len()
         ));
     }
     let mut engines = Vec::with_capacity(queues.len());
-    for q in queues {
-        match QueueEngine::with_max_request(q, args.nsid, ns.block_size, args.bs as usize) {
+    for (q, spec) in queues
+        .into_iter()
+        .zip(specs.iter().map(Some).chain(std::iter::repeat(None)))
+    {
+        let max = spec.map_or(args.bs, |s| s.bs) as usize;
+        match QueueEngine::with_max_request(q, args.nsid, ns.block_size, max) {
             Ok(e) => engines.push(
                 e.with_health(keeper.health().clone())
                     .sleeping_when_idle(args.completion == CompletionMode::Event),
@@ -335,42 +438,64 @@ fn run_host<P: Provider>(
             Err(e) => return fail(e),
         }
     }
-    if signals.received().is_some() {
+    if ctx.signals.received().is_some() {
         let _ = keeper.shutdown(engines.into_iter().map(QueueEngine::into_queue).collect());
-        return interrupted(signals, "connecting");
+        return ctx.interrupted();
     }
-    if args.output_format == OutputFormat::Normal {
-        if let Err(e) = output.write(&render_header(args)) {
-            return fail(format!("writing the header: {e}"));
-        }
-    }
-
+    ctx.watchdog.enter(RunPhase::Running);
+    let output = RefCell::new(output);
     let mut eta = EtaLine::new();
     let mut print_progress = |p: &nvmf_bench::Progress| {
         if let Some(line) = eta.render(p) {
             print_stdout(&line);
         }
     };
+    let mut on_done = |r: &JobResult| {
+        if let Some(e) = &r.error {
+            // fio's line when a job thread ends with an error (backend.c).
+            let line = format!("fio: pid={}, err={}/{}\n", r.tid, e.errno, e.verror());
+            let _ = output.borrow_mut().write(&line);
+        }
+    };
+    let mut on_status = |r: &nvmf_bench::BenchResult| {
+        let mut r = r.clone();
+        r.options.global_options = ctx.inv.global_options();
+        let _ = report::write_report(&r, args, &mut output.borrow_mut());
+    };
+    // How fio's error lines name the namespace: a path-like name without ':' (fio's
+    // file name separator), e.g. nvmf-rdma/127.0.0.2/4420/ns1.
+    let file_name = format!(
+        "nvmf-rdma/{}/{}/ns{}",
+        opts.traddr.ip().to_string().replace(':', "-"),
+        opts.traddr.port(),
+        args.nsid
+    );
     let mut jobs: Vec<Job<'_>> = specs
         .into_iter()
         .zip(engines.iter_mut())
         .map(|(spec, e)| Job::new(spec, Box::new(e)))
         .collect();
     let ctl = RunControl {
-        stop: Some(signals.flag()),
+        stop: Some(ctx.signals.flag()),
         progress: show_progress(args)
             .then_some(&mut print_progress as &mut dyn FnMut(&nvmf_bench::Progress)),
+        status: args
+            .fio
+            .status_interval
+            .map(|_| &mut on_status as &mut dyn FnMut(&nvmf_bench::BenchResult)),
+        job_done: Some(&mut on_done),
+        file_name: &file_name,
         ..RunControl::default()
     };
-    let mut result = run_with(&mut jobs, &args.run_options(), ctl);
-    result.baseline = baseline;
+    let mut run_opts = args.run_options();
+    run_opts.global_options = ctx.inv.global_options();
+    let mut result = run_with(&mut jobs, &run_opts, ctl);
     drop(jobs);
+    ctx.watchdog.enter(RunPhase::Reporting);
+    result.baseline = baseline;
     print_stdout(&eta.clear());
-    if result.interrupted {
-        eprintln!(
-            "\nnvmf-bench: terminating on signal {}",
-            signals.received().unwrap_or(0)
-        );
+    if let Some(sig) = ctx.signals.received() {
+        ctx.watchdog.announce(sig);
     }
     if let (Some(f), Some(e), Some(host)) = (&faults, &embedded, host_counters(&host_dev)) {
         let target = e.target.device().counters().snapshot();
@@ -379,48 +504,57 @@ fn run_host<P: Provider>(
             &[("target", target), ("host", host)],
         ));
     }
+    let target_counters = embedded
+        .as_ref()
+        .map(|e| e.target.device().counters().snapshot());
+    result.target_counters = target_counters.as_ref().map(counters_json);
+    let mut output = output.into_inner();
     let report_written = report::write_report(&result, args, &mut output);
+    eprint!("{}", render_extras(&result));
+    let mut plot_failed = false;
+    if let Some(path) = &args.fio.plot {
+        let window = run_opts.timeline_ms.unwrap_or(500);
+        match nvmf_bench::plot::write_plot(&result, window, path) {
+            Ok(s) => eprintln!(
+                "nvmf-bench: plot of {} windows ({}) in {}",
+                s.windows,
+                s.series.join(", "),
+                path.display()
+            ),
+            Err(m) => {
+                eprintln!("nvmf-bench: {m}");
+                plot_failed = true;
+            }
+        }
+    }
+    ctx.watchdog.enter(RunPhase::Disconnecting);
     let queues = engines.into_iter().map(QueueEngine::into_queue).collect();
     if let Err(e) = keeper.shutdown(queues) {
         eprintln!("nvmf-bench: disconnect: {e}");
     }
     if let Some(e) = embedded {
-        {
-            // On standard error in every format: the packet and datagram counts per
-            // I/O are what an A/B of the data path compares (scripts/ab-nvmf-bench.sh).
-            let c = e.target.device().counters().snapshot();
-            eprintln!(
-                "embedded target: {} packets sent in {} datagrams, {} received in {} datagrams, {} ICRC errors, {} payload bytes sent zero-copy, {} truncated datagrams",
-                c.sent_pkts,
-                c.sent_datagrams,
-                c.rcvd_pkts,
-                c.rcvd_datagrams,
-                c.icrc_errors,
-                c.tx_payload_bytes_zero_copy,
-                c.rx_truncated_datagrams
-            );
-        }
+        // On standard error in every format: the packet and datagram counts per I/O
+        // are what an A/B of the data path compares (scripts/ab-nvmf-bench.sh).
+        let c = e.target.device().counters().snapshot();
+        eprintln!(
+            "embedded target: {} packets sent in {} datagrams, {} received in {} datagrams, {} ICRC errors, {} payload bytes sent zero-copy, {} truncated datagrams",
+            c.sent_pkts,
+            c.sent_datagrams,
+            c.rcvd_pkts,
+            c.rcvd_datagrams,
+            c.icrc_errors,
+            c.tx_payload_bytes_zero_copy,
+            c.rx_truncated_datagrams
+        );
         e.target.shutdown();
     }
     if let Err(e) = report_written {
         return fail(format!("writing the report: {e}"));
     }
-    if let Some(v) = result.verify {
-        // The text report on standard output already ends with these lines.
-        if args.output_format != OutputFormat::Normal || !output.is_stdout() {
-            eprintln!(
-                "verify: {} blocks verified, {} mismatches",
-                v.verified, v.mismatches
-            );
-            if let Some(why) = verify_problem(&v, result.interrupted) {
-                eprintln!("verify: error: {why}");
-            }
-        }
-    }
     if result.interrupted {
         return ExitCode::from(EXIT_STATUS_SIGNALED);
     }
-    if !result.passed() {
+    if !result.passed() || plot_failed {
         return ExitCode::FAILURE;
     }
     ExitCode::SUCCESS

@@ -3,8 +3,9 @@
 //! Submitted I/Os complete on the next [`IoEngine::poll`] (or, with
 //! [`MemEngine::set_latency`], on the first poll that long after their submit).
 //! Several engines can share one [`SharedDisk`], as several I/O queues share one
-//! namespace. Faults can be injected: corrupted read data (to exercise verification),
-//! failed I/Os at an offset, and busy refusals.
+//! namespace. A trim zeroes its range (a deallocated block reads as zeroes); a flush
+//! does nothing. Faults can be injected: corrupted read data (to exercise
+//! verification), failed I/Os at an offset, and busy refusals.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -107,7 +108,12 @@ impl MemEngine {
         let command = match req.op {
             IoOp::Read => "Read",
             IoOp::Write => "Write",
+            IoOp::Trim => "Dataset Management",
+            IoOp::Flush => "Flush",
         };
+        if req.op == IoOp::Flush {
+            return Ok(());
+        }
         let status = |s: GenericStatus| HostError::Nvme {
             command,
             status: Status::generic(s),
@@ -128,6 +134,8 @@ impl MemEngine {
         let slot = &mut self.slots[tag as usize];
         match req.op {
             IoOp::Write => disk[range].copy_from_slice(&slot[..len]),
+            IoOp::Trim => disk[range].fill(0),
+            IoOp::Flush => {}
             IoOp::Read => {
                 slot[..len].copy_from_slice(&disk[range]);
                 if self.corruption == ReadCorruption::FlipLastByte && len > 0 {
@@ -152,7 +160,7 @@ impl IoEngine for MemEngine {
                 self.slots.len()
             )));
         }
-        if req.len as usize > self.slots[t].len() {
+        if matches!(req.op, IoOp::Read | IoOp::Write) && req.len as usize > self.slots[t].len() {
             return Err(EngineError::InvalidRequest(format!(
                 "length {} over the {}-byte buffer",
                 req.len,
@@ -172,7 +180,7 @@ impl IoEngine for MemEngine {
             return Err(EngineError::Busy);
         }
         self.in_flight[t] = true;
-        let due = Instant::now() + self.latency[req.op.index()];
+        let due = Instant::now() + self.latency[req.op.index().min(1)];
         self.pending.push((tag, *req, due));
         Ok(())
     }

@@ -30,12 +30,26 @@ pub enum RwMode {
     /// Sequential mixed reads and writes (`--rwmixread` % reads); fio's `rw`.
     #[value(name = "rw", alias = "readwrite")]
     ReadWrite,
+    /// Sequential trims: NVMe Dataset Management with Attribute - Deallocate.
+    Trim,
+    /// Random trims (Dataset Management, Deallocate).
+    #[value(name = "randtrim")]
+    RandTrim,
 }
 
 impl RwMode {
     /// Whether offsets are drawn at random (random map semantics) rather than sequentially.
     pub fn is_random(self) -> bool {
-        matches!(self, RwMode::RandRead | RwMode::RandWrite | RwMode::RandRw)
+        matches!(
+            self,
+            RwMode::RandRead | RwMode::RandWrite | RwMode::RandRw | RwMode::RandTrim
+        )
+    }
+
+    /// Whether the pattern trims (Dataset Management, Deallocate) instead of reading or
+    /// writing.
+    pub fn is_trim(self) -> bool {
+        matches!(self, RwMode::Trim | RwMode::RandTrim)
     }
 
     /// Whether reads and writes are mixed by `rwmixread`.
@@ -47,7 +61,7 @@ impl RwMode {
     pub fn read_percent(self, rwmixread: u8) -> u8 {
         match self {
             RwMode::Read | RwMode::RandRead => 100,
-            RwMode::Write | RwMode::RandWrite => 0,
+            RwMode::Write | RwMode::RandWrite | RwMode::Trim | RwMode::RandTrim => 0,
             RwMode::RandRw | RwMode::ReadWrite => rwmixread.min(100),
         }
     }
@@ -61,6 +75,8 @@ impl RwMode {
             RwMode::RandWrite => "randwrite",
             RwMode::RandRw => "randrw",
             RwMode::ReadWrite => "rw",
+            RwMode::Trim => "trim",
+            RwMode::RandTrim => "randtrim",
         }
     }
 }
@@ -93,6 +109,12 @@ pub enum VerifyMode {
     /// Writes carry a header with a CRC-32C of the block; reads of blocks written
     /// earlier in the run are checked (see `bench::verify`).
     Crc32c,
+    /// As crc32c, with an MD5 digest of the block after the header.
+    Md5,
+    /// As crc32c, with a SHA-256 digest of the block after the header.
+    Sha256,
+    /// Every byte of the block is `--verify_pattern`, repeated; no header.
+    Pattern,
 }
 
 impl VerifyMode {
@@ -101,6 +123,9 @@ impl VerifyMode {
         match self {
             VerifyMode::None => "0",
             VerifyMode::Crc32c => "crc32c",
+            VerifyMode::Md5 => "md5",
+            VerifyMode::Sha256 => "sha256",
+            VerifyMode::Pattern => "pattern",
         }
     }
 }
@@ -131,6 +156,7 @@ pub const VERBS_BUILT: bool = cfg!(feature = "verbs");
 #[command(
     name = "nvmf-bench",
     version,
+    args_override_self = true,
     about = "fio-style benchmark over NVMe over Fabrics (RDMA / RoCEv2)",
     long_about = "fio-style benchmark over NVMe over Fabrics (RDMA / RoCEv2). \
                   Option names and output follow fio 3.x. Without --traddr an embedded \
@@ -156,7 +182,7 @@ pub struct BenchArgs {
     /// Block size in bytes, fio syntax (512, 4k, 128k, 1m; k = 1024), a multiple of
     /// 512 and of the namespace's block size. I/Os larger than the target's per-command
     /// limit (MDTS) are split into several commands (fio `bs`).
-    #[arg(long, default_value = "4k", value_parser = parse_block_size)]
+    #[arg(long, default_value = "4k", value_parser = parse_block_size, alias = "blocksize")]
     pub bs: u32,
 
     /// I/Os kept in flight per job (fio `iodepth`).
@@ -169,12 +195,12 @@ pub struct BenchArgs {
 
     /// Run time limit: 10, 10s, 500ms, 1m (bare number = seconds); 0 = no limit, the
     /// job ends when it has done its --io_size (fio `runtime`).
-    #[arg(long, default_value = "10", value_parser = parse_duration)]
+    #[arg(long, default_value = "10", value_parser = parse_duration, alias = "timeout")]
     pub runtime: Duration,
 
     /// Run for the whole runtime, wrapping around the region (fio `time_based`); needs
     /// a non-zero --runtime (ignored with a warning otherwise, as fio does).
-    #[arg(long = "time_based", alias = "time-based")]
+    #[arg(long = "time_based", alias = "time-based", num_args = 0..=1, default_missing_value = "1", value_parser = crate::fio_args::parse_fio_bool, default_value = "0")]
     pub time_based: bool,
 
     /// Bytes of the region each job works on; default: the namespace from
@@ -220,9 +246,10 @@ pub struct BenchArgs {
     #[arg(long, value_enum, default_value_t = EtaMode::Auto)]
     pub eta: EtaMode,
 
-    /// Accepted for fio compatibility: with more than one job the text report always
-    /// adds a group summary (fio `group_reporting`).
-    #[arg(long = "group_reporting", alias = "group-reporting")]
+    /// Report each reporting group as one job, its jobs' figures added up: one block
+    /// per group in the text, one entry per group in the JSON `jobs` (fio
+    /// `group_reporting`).
+    #[arg(long = "group_reporting", alias = "group-reporting", num_args = 0..=1, default_missing_value = "1", value_parser = crate::fio_args::parse_fio_bool, default_value = "0")]
     pub group_reporting: bool,
 
     /// Target address (IPv4 or IPv6) of a remote NVMe-oF target; none = embedded target.
@@ -342,6 +369,10 @@ pub struct BenchArgs {
     /// derives its own stream from it.
     #[arg(long = "inject-seed", alias = "inject_seed", value_name = "N")]
     pub inject_seed: Option<u64>,
+
+    /// fio's job options beyond the basic workload, job files, logs and plots.
+    #[command(flatten)]
+    pub fio: crate::fio_args::FioArgs,
 }
 
 /// Default `--inject-seed`.
@@ -459,142 +490,22 @@ pub enum OptionsError {
         /// The namespace's logical block size in bytes.
         block_size: u32,
     },
-    /// `--verify crc32c` needs room for its header in every block.
-    #[error("--verify crc32c needs --bs of at least {min} bytes, got {bs}")]
+    /// `--verify` needs room for its header in every block.
+    #[error("--verify {mode} needs --bs of at least {min} bytes, got {bs}")]
     BlockTooSmallForVerify {
+        /// The verify mode's name.
+        mode: &'static str,
         /// Smallest block size that holds the verify header.
         min: u32,
         /// Block size given.
         bs: u32,
     },
-}
-
-/// One job's workload, derived from [`BenchArgs`] (fio's per-job options).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct JobSpec {
-    /// Job name (fio `name`).
-    pub name: String,
-    /// Index of the job in the group, 0-based.
-    pub index: u32,
-    /// I/O pattern.
-    pub rw: RwMode,
-    /// Percentage of reads for mixed patterns.
-    pub rwmixread: u8,
-    /// Block size in bytes; every I/O has this length.
-    pub bs: u32,
-    /// I/Os kept in flight.
-    pub iodepth: u32,
-    /// Region start, in bytes from the start of the namespace.
-    pub offset: u64,
-    /// Region length in bytes, a whole number of blocks (at least one).
-    pub size: u64,
-    /// Bytes to issue before the job ends; `None` = time based (run for the runtime).
-    pub io_limit: Option<u64>,
-    /// Generator seed (randseed + index).
-    pub seed: u64,
-}
-
-impl JobSpec {
-    /// Number of `bs` blocks in the region.
-    pub fn blocks(&self) -> u64 {
-        self.size / u64::from(self.bs)
-    }
-}
-
-/// Run-wide options shared by all jobs (see [`super::runner::run`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RunOptions {
-    /// Measured run time limit (after the ramp); zero = no limit (fio).
-    pub runtime: Duration,
-    /// Whether jobs run for the whole runtime (fio `time_based`).
-    pub time_based: bool,
-    /// Warm-up time during which statistics are not collected.
-    pub ramp_time: Duration,
-    /// Data verification mode.
-    pub verify: VerifyMode,
-    /// How long to wait for outstanding I/Os once a job stops submitting; I/Os still
-    /// outstanding afterwards fail the job with a timeout.
-    pub drain_timeout: Duration,
-}
-
-impl Default for RunOptions {
-    fn default() -> Self {
-        Self {
-            runtime: Duration::from_secs(10),
-            time_based: false,
-            ramp_time: Duration::ZERO,
-            verify: VerifyMode::None,
-            drain_timeout: Duration::from_secs(30),
-        }
-    }
+    /// An option that does not combine with another, and why.
+    #[error("{0}")]
+    Conflict(String),
 }
 
 impl BenchArgs {
-    /// One [`JobSpec`] per `--numjobs`, for a namespace of `namespace_bytes` bytes.
-    ///
-    /// Job i's region starts at `offset + i * offset_increment` and is `--size` bytes
-    /// long (default: the rest of the namespace), rounded down to whole blocks. As in
-    /// fio, jobs share the region unless `--offset_increment` separates them.
-    ///
-    /// Errors: a region past the end of the namespace, a region smaller than one
-    /// block, or `--verify crc32c` with blocks too small for its header.
-    pub fn job_specs(&self, namespace_bytes: u64) -> Result<Vec<JobSpec>, OptionsError> {
-        let min_verify = super::verify::VERIFY_HEADER_LEN as u32;
-        if self.verify == VerifyMode::Crc32c && self.bs < min_verify {
-            return Err(OptionsError::BlockTooSmallForVerify {
-                min: min_verify,
-                bs: self.bs,
-            });
-        }
-        let bs = u64::from(self.bs);
-        (0..self.numjobs)
-            .map(|index| {
-                let offset = self
-                    .offset
-                    .saturating_add(u64::from(index).saturating_mul(self.offset_increment));
-                let wanted = self
-                    .size
-                    .unwrap_or_else(|| namespace_bytes.saturating_sub(offset));
-                let out_of_range = OptionsError::RegionOutOfRange {
-                    job: index,
-                    offset,
-                    size: wanted,
-                    namespace_bytes,
-                };
-                match offset.checked_add(wanted) {
-                    Some(end) if end <= namespace_bytes && offset < namespace_bytes => {}
-                    _ => return Err(out_of_range),
-                }
-                let size = wanted - wanted % bs;
-                if size == 0 {
-                    return Err(OptionsError::RegionTooSmall {
-                        job: index,
-                        size: wanted,
-                        bs: self.bs,
-                    });
-                }
-                let io_limit = if self.is_time_based() {
-                    None
-                } else {
-                    let limit = self.io_size.unwrap_or(size);
-                    Some(limit - limit % bs)
-                };
-                Ok(JobSpec {
-                    name: self.name.clone(),
-                    index,
-                    rw: self.rw,
-                    rwmixread: self.rwmixread,
-                    bs: self.bs,
-                    iodepth: self.iodepth,
-                    offset,
-                    size,
-                    io_limit,
-                    seed: self.randseed.wrapping_add(u64::from(index)),
-                })
-            })
-            .collect()
-    }
-
     /// Whether jobs run for the whole runtime: `--time_based` with a non-zero
     /// `--runtime` (fio ignores `time_based` without a runtime, with a warning).
     pub fn is_time_based(&self) -> bool {
@@ -635,17 +546,6 @@ impl BenchArgs {
             }
         }
         Ok(())
-    }
-
-    /// The run-wide options (runtime, ramp, verification).
-    pub fn run_options(&self) -> RunOptions {
-        RunOptions {
-            runtime: self.runtime,
-            time_based: self.is_time_based(),
-            ramp_time: self.ramp_time,
-            verify: self.verify,
-            ..RunOptions::default()
-        }
     }
 
     /// The embedded target's `--data-slab`.
@@ -933,12 +833,12 @@ mod tests {
     #[test]
     fn runtime_zero_is_no_limit_and_time_based_needs_a_runtime() {
         let a = parse(&["--runtime=0"]).unwrap();
-        assert_eq!(a.run_options().runtime, Duration::ZERO);
+        assert_eq!(a.job_specs(1 << 20).unwrap()[0].runtime, Duration::ZERO);
         assert!(a.warnings().is_empty());
         assert_eq!(a.job_specs(1 << 20).unwrap()[0].io_limit, Some(1 << 20));
         let t = parse(&["--runtime=0", "--time_based"]).unwrap();
         assert!(!t.is_time_based());
-        assert!(!t.run_options().time_based);
+        assert!(!t.job_specs(1 << 20).unwrap()[0].time_based);
         assert_eq!(t.job_specs(1 << 20).unwrap()[0].io_limit, Some(1 << 20));
         assert!(t.warnings()[0].contains("--time_based requires"));
         let e = parse(&["--eta=always"]).unwrap();

@@ -98,6 +98,20 @@ impl BlockPermutation {
         (left << self.half_bits) | right
     }
 
+    /// The image of `i` (`i < n`) under this pass's permutation, by cycle walking (for
+    /// random access: scattering ranked hot blocks over the region). `i >= n` gives
+    /// `i` back.
+    pub fn map(&self, i: u64) -> u64 {
+        if i >= self.n {
+            return i;
+        }
+        let mut y = self.permute(i);
+        while y >= self.n {
+            y = self.permute(y);
+        }
+        y
+    }
+
     /// The next index of this pass, or `None` when every index has been returned once.
     pub fn next_index(&mut self) -> Option<u64> {
         while self.counter < self.domain {
@@ -157,6 +171,19 @@ mod tests {
             ascending < 20,
             "looks sequential: {ascending} ascending steps"
         );
+    }
+
+    #[test]
+    fn map_is_a_bijection_on_the_range() {
+        for n in [1u64, 7, 100, 257] {
+            let p = BlockPermutation::new(n, 3);
+            let mut seen = vec![false; n as usize];
+            for i in 0..n {
+                let y = p.map(i);
+                assert!(y < n && !seen[y as usize], "n={n} i={i} -> {y}");
+                seen[y as usize] = true;
+            }
+        }
     }
 
     #[test]

@@ -34,6 +34,8 @@ pub enum JobPhase {
     Failed,
     /// Stopped by a signal: `K`.
     Killed,
+    /// Waiting for a stonewall (the jobs before it): `P`.
+    NotStarted,
 }
 
 /// One job's progress.
@@ -77,8 +79,10 @@ impl JobProgress {
             JobPhase::Finished => '_',
             JobPhase::Failed => 'X',
             JobPhase::Killed => 'K',
+            JobPhase::NotStarted => 'P',
             JobPhase::Running => {
                 let c = match self.rw.read_percent(self.rwmixread) {
+                    _ if self.rw.is_trim() => 'd',
                     100 => 'r',
                     0 => 'w',
                     _ => 'm',

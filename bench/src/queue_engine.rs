@@ -1,5 +1,7 @@
 //! [`QueueEngine`]: the benchmark's [`IoEngine`] over one I/O [`NvmeRdmaQueue`]
-//! (NVM Command Set 1.x Read 02h / Write 01h), with no copy of the data.
+//! (NVM Command Set 1.x Read 02h, Write 01h, Flush 00h, and Dataset Management 09h
+//! with Attribute - Deallocate for trims: one 16-byte range as its data), with no copy
+//! of the data.
 //!
 //! Each tag owns a buffer of the host's registered pool ([`nvmf_initiator::pool`]),
 //! taken when the engine is built; [`IoEngine::buffer`] is that buffer, and a command
@@ -10,7 +12,8 @@
 //!   65536 blocks; see [`nvmf_initiator::split`]): a request's buffer is cut into
 //!   disjoint views ([`IoBuf::split_to`]), one per piece, which go out on whichever
 //!   command slots are free and are joined again when the last piece completed; the
-//!   request completes then, with the first piece's error if any.
+//!   request completes then, with the first piece's error if any. Trims and flushes
+//!   are one command each in either mode.
 //!
 //! Errors stay the host's typed errors ([`HostError`]): a completion's NVMe status or
 //! transport error, and [`EngineError::Transport`] for a dead queue or controller.
@@ -23,7 +26,8 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use nvme::Sqe;
+use nvme::{DsmRange, Sqe};
+use zerocopy::IntoBytes;
 
 use nvmf_initiator::queue::{NvmeRdmaQueue, QueueCompletion, SubmitError};
 use nvmf_initiator::split::{self, Piece};
@@ -76,15 +80,19 @@ struct TagIo {
 /// Split mode: the pieces in flight.
 #[derive(Debug)]
 struct SplitState {
-    /// Pieces not yet submitted, in order, with their views.
-    waiting: VecDeque<(u32, Piece, IoBuf)>,
+    /// Pieces not yet submitted, in order, with their views (none for a flush).
+    waiting: VecDeque<(u32, Piece, Option<IoBuf>)>,
     /// The piece each command identifier carries.
     by_cid: Vec<Option<(u32, Piece)>>,
     /// Requests finished outside `poll` (a piece refused at submission).
     ready: Vec<IoCompletion>,
 }
 
-/// The Read or Write of `p` for namespace `nsid`, with its data direction.
+/// Bytes of a trim's data: one Dataset Management range.
+const DSM_RANGE_BYTES: usize = std::mem::size_of::<DsmRange>();
+
+/// The command of `op` for piece `p` of namespace `nsid`, with its data direction: a
+/// trim carries one range of `p`'s blocks (see [`trim_data`]), a flush no data.
 fn command(nsid: u32, op: IoOp, p: &Piece) -> (Sqe, DataDir) {
     let len = p.len;
     match op {
@@ -96,7 +104,20 @@ fn command(nsid: u32, op: IoOp, p: &Piece) -> (Sqe, DataDir) {
             Sqe::write(0, nsid, p.slba, p.nlb_0based(), false),
             DataDir::HostToController { len },
         ),
+        IoOp::Trim => (
+            Sqe::dsm_deallocate(0, nsid, 0),
+            DataDir::HostToController {
+                len: DSM_RANGE_BYTES,
+            },
+        ),
+        IoOp::Flush => (Sqe::flush(0, nsid), DataDir::None),
     }
+}
+
+/// Makes `buf` the data of a trim of `p`: its one Dataset Management range.
+fn trim_data(p: &Piece, buf: &mut IoBuf) {
+    buf.set_len(DSM_RANGE_BYTES);
+    buf[..DSM_RANGE_BYTES].copy_from_slice(DsmRange::new(p.slba, p.nlb).as_bytes());
 }
 
 fn engine_error(e: QueueError) -> EngineError {
@@ -298,14 +319,24 @@ impl<P: Provider> QueueEngine<P> {
     /// `offset / block_size`. Errors: unaligned offset or length, zero length, more
     /// than one command moves.
     pub fn sqe_for(&self, req: &IoRequest) -> Result<(Sqe, DataDir), EngineError> {
-        let slba = self.check(req, self.max_command)?;
-        let piece = Piece {
+        let piece = self.whole_piece(req)?;
+        Ok(command(self.nsid, req.op, &piece))
+    }
+
+    /// `req` as one command's piece: checked against the block size, and for reads
+    /// and writes against the longest command.
+    fn whole_piece(&self, req: &IoRequest) -> Result<Piece, EngineError> {
+        let slba = match req.op {
+            IoOp::Flush => 0,
+            IoOp::Trim => self.check(req, u32::MAX as usize)?,
+            _ => self.check(req, self.max_command)?,
+        };
+        Ok(Piece {
             slba,
             nlb: req.len >> self.block_shift,
             byte_offset: 0,
             len: req.len as usize,
-        };
-        Ok(command(self.nsid, req.op, &piece))
+        })
     }
 
     /// Why no more I/O can run here: the controller was declared dead or the queue
@@ -335,7 +366,7 @@ impl<P: Provider> QueueEngine<P> {
                 continue;
             };
             let (sqe, data) = command(self.nsid, op, &piece);
-            match self.queue.submit(sqe, data, Some(buf)) {
+            match self.queue.submit(sqe, data, buf) {
                 Ok(cid) => {
                     if let Some(e) = s.by_cid.get_mut(usize::from(cid)) {
                         *e = Some((tag, piece));
@@ -343,7 +374,7 @@ impl<P: Provider> QueueEngine<P> {
                 }
                 Err(SubmitError {
                     error: QueueError::Full,
-                    buf: Some(buf),
+                    buf,
                 }) => {
                     s.waiting.push_front((tag, piece, buf));
                     break;
@@ -398,22 +429,45 @@ impl<P: Provider> IoEngine for QueueEngine<P> {
             )));
         }
         if self.split.is_none() {
-            let (sqe, data) = self.sqe_for(req)?;
-            let Some(mut buf) = self.tags[t].buf.take() else {
-                return Err(EngineError::InvalidRequest(format!(
-                    "tag {tag} already in use"
-                )));
+            let piece = self.whole_piece(req)?;
+            let (sqe, data) = command(self.nsid, req.op, &piece);
+            let buf = match req.op {
+                // No data: the tag keeps its buffer.
+                IoOp::Flush => None,
+                _ => {
+                    let Some(mut buf) = self.tags[t].buf.take() else {
+                        return Err(EngineError::InvalidRequest(format!(
+                            "tag {tag} already in use"
+                        )));
+                    };
+                    match req.op {
+                        IoOp::Trim => trim_data(&piece, &mut buf),
+                        _ => {
+                            buf.set_len(req.len as usize);
+                        }
+                    }
+                    Some(buf)
+                }
             };
-            buf.set_len(req.len as usize);
-            return match self.queue.submit_cid(tag as u16, sqe, data, Some(buf)) {
+            return match self.queue.submit_cid(tag as u16, sqe, data, buf) {
                 Ok(()) => Ok(()),
                 Err(SubmitError { error, buf }) => {
-                    self.tags[t].buf = buf;
+                    if buf.is_some() {
+                        self.tags[t].buf = buf;
+                    }
                     Err(engine_error(error))
                 }
             };
         }
-        let slba = self.check(req, self.request_bytes)?;
+        // Trims and flushes are one command of their own.
+        let whole = match req.op {
+            IoOp::Trim | IoOp::Flush => Some(self.whole_piece(req)?),
+            _ => None,
+        };
+        let slba = match whole {
+            Some(p) => p.slba,
+            None => self.check(req, self.request_bytes)?,
+        };
         let bs = 1u32 << self.block_shift;
         let max_command = self.max_command;
         let io = &mut self.tags[t];
@@ -427,13 +481,28 @@ impl<P: Provider> IoEngine for QueueEngine<P> {
                 "tag {tag} has no buffer"
             )));
         };
-        buf.set_len(req.len as usize);
         let s = self.split.as_mut().expect("split mode");
         let mut n = 0;
-        for p in split::split(slba, req.len as usize, bs, max_command) {
-            let view = buf.split_to(p.len);
-            s.waiting.push_back((tag, p, view));
-            n += 1;
+        match (whole, req.op) {
+            (Some(p), IoOp::Trim) => {
+                buf.set_len(DSM_RANGE_BYTES);
+                let mut view = buf.split_to(DSM_RANGE_BYTES);
+                trim_data(&p, &mut view);
+                s.waiting.push_back((tag, p, Some(view)));
+                n = 1;
+            }
+            (Some(p), _) => {
+                s.waiting.push_back((tag, p, None));
+                n = 1;
+            }
+            (None, _) => {
+                buf.set_len(req.len as usize);
+                for p in split::split(slba, req.len as usize, bs, max_command) {
+                    let view = buf.split_to(p.len);
+                    s.waiting.push_back((tag, p, Some(view)));
+                    n += 1;
+                }
+            }
         }
         io.rest = Some(buf);
         io.op = Some(req.op);
@@ -448,8 +517,9 @@ impl<P: Provider> IoEngine for QueueEngine<P> {
         match self.split.as_mut() {
             None => {
                 for c in self.done.drain(..) {
-                    if let Some(t) = self.tags.get_mut(usize::from(c.cid)) {
-                        t.buf = c.buf;
+                    // A flush carried no buffer: the tag kept its own.
+                    if let (Some(t), Some(b)) = (self.tags.get_mut(usize::from(c.cid)), c.buf) {
+                        t.buf = Some(b);
                     }
                     out.push(IoCompletion {
                         tag: u32::from(c.cid),
@@ -489,7 +559,7 @@ impl<P: Provider> IoEngine for QueueEngine<P> {
                     tag,
                     index,
                     Err(reason.clone()),
-                    Some(buf),
+                    buf,
                     self.request_bytes,
                     out,
                 );

@@ -46,7 +46,7 @@ fn baseline_figures_are_in_the_json_and_positive() {
         String::from_utf8_lossy(&out.stderr)
     );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
-    let b = &v["baseline"];
+    let b = &v["nvmf-bench"]["baseline"];
     assert!(b.is_object(), "no baseline object: {v}");
     for lat in ["udp_rtt_64", "udp_rtt_4096", "uring_read_4096"] {
         for p in ["p50_us", "p90_us", "p99_us"] {
@@ -79,7 +79,7 @@ fn baseline_figures_are_in_the_json_and_positive() {
 }
 
 #[test]
-fn baseline_lines_follow_the_text_report() {
+fn baseline_lines_are_on_standard_error() {
     let dir = tempfile::tempdir().unwrap();
     let out = run(&[], dir.path());
     assert!(
@@ -87,7 +87,8 @@ fn baseline_lines_follow_the_text_report() {
         "nvmf-bench failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let text = String::from_utf8_lossy(&out.stdout);
+    // nvmf-bench's own lines: on standard error, after fio's report on standard output.
+    let text = String::from_utf8_lossy(&out.stderr);
     for line in [
         "UDP round trip     64 B: p50",
         "UDP round trip   4096 B: p50",

@@ -160,12 +160,14 @@ fn bench(dir: &Path, args: &[&str]) -> Command {
 fn assert_verified(what: &str, out: &Output) -> String {
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    let verified = stdout
-        .lines()
-        .find_map(|l| l.strip_prefix("verify: "))
-        .and_then(|l| l.split_whitespace().next()?.parse::<u64>().ok());
+    // nvmf-bench's own lines (the verification summary among them) go to standard
+    // error; standard output holds fio's report only.
+    let verify_line = stderr.lines().find_map(|l| l.strip_prefix("verify: "));
+    let verified = verify_line.and_then(|l| l.split_whitespace().next()?.parse::<u64>().ok());
     assert!(
-        out.status.success() && verified.is_some_and(|n| n > 0) && stdout.contains(" 0 mismatches"),
+        out.status.success()
+            && verified.is_some_and(|n| n > 0)
+            && verify_line.is_some_and(|l| l.contains(" 0 mismatches")),
         "{what}: {} (verified {verified:?})\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
         out.status
     );

@@ -91,6 +91,25 @@ pub fn num2str_base(num: u64, maxlen: usize, base: u64, pow2: bool, unit: N2sUni
     )
 }
 
+/// `ctime(3)` of `t` in the local time zone, without the newline, as fio prints it
+/// (`os_ctime_r`): `Wed Dec  2 11:16:58 2026`. Falls back to UTC if the C library
+/// cannot format it.
+pub fn ctime_local(t: SystemTime) -> String {
+    let secs = t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let Ok(tt) = libc::time_t::try_from(secs) else {
+        return ctime_utc(t);
+    };
+    let mut buf = [0 as libc::c_char; 64];
+    // SAFETY: ctime_r writes at most 26 bytes into `buf` (64) and returns it or NULL.
+    let p = unsafe { libc::ctime_r(&tt, buf.as_mut_ptr()) };
+    if p.is_null() {
+        return ctime_utc(t);
+    }
+    // SAFETY: ctime_r wrote a NUL-terminated string into `buf`.
+    let s = unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) };
+    s.to_string_lossy().trim_end_matches('\n').to_string()
+}
+
 /// `ctime(3)`-style time in UTC without the newline: `Thu Jan  1 00:00:00 1970`.
 pub fn ctime_utc(t: SystemTime) -> String {
     let secs = t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());

@@ -1,12 +1,17 @@
-//! Reports of a [`crate::BenchResult`]: fio's normal text
-//! output ([`render_text`]) and fio 3.x JSON ([`render_json`], [`fio_json`]).
+//! Reports of a [`crate::BenchResult`]: fio's normal text output
+//! ([`render_text`], with the header of [`render_header`]), fio 3.33's JSON
+//! ([`render_json`]), and nvmf-bench's own lines ([`render_extras`]).
 
+pub mod extras;
 pub mod fmt;
 pub mod json;
+pub mod jsonw;
 pub mod text;
 
-pub use json::{fio_job_options, fio_json, render_json, FioJson};
-pub use text::{render_header, render_text, verify_problem};
+pub use extras::render_extras;
+pub use json::{fio_json, own_json, render_json};
+pub use jsonw::JsonValue;
+pub use text::{render_header, render_text, verify_problem, FIO_VERSION};
 
 use std::fs::File;
 use std::io::Write;
@@ -15,16 +20,12 @@ use std::path::PathBuf;
 use crate::options::{BenchArgs, OutputFormat};
 use crate::result::BenchResult;
 
-/// The report `args` asks for (`--output-format`): fio text with this process's
-/// ID, or fio JSON with [`BenchArgs::fio_global_options`].
+/// The report `args` asks for (`--output-format`): fio text, or fio JSON with
+/// [`BenchArgs::fio_global_options`] as the target under the `nvmf-bench` key.
 pub fn render(result: &BenchResult, args: &BenchArgs) -> String {
     match args.output_format {
-        OutputFormat::Normal => render_text(result, std::process::id()),
-        OutputFormat::Json => {
-            let mut s = render_json(result, &args.fio_global_options());
-            s.push('\n');
-            s
-        }
+        OutputFormat::Normal => render_text(result),
+        OutputFormat::Json => render_json(result, &args.fio_global_options()),
     }
 }
 
@@ -96,78 +97,106 @@ pub fn write_report(
 pub(crate) mod testdata {
     use std::time::{Duration, UNIX_EPOCH};
 
-    use crate::options::{JobSpec, RunOptions, RwMode, VerifyMode};
-    use crate::result::{BenchResult, GroupResult, JobResult, VerifySummary};
-    use crate::stats::DirStats;
+    use crate::jobspec::{JobSpec, RunOptions};
+    use crate::options::{RwMode, VerifyMode};
+    use crate::result::{BenchResult, CpuUsage, JobResult, VerifySummary};
+    use crate::stats::{fio_lat_bucket, DepthStats, DirStats};
 
-    /// Job 0: 1000 reads of 4 KiB in 1000 ms: 990 at 10 us, 9 at 50 us, 1 at 400 us.
-    /// Job 1: the same plus 500 writes at 20 us, in 500 ms.
+    /// Job 0 (tid 101): 1000 reads of 4 KiB in 1000 ms, slat 1 us each, clat 990 at
+    /// 10 us, 9 at 50 us, 1 at 400 us. Job 1 (tid 102): the same reads in 500 ms plus
+    /// 500 writes at 20 us.
     pub fn result() -> BenchResult {
-        let spec = |index| JobSpec {
+        let spec = |index: u32| JobSpec {
             name: "randread".into(),
             index,
+            thread_number: index + 1,
             rw: RwMode::RandRw,
-            rwmixread: 50,
             bs: 4096,
-            iodepth: 1,
-            offset: 0,
             size: 1 << 30,
             io_limit: None,
             seed: 0x89 + u64::from(index),
+            runtime: Duration::from_secs(1),
+            time_based: true,
+            verify: VerifyMode::Crc32c,
+            given: vec![("name".into(), Some("randread".into()))],
+            ..JobSpec::default()
         };
-        let reads = || {
+        let mut buckets = [0u64; crate::stats::FIO_LAT_BUCKETS];
+        let reads = |buckets: &mut [u64; 32]| {
             let mut d = DirStats::default();
             for (n, us) in [(990, 10u64), (9, 50), (1, 400)] {
                 for _ in 0..n {
-                    d.clat.record(us * 1000);
+                    d.record(4096, 1000, us * 1000);
+                    buckets[fio_lat_bucket(us * 1000)] += 1;
                 }
             }
-            d.ios = 1000;
-            d.bytes = 1000 * 4096;
+            d.issued = 1000;
             d.bw_kib_samples.add(3900.0);
             d.bw_kib_samples.add(4100.0);
             d.iops_samples.add(975.0);
             d.iops_samples.add(1025.0);
             d
         };
+        let job = |index: u32, dirs: [DirStats; 3], buckets: [u64; 32], runtime_ms| JobResult {
+            tid: 101 + index as i32,
+            dirs,
+            runtime_ms,
+            total_run_time_ms: 1000,
+            elapsed: Duration::from_millis(1000),
+            depth: DepthStats {
+                map: [1000, 0, 0, 0, 0, 0, 0],
+                submit: [0, 1000, 0, 0, 0, 0, 0],
+                total_submit: 1000,
+                complete: [0, 1000, 0, 0, 0, 0, 0],
+                total_complete: 1000,
+            },
+            lat_buckets: buckets,
+            cpu: CpuUsage {
+                usr_ms: 10,
+                sys_ms: 20,
+                ctx: 30,
+                majf: 0,
+                minf: 4,
+            },
+            ..JobResult::empty(spec(index))
+        };
+        let r0 = reads(&mut buckets);
+        let j0 = job(
+            0,
+            [r0, DirStats::default(), DirStats::default()],
+            buckets,
+            [1000, 0, 0],
+        );
+        let mut buckets1 = [0u64; 32];
+        let r1 = reads(&mut buckets1);
         let mut writes = DirStats::default();
         for _ in 0..500 {
-            writes.clat.record(20_000);
+            writes.record(4096, 1000, 20_000);
+            buckets1[fio_lat_bucket(20_000)] += 1;
         }
-        writes.ios = 500;
-        writes.bytes = 500 * 4096;
-        let jobs = vec![
-            JobResult {
-                spec: spec(0),
-                dirs: [reads(), DirStats::default()],
-                runtime_ms: 1000,
-                elapsed: Duration::from_millis(1000),
-                error: None,
-                depth_dist: [1000, 0, 0, 0, 0, 0, 0],
-            },
-            JobResult {
-                spec: spec(1),
-                dirs: [reads(), writes],
-                runtime_ms: 500,
-                elapsed: Duration::from_millis(500),
-                error: None,
-                depth_dist: [1500, 0, 0, 0, 0, 0, 0],
-            },
-        ];
+        writes.issued = 500;
+        let mut j1 = job(
+            1,
+            [r1, writes, DirStats::default()],
+            buckets1,
+            [500, 500, 0],
+        );
+        j1.depth.map[0] = 1500;
         BenchResult {
-            group: GroupResult::from_jobs(&jobs),
-            jobs,
+            jobs: vec![j0, j1],
             verify: Some(VerifySummary {
                 verified: 7,
-                mismatches: 0,
                 written: 7,
+                ..VerifySummary::default()
             }),
             faults: None,
             baseline: None,
+            target_counters: None,
             options: RunOptions {
-                runtime: Duration::from_secs(1),
-                time_based: true,
-                verify: VerifyMode::Crc32c,
+                global_options: vec![
+                    ("rw".into(), Some("randrw".into())),
+                    ("time_based".into(), None),
+                ],
                 ..RunOptions::default()
             },
             started: UNIX_EPOCH,
@@ -187,7 +216,7 @@ mod tests {
     fn render_follows_output_format_and_output_writes_the_file() {
         let r = testdata::result();
         let text = BenchArgs::parse_from(["nvmf-bench"]);
-        assert!(render(&r, &text).contains("Run status group 0 (all jobs):"));
+        assert!(render(&r, &text).contains("\nRun status group 0 (all jobs):\n"));
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("report.json");
         let json = BenchArgs::parse_from([
@@ -202,7 +231,7 @@ mod tests {
         let doc: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
         assert_eq!(doc["jobs"][0]["read"]["total_ios"], 1000);
-        assert_eq!(doc["global options"]["target"], "embedded");
+        assert_eq!(doc["nvmf-bench"]["target"]["target"], "embedded");
     }
 
     #[test]
