@@ -24,7 +24,8 @@ NICE=${NICE:-0}
 # machine shared with builds, a run measures nothing while others compile.
 quiet() {
     [ "$QUIET" -gt 0 ] || return 0
-    local tries=0
+    # Local: the caller's loop variable is n.
+    local tries=0 u n s i w q sq u2 n2 s2 i2 w2 q2 sq2
     while [ $tries -lt 200 ]; do
         read -r _ u n s i w q sq _ < /proc/stat
         sleep 3
