@@ -179,7 +179,7 @@ fn write_all(s: &Snapshot, e: &mut DescriptorEncoder) -> fmt::Result {
                 m.encode_family(&labels)?.encode_histogram::<Labels>(
                     h.sum_ns as f64 / 1e9,
                     h.count,
-                    &h.cumulative_seconds(),
+                    &h.buckets_seconds(),
                     None,
                 )?;
             }

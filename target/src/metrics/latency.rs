@@ -59,20 +59,16 @@ impl LatencyHistogram {
         self.sum_ns = self.sum_ns.saturating_add(other.sum_ns);
     }
 
-    /// The buckets as Prometheus writes them: `(upper bound in seconds, commands at or
-    /// below it)`, cumulative, ending with `+Inf` (= [`LatencyHistogram::count`]).
-    pub fn cumulative_seconds(&self) -> Vec<(f64, u64)> {
-        let mut total = 0;
-        let mut out: Vec<(f64, u64)> = BUCKET_BOUNDS_NS
+    /// The buckets as `prometheus-client` takes them: `(upper bound in seconds,
+    /// commands in this bucket alone)`, ending with `+Inf`; the encoder adds them up
+    /// into Prometheus' cumulative `le` buckets.
+    pub fn buckets_seconds(&self) -> Vec<(f64, u64)> {
+        BUCKET_BOUNDS_NS
             .iter()
-            .zip(self.buckets.iter())
-            .map(|(&bound, &n)| {
-                total += n;
-                (bound as f64 / 1e9, total)
-            })
-            .collect();
-        out.push((f64::INFINITY, total + self.buckets[BUCKET_BOUNDS_NS.len()]));
-        out
+            .map(|&bound| bound as f64 / 1e9)
+            .chain(std::iter::once(f64::INFINITY))
+            .zip(self.buckets.iter().copied())
+            .collect()
     }
 }
 
@@ -90,7 +86,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn buckets_are_inclusive_upper_bounds_and_cumulate() {
+    fn buckets_are_inclusive_upper_bounds() {
         let mut h = LatencyHistogram::default();
         h.record(Duration::from_nanos(999));
         h.record(Duration::from_micros(1)); // exactly on the first bound: le="1e-6"
@@ -100,15 +96,15 @@ mod tests {
             (h.count, h.sum_ns),
             (4, 999 + 1_000 + 7_000 + 5_000_000_000)
         );
-        let c = h.cumulative_seconds();
+        let c = h.buckets_seconds();
         assert_eq!(c.len(), BUCKET_BOUNDS_NS.len() + 1);
         assert_eq!(c[0], (1e-6, 2));
-        assert_eq!(c[2], (5e-6, 2));
-        assert_eq!(c[3], (1e-5, 3));
-        assert_eq!(c[BUCKET_BOUNDS_NS.len() - 1].1, 3);
-        assert_eq!(*c.last().unwrap(), (f64::INFINITY, 4));
+        assert_eq!(c[2], (5e-6, 0));
+        assert_eq!(c[3], (1e-5, 1));
+        assert_eq!(*c.last().unwrap(), (f64::INFINITY, 1));
+        assert_eq!(c.iter().map(|b| b.1).sum::<u64>(), h.count);
         let mut m = h;
         m.merge(&h);
-        assert_eq!((m.count, m.cumulative_seconds()[3].1), (8, 6));
+        assert_eq!((m.count, m.buckets_seconds()[3].1), (8, 2));
     }
 }
