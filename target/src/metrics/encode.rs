@@ -21,10 +21,13 @@ pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CON
 /// A metric's labels: name and value.
 type Labels = Vec<(&'static str, String)>;
 
+/// An exported counter: its name, its help and how to read it from `T`.
+type Exported<T> = (&'static str, &'static str, fn(&T) -> u64);
+
 /// The transport counters of a poll group's QPs that are exported, each as
 /// `nvmf_target_rdma_NAME_total` with rxe's name (Linux `rxe_hw_counters.c`) or, for
 /// the three that rxe lacks, the RC core's.
-const QP_COUNTERS: [(&str, &str, fn(&QpCounters) -> u64); 17] = [
+const QP_COUNTERS: [Exported<QpCounters>; 17] = [
     ("sent_pkts", "RoCEv2 packets the QPs sent (requests, responses, ACKs)", |c| c.sent_pkts),
     ("rcvd_pkts", "RoCEv2 packets the QPs accepted", |c| c.rcvd_pkts),
     ("duplicate_request", "Responder: duplicate requests (re-ACKed or answered again, never executed twice)", |c| c.duplicate_request),
@@ -45,7 +48,7 @@ const QP_COUNTERS: [(&str, &str, fn(&QpCounters) -> u64); 17] = [
 ];
 
 /// The poll group counters that are exported, as `nvmf_target_poll_group_NAME_total`.
-const GROUP_COUNTERS: [(&str, &str, fn(&PollGroupValues) -> u64); 8] = [
+const GROUP_COUNTERS: [Exported<PollGroupValues>; 8] = [
     ("capsules_received", "Command capsules received", |c| {
         c.capsules
     }),

@@ -71,7 +71,7 @@ pub struct Queue {
     /// specification leaves them undefined; no CQE may follow the Disconnect's).
     pub(crate) closing: bool,
     /// The queue's tracing span (`queue{qid qpn host_addr}`), a child of its
-    /// controller's once the Fabrics Connect named one ([`Queue::attach`]); entered by
+    /// controller's once the Fabrics Connect named one; entered by
     /// the log lines about the queue (never per command).
     pub span: tracing::Span,
 }
