@@ -104,6 +104,60 @@ fn nft_selects_roce(expr: &[Value]) -> Option<bool> {
     }
 }
 
+/// An nft JSON value as `nft list` prints it (`4791`, `{ 4420, 4791 }`, `4000-5000`).
+fn nft_value(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Number(n) => n.to_string(),
+        Value::Array(a) => a.iter().map(nft_value).collect::<Vec<_>>().join(", "),
+        Value::Object(o) => {
+            if let Some(s) = o.get("set") {
+                return format!("{{ {} }}", nft_value(s));
+            }
+            if let Some(Value::Array(r)) = o.get("range") {
+                return r.iter().map(nft_value).collect::<Vec<_>>().join("-");
+            }
+            if let Some(p) = o.get("payload") {
+                let f = |k| p.get(k).and_then(Value::as_str).unwrap_or("?");
+                return format!("{} {}", f("protocol"), f("field"));
+            }
+            if let Some(m) = o.get("meta") {
+                return format!(
+                    "meta {}",
+                    m.get("key").and_then(Value::as_str).unwrap_or("?")
+                );
+            }
+            match o.iter().next() {
+                Some((k, Value::Null)) => k.clone(),
+                Some((k, v)) => format!("{k} {}", nft_value(v)),
+                None => String::new(),
+            }
+        }
+        _ => v.to_string(),
+    }
+}
+
+/// An nft JSON rule as `nft list ruleset` prints it, near enough to recognise
+/// (`udp dport 4791 drop`).
+fn nft_rule_text(expr: &[Value]) -> String {
+    expr.iter()
+        .map(|e| match e.get("match") {
+            Some(m) => {
+                let op = m.get("op").and_then(Value::as_str).unwrap_or("==");
+                let l = nft_value(m.get("left").unwrap_or(&Value::Null));
+                let r = nft_value(m.get("right").unwrap_or(&Value::Null));
+                if op == "==" || op == "in" {
+                    format!("{l} {r}")
+                } else {
+                    format!("{l} {op} {r}")
+                }
+            }
+            None => nft_value(e),
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 fn verdict(expr: &[Value]) -> Option<&'static str> {
     expr.iter().find_map(|e| {
         let o = e.as_object()?;
@@ -172,12 +226,12 @@ pub fn nft_droppers(json: &str) -> Result<Vec<Dropper>, String> {
                     p.1 = true;
                 }
             }
-            Some(v @ ("drop" | "reject")) if roce && !accepted.contains(&k) => {
+            Some("drop" | "reject") if roce && !accepted.contains(&k) => {
                 let handle = r.get("handle").and_then(Value::as_u64).unwrap_or(0);
                 let (f, t, c) = &k;
                 out.push(Dropper {
                     location: format!("nft {f} {t} {c} handle {handle}"),
-                    rule: format!("{} ({v})", serde_json::to_string(&expr).unwrap_or_default()),
+                    rule: nft_rule_text(&expr),
                     fix: format!("nft delete rule {f} {t} {c} handle {handle}"),
                     policy_only: false,
                 });
@@ -405,6 +459,7 @@ mod tests {
         let d = nft_droppers(j).unwrap();
         assert_eq!(d.len(), 1, "{d:?}");
         assert_eq!(d[0].fix, "nft delete rule inet f in handle 2");
+        assert_eq!(d[0].rule, "udp dport 4791 drop");
         let ranged = j.replace(
             "\"right\":4791}},{\"drop",
             "\"right\":{\"range\":[4000,5000]}}},{\"drop",

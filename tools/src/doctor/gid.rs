@@ -174,7 +174,11 @@ pub fn check_local(opts: &Options, ifs: &[NetIf], out: &mut Vec<Finding>) -> Opt
                     opts.addr,
                     g.gid,
                     g.netdev.as_deref().unwrap_or("?"),
-                    g.device,
+                    if g.device == g.provider {
+                        format!("{} provider", g.provider)
+                    } else {
+                        format!("{} {}", g.provider, g.device)
+                    },
                     g.port
                 ),
                 "",
@@ -239,18 +243,21 @@ pub fn check_peer(
         return;
     };
     let idx = |g: &GidSummary| g.index.map_or("-".to_string(), |i| i.to_string());
+    let at = |g: &GidSummary| {
+        if g.device == g.provider {
+            format!("{} provider, port {}", g.provider, g.port)
+        } else {
+            format!("{} {} port {}", g.provider, g.device, g.port)
+        }
+    };
     let both = format!(
-        "here {} index {} ({} {} port {}), peer {} index {} ({} {} port {})",
+        "here {} index {} ({}), peer {} index {} ({})",
         ours.gid_type,
         idx(ours),
-        ours.provider,
-        ours.device,
-        ours.port,
+        at(ours),
         theirs.gid_type,
         idx(theirs),
-        theirs.provider,
-        theirs.device,
-        theirs.port
+        at(theirs)
     );
     if ours.gid_type != theirs.gid_type {
         out.push(Finding::new(
