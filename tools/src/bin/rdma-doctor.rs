@@ -2,10 +2,12 @@
 //! to a peer) and says for each finding what it means and the command that fixes it;
 //! exits 1 when a check fails (see `rdma_tools::doctor`).
 //!
-//!     rdma-doctor --addr 192.168.1.2                       # this host
-//!     rdma-doctor --addr 192.168.1.2 --peer 192.168.1.3    # and the path to a peer
-//!     rdma-doctor --listen --addr 192.168.1.3              # on the peer: answer it
-//!     rdma-doctor --config target.toml -o json             # the target's own settings
+//! ```text
+//! rdma-doctor --addr 192.168.1.2                       # this host
+//! rdma-doctor --addr 192.168.1.2 --peer 192.168.1.3    # and the path to a peer
+//! rdma-doctor --listen --addr 192.168.1.3              # on the peer: answer it
+//! rdma-doctor --config target.toml -o json             # the target's own settings
+//! ```
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;

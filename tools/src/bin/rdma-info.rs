@@ -1,11 +1,13 @@
 //! `rdma-info`: the RDMA devices of this host, as `ibv_devinfo` and `show_gids` print
 //! them, and their counters, for both providers (see `rdma_tools::info`).
 //!
-//!     rdma-info                 # ibv_devinfo's layout, soft provider and sysfs devices
-//!     rdma-info -v              # ... with phys_state, rate, netdev and the GID lines
-//!     rdma-info --gids          # show_gids' table
-//!     rdma-info --counters -w   # counters every second, with their rates
-//!     rdma-info -o json         # everything, as JSON
+//! ```text
+//! rdma-info                 # ibv_devinfo's layout, soft provider and sysfs devices
+//! rdma-info -v              # ... with phys_state, rate, netdev and the GID lines
+//! rdma-info --gids          # show_gids' table
+//! rdma-info --counters -w   # counters every second, with their rates
+//! rdma-info -o json         # everything, as JSON
+//! ```
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
