@@ -164,6 +164,11 @@ pub struct TargetConfig {
     /// Each must be one the process may run on. Absent (the default): not pinned.
     #[serde(default)]
     pub cpus: Option<crate::cpus::CpuList>,
+    /// The metrics endpoint: `"ADDR:PORT"` to serve Prometheus' text format over
+    /// plain HTTP there (`GET /metrics`, [`crate::metrics`]); `127.0.0.1:9100` keeps
+    /// it to this machine. Absent (the default): no endpoint.
+    #[serde(default)]
+    pub metrics: Option<std::net::SocketAddr>,
 }
 
 /// One listen address (NVMe over Fabrics 1.x Discovery Log Page Entry: TRADDR, TRSVCID).
@@ -499,6 +504,7 @@ impl TargetConfig {
             srq_depth: DEFAULT_SRQ_DEPTH,
             shutdown_timeout_ms: default_shutdown_timeout_ms(),
             cpus: None,
+            metrics: None,
         }
     }
 

@@ -119,6 +119,10 @@ pub struct Controller {
     /// The Error Information log (a lock of its own: poll groups record failed
     /// commands into it).
     errors: Mutex<ErrorLog>,
+    /// The tracing span of this controller (`controller{cntlid hostnqn subnqn}`): the
+    /// parent of its queues' spans, entered by the log lines about it, so each carries
+    /// the controller's fields ([`crate::oplog`]).
+    pub span: tracing::Span,
 }
 
 /// Rounds a Keep Alive Timeout up to whole seconds, as nvmet (KAS 10: 1 s units).
@@ -151,7 +155,14 @@ impl Controller {
         } else {
             round_kato(kato_ms)
         };
+        let span = tracing::info_span!(
+            "controller",
+            cntlid,
+            hostnqn = %hostnqn,
+            subnqn = %subsys.nqn
+        );
         Controller {
+            span,
             cntlid,
             subsys,
             hostnqn,

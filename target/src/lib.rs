@@ -12,7 +12,7 @@
 //! much the poll groups pin, sized from `RLIMIT_MEMLOCK`), [`uring`] (io_uring),
 //! [`backend`] (namespaces on files and block devices, O_DIRECT or not) and [`config`]
 //! (the daemon's TOML configuration); [`oplog`] is what the target tells its operator,
-//! [`logging`] how log lines are written.
+//! [`logging`] how log lines are written, [`metrics`] what it tells Prometheus.
 
 pub mod admin;
 pub mod backend;
@@ -28,6 +28,7 @@ pub mod fabrics;
 pub mod io;
 pub mod logging;
 pub mod memory;
+pub mod metrics;
 pub mod oplog;
 pub mod provider;
 pub mod rdma;

@@ -4,7 +4,10 @@
 //! Text carries ANSI colours only when stderr is a terminal (and `NO_COLOR` is unset),
 //! so a log file or a pipe gets plain text. JSON lines carry `timestamp`, `level`,
 //! `target`, `message` and the event's fields at the top level (e.g. `host_addr`,
-//! `hostnqn`, `qid`, `cntlid`, `qpn`; see [`crate::oplog`]).
+//! `hostnqn`, `qid`, `cntlid`, `qpn`; see [`crate::oplog`]) and, under `spans`, the
+//! spans the line is in (the target's `controller{cntlid, hostnqn, subnqn}` and
+//! `queue{qid, qpn, host_addr}`), outermost first; text lines show the same spans
+//! before the message.
 use std::io::IsTerminal;
 
 /// How log lines are written.
@@ -33,7 +36,7 @@ pub fn init(format: LogFormat, default_filter: &str) {
             .json()
             .flatten_event(true)
             .with_current_span(false)
-            .with_span_list(false)
+            .with_span_list(true)
             .try_init(),
     };
 }

@@ -12,6 +12,11 @@
 //! | `hostnqn`, `subnqn` | host and subsystem NQN, once the Fabrics Connect is read |
 //! | `reason` | a refusal or an end, in words |
 //!
+//! Lines about a queue or a controller are also written inside its tracing span,
+//! `controller{cntlid, hostnqn, subnqn}` (the controller's, [`Controller::span`]) and
+//! within it `queue{qid, qpn, host_addr}`: lines that name neither in their own fields
+//! (an I/O error, a QP's counters at its end) still say whose they are.
+//!
 //! Levels: `info` for what goes as expected (a connection accepted, a controller
 //! created, a queue the host disconnected), `warn` for what an operator may have to act
 //! on (a refused host, a stale connection, a Keep Alive expiry, a queue torn down after

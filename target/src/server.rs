@@ -69,6 +69,10 @@ pub enum TargetError {
     /// The poll groups' registered memory does not fit `RLIMIT_MEMLOCK`.
     #[error("{0}")]
     Memlock(#[from] transport::memlock::MemlockError),
+    /// The metrics endpoint (`metrics`, `--metrics`) could not start: its address
+    /// cannot be bound; the message names it, the cause and the fix.
+    #[error("{0}")]
+    Metrics(#[from] crate::metrics::MetricsError),
 }
 
 /// A running target on provider `P` (the soft provider unless named). Dropping it
@@ -82,6 +86,8 @@ pub struct TargetHandle<P: Provider = DefaultProvider> {
     control: Option<JoinHandle<()>>,
     stop: Sender<ControlCmd>,
     listen: Vec<SocketAddr>,
+    /// The metrics endpoint, when the configuration asks for one.
+    metrics: Option<crate::metrics::MetricsEndpoint>,
 }
 
 /// What the handle asks of the control thread.
@@ -131,6 +137,11 @@ impl<P: Provider> TargetHandle<P> {
     /// Counters of each poll group (the first address's groups first).
     pub fn poll_group_counters(&self) -> &[Arc<PollGroupCounters>] {
         &self.counters
+    }
+    /// The address the metrics endpoint serves (`GET /metrics`), when the
+    /// configuration asked for one (`metrics`; port 0 there: the port the kernel chose).
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics.as_ref().map(|m| m.local_addr())
     }
     /// Stops the target at once and waits for its threads: connections are not
     /// drained or disconnected (see [`TargetHandle::shutdown_within`] for that).
@@ -185,6 +196,10 @@ impl<P: Provider> TargetHandle<P> {
     }
 
     fn stop_all(&mut self) {
+        // First the endpoint: a scrape asks the poll groups, which are going.
+        if let Some(mut m) = self.metrics.take() {
+            m.stop();
+        }
         let _ = self.stop.send(ControlCmd::Stop);
         if let Some(c) = self.control.take() {
             let _ = c.join();
@@ -274,6 +289,12 @@ fn start_recording_created<P: Provider>(
     if cfg.listen.is_empty() {
         return Err(TargetError::Config("no listen address".into()));
     }
+    // Bound first: a metrics address that cannot be had fails the start before any
+    // namespace file is created.
+    let metrics = cfg
+        .metrics
+        .map(crate::metrics::BoundEndpoint::bind)
+        .transpose()?;
     if let Some(cpus) = &cfg.cpus {
         cpus.check_allowed().map_err(TargetError::Config)?;
     }
@@ -359,6 +380,7 @@ fn start_recording_created<P: Provider>(
     let mut endpoints = Vec::new();
     let mut groups = Vec::new();
     let mut counters = Vec::new();
+    let mut group_addrs = Vec::new();
     for (ip, listen_ports) in listen_addresses(cfg) {
         let dev = P::open(&device_config(ip, poll_groups)).map_err(|e| TargetError::Device {
             addr: ip,
@@ -425,6 +447,7 @@ fn start_recording_created<P: Provider>(
             }
             groups.push((tx, Some(h)));
             counters.push(c);
+            group_addrs.push(ip);
         }
         let tos = cfg
             .listen
@@ -460,7 +483,7 @@ fn start_recording_created<P: Provider>(
         .name("nvmf-control".into())
         .spawn(move || ctl.run())
         .map_err(|e| TargetError::Config(format!("spawning control thread: {e}")))?;
-    Ok(TargetHandle {
+    let mut handle = TargetHandle {
         devices,
         reg,
         groups,
@@ -468,7 +491,48 @@ fn start_recording_created<P: Provider>(
         control: Some(control),
         stop: stop_tx,
         listen: cfg.listen.iter().map(|l| l.socket_addr()).collect(),
-    })
+        metrics: None,
+    };
+    if let Some(bound) = metrics {
+        let sources = metric_sources(&handle, &group_addrs);
+        // On an error the handle's drop stops what started.
+        handle.metrics = Some(bound.serve(sources)?);
+    }
+    Ok(handle)
+}
+
+/// What the metrics endpoint reads from `t`, whose poll groups poll the devices of
+/// `group_addrs` (one address per poll group, in order).
+fn metric_sources<P: Provider>(
+    t: &TargetHandle<P>,
+    group_addrs: &[IpAddr],
+) -> crate::metrics::Sources {
+    use crate::metrics::{DeviceCounterFn, GroupSource, Sources};
+    Sources {
+        reg: t.reg.clone(),
+        groups: t
+            .groups
+            .iter()
+            .zip(&t.counters)
+            .zip(group_addrs)
+            .enumerate()
+            .map(|(index, (((cmds, _), counters), &traddr))| GroupSource {
+                index,
+                traddr,
+                cmds: cmds.clone(),
+                counters: counters.clone(),
+            })
+            .collect(),
+        devices: t
+            .devices
+            .iter()
+            .map(|(d, _)| {
+                let (ip, d) = (d.ip(), d.clone());
+                let read: DeviceCounterFn = Box::new(move || d.hw_counters());
+                (ip, read)
+            })
+            .collect(),
+    }
 }
 
 /// The control thread's view of one listen address: its CM agent, the event channel
@@ -596,6 +660,8 @@ impl<P: Provider> Control<P> {
                     .filter(|(_, c)| qpns.contains(&(c.group, c.peer.qpn)))
                     .map(|(&id, _)| id)
                     .collect();
+                let span = ctrl.span.clone();
+                let _span = span.enter();
                 oplog::keep_alive_expired(&ctrl, ids.len());
                 for (ep, id) in ids {
                     let _ = self.endpoints[ep].cm.disconnect(ConnId(id));
@@ -666,6 +732,7 @@ impl<P: Provider> Control<P> {
         status: RdmaCmRejectStatus,
         (remote_ip, remote_qpn, private_data): (IpAddr, u32, &[u8]),
     ) {
+        self.reg.refusals.count(crate::metrics::Refusal::Cm(status));
         oplog::cm_refused(
             remote_ip,
             remote_qpn,
@@ -743,6 +810,9 @@ impl<P: Provider> Control<P> {
                 host_qpn = %oplog::Hex(remote_qpn),
                 "refused an RDMA CM connection request: the target is shutting down"
             );
+            self.reg
+                .refusals
+                .count(crate::metrics::Refusal::ShuttingDown);
             let pd = RdmaCmReject::new(RdmaCmRejectStatus::NoResources);
             let _ = self.endpoints[ep]
                 .cm

@@ -236,6 +236,9 @@ pub struct Registry {
     pub limits: Limits,
     /// When the registry (the target) started: the SMART log's Power On Hours.
     pub started: Instant,
+    /// Refused connections by reason (Fabrics Connects and RDMA CM requests), for the
+    /// metrics endpoint ([`crate::metrics::refusals`]).
+    pub refusals: crate::metrics::ConnectRefusals,
     controllers: Mutex<ControllerTable>,
     genctr: AtomicU64,
 }
@@ -269,6 +272,7 @@ impl Registry {
             ports,
             limits,
             started: Instant::now(),
+            refusals: crate::metrics::ConnectRefusals::default(),
             controllers: Mutex::new(ControllerTable {
                 by_id: BTreeMap::new(),
                 next: CNTLID_MIN,

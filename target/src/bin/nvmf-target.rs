@@ -7,8 +7,9 @@
 //! (`--addr`, `--port`, `--nqn`, `--file`, `--size`, `--block-size`) are refused with
 //! `--config`, naming them (the file describes the subsystems and listen addresses);
 //! the flags that tune the whole target (`--provider`, `--poll-groups`, `--mdts`,
-//! `--data-slab`, `--direct`) override the file, each with a log line.
-use std::net::IpAddr;
+//! `--data-slab`, `--direct`, `--cpus`, `--shutdown-timeout-ms`, `--metrics`) override
+//! the file, each with a log line.
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -43,8 +44,9 @@ const SUBSYSTEM_FLAGS: [&str; 8] = [
     about = "NVMe over Fabrics target on RDMA (RoCEv2: the userspace soft provider, or a kernel RDMA device with --provider verbs)",
     after_help = "With --config FILE the file describes the subsystems, namespaces and listen \
                   addresses: --addr, --port, --nqn, --file, --size and --block-size are refused \
-                  with it (put them in the file). --provider, --poll-groups, --mdts, --data-slab \
-                  and --direct override the file's values, each with a log line."
+                  with it (put them in the file). --provider, --poll-groups, --mdts, --data-slab, \
+                  --direct, --cpus, --shutdown-timeout-ms and --metrics override the file's values, \
+                  each with a log line."
 )]
 struct Args {
     /// RDMA provider: soft (userspace RoCEv2 over UDP, no RDMA hardware needed) or
@@ -125,6 +127,11 @@ struct Args {
     /// when it allows. Overrides a --config file's `data_slab`.
     #[arg(long, value_name = "SIZE")]
     data_slab: Option<String>,
+    /// Serve metrics in Prometheus' text format over plain HTTP on ADDR:PORT
+    /// (`GET /metrics`; e.g. 127.0.0.1:9100, reachable from this machine only).
+    /// Overrides a --config file's `metrics` [default: no endpoint]
+    #[arg(long, value_name = "ADDR:PORT")]
+    metrics: Option<SocketAddr>,
 }
 
 /// Whether `id` was given on the command line (not just defaulted).
@@ -260,6 +267,10 @@ fn main() -> ExitCode {
     if let Some(ms) = args.shutdown_timeout_ms {
         overrides("--shutdown-timeout-ms", &ms, "shutdown_timeout_ms");
         cfg.shutdown_timeout_ms = ms;
+    }
+    if let Some(addr) = args.metrics {
+        overrides("--metrics", &addr, "metrics");
+        cfg.metrics = Some(addr);
     }
     if let Some(list) = &args.cpus {
         match nvmf_target::cpus::CpuList::parse(list) {

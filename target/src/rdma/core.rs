@@ -60,6 +60,7 @@ use super::{PollGroupCounters, CQE_LEN, RESP_SLOT, SQE_LEN};
 use crate::buffers::{BufferPool, Chunk, PoolError};
 use crate::capsule::{classify, Kind};
 use crate::io::{self, IoCommand};
+use crate::metrics::latency::{self, ReadWrite};
 use crate::oplog::{self, QueueEnd};
 use crate::stats::NamespaceStats;
 use crate::subsystem::Registry;
@@ -244,6 +245,8 @@ struct Request {
     read_held: bool,
     /// It was counted in a wait counter (buffer, READ credit, send credit) already.
     waited: u8,
+    /// When its capsule arrived (the poll round's time): the start of its latency.
+    arrived: Option<Instant>,
 }
 
 const WAITED_BUFFER: u8 = 1;
@@ -278,6 +281,7 @@ impl Request {
             send_held: 0,
             read_held: false,
             waited: 0,
+            arrived: None,
         }
     }
 }
@@ -308,6 +312,9 @@ pub struct RequestCore {
     disconnect_due: Option<u32>,
     /// Every namespace's counters, by io_uring fixed-file index.
     ns_stats: Vec<Option<Arc<NamespaceStats>>>,
+    /// Every namespace's completion latency, reads and writes, by io_uring fixed-file
+    /// index: this poll group's own, plain integers ([`crate::metrics::latency`]).
+    latency: Vec<ReadWrite>,
     /// The null and RAM namespaces, by io_uring fixed-file index: served here, without
     /// io_uring ([`crate::backend::memory`]). Never changed after construction.
     in_memory: Vec<Option<Arc<crate::backend::Backend>>>,
@@ -399,6 +406,7 @@ impl RequestCore {
             kick_queues: Vec::new(),
             events_due: None,
             disconnect_due: None,
+            latency: vec![ReadWrite::default(); ns_stats.len()],
             ns_stats,
             in_memory,
             draining: false,
@@ -421,6 +429,18 @@ impl RequestCore {
     /// The state changes recorded since the last call.
     pub fn take_trace(&mut self) -> Vec<(u32, ReqState)> {
         self.trace.as_mut().map(std::mem::take).unwrap_or_default()
+    }
+
+    /// This poll group's completion latency per namespace (by io_uring fixed-file
+    /// index), reads then writes, since it started.
+    pub fn latency(&self) -> &[ReadWrite] {
+        &self.latency
+    }
+
+    /// The admin queues and the I/O queues the core holds now.
+    pub fn queue_counts(&self) -> (u64, u64) {
+        let admin = self.queues.values().filter(|q| q.qid == 0).count() as u64;
+        (admin, self.queues.len() as u64 - admin)
     }
 
     /// The state of request `req` (`None` past the last).
@@ -507,7 +527,9 @@ impl RequestCore {
     pub fn add_queue(&mut self, qpn: u32, params: &QueueParams) {
         let id = self.next_queue_id;
         self.next_queue_id += 1;
-        if self.queues.insert(qpn, Queue::new(id, params)).is_some() {
+        let mut q = Queue::new(id, params);
+        q.open_span(qpn);
+        if self.queues.insert(qpn, q).is_some() {
             tracing::warn!("QP {qpn:#x} was already a queue; its old requests are forgotten");
         }
     }
@@ -519,6 +541,7 @@ impl RequestCore {
         let Some(q) = self.queues.remove(&qpn) else {
             return;
         };
+        let _span = q.span.clone().entered();
         oplog::queue_closed(&q.peer(qpn), q.ctrl.as_deref(), why);
         if let Some(ctrl) = &q.ctrl {
             if q.qid == 0 {
@@ -600,6 +623,7 @@ impl RequestCore {
             queue,
             sqe: Sqe::from_array(sqe),
             in_capsule_len,
+            arrived: Some(now),
             ..Request::free()
         };
         self.set_state(i, ReqState::New);
@@ -689,6 +713,8 @@ impl RequestCore {
                 let status = io::errno_status(errno);
                 self.reqs[i].status = status;
                 if let Some((ns, nqn)) = self.namespace_of(i) {
+                    let span = self.queues.get(&self.reqs[i].qpn).map(|q| q.span.clone());
+                    let _span = span.map(tracing::Span::entered);
                     io::log_io_error(ns, nqn, &cmd, errno, status, now);
                 }
             }
@@ -807,7 +833,7 @@ impl RequestCore {
                     }
                 },
                 ReqState::Executed => {
-                    self.ready_to_complete(i);
+                    self.ready_to_complete(i, now);
                     true
                 }
                 ReqState::ReadyToComplete => self.post_response(i),
@@ -1061,11 +1087,22 @@ impl RequestCore {
     }
 
     /// Executed: the response joins its queue's send order; a read or write that
-    /// succeeded is counted for its namespace (the SMART log).
-    fn ready_to_complete(&mut self, i: usize) {
+    /// succeeded is counted for its namespace (the SMART log) and in its latency
+    /// histogram (arrival to now).
+    fn ready_to_complete(&mut self, i: usize, now: Instant) {
         let r = &self.reqs[i];
         if let (Kind::Io(cmd), true) = (r.kind, r.status.is_success()) {
             self.count_io(r.file, cmd);
+            let dir = match cmd {
+                IoCommand::Read { .. } | IoCommand::Compare { .. } => Some(latency::READ),
+                IoCommand::Write { .. } => Some(latency::WRITE),
+                _ => None,
+            };
+            if let (Some(dir), Some(at), Some(h)) =
+                (dir, r.arrived, self.latency.get_mut(r.file as usize))
+            {
+                h[dir].record(now.saturating_duration_since(at));
+            }
         }
         let qpn = self.reqs[i].qpn;
         let id = self.reqs[i].queue;
@@ -1222,6 +1259,7 @@ impl RequestCore {
         if let Some(q) = self.queues.get_mut(&qpn) {
             if !q.error_reported {
                 q.error_reported = true;
+                let _span = q.span.enter();
                 tracing::info!("QP {qpn:#x} (queue {}) went to the error state", q.qid);
                 self.actions.push_back(Action::ReportQpError { qpn });
             }

@@ -179,6 +179,10 @@ pub enum GroupCmd {
     /// Drain for a clean shutdown ([`core::RequestCore::drain`]): answer what is in
     /// flight, refuse what comes; the report goes out once nothing is in flight.
     Drain(Sender<DrainReport>),
+    /// A copy of the counters the poll group keeps in its own state (completion
+    /// latency, queues, its QPs' transport counters), for a scrape of the metrics
+    /// endpoint ([`crate::metrics`]).
+    Metrics(Sender<crate::metrics::GroupSnapshot>),
     /// Stop the poll loop.
     Shutdown,
 }

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam::channel::{Receiver, Sender};
 use transport::memlock::{pinned_span_bytes, Bytes, MemlockError, PinBudget, PinCharge};
+use transport::rc::QpCounters;
 use transport::verbs::connection::AcceptToken;
 use transport::verbs::{
     AccessFlags, AsyncEvent, CmOf, ConnectionManager, Context, ContextOf, Cq, Device, DeviceOf,
@@ -112,6 +113,10 @@ pub struct PollGroup<P: Provider> {
     io_done: Vec<(u64, i32)>,
     /// Draining: where to report once nothing is in flight.
     drain_reply: Option<Sender<DrainReport>>,
+    /// The transport counters of the QPs destroyed so far (the metrics add the live
+    /// ones', so what they report never goes down); `None` until a destroyed QP had
+    /// some (the verbs provider keeps none per QP).
+    retired_qp: Option<QpCounters>,
     /// The process budget's charge for the ring's fixed buffers (none when they are
     /// plain buffers); declared after `ring`, so it is released after the ring's drop
     /// unregistered them.
@@ -300,6 +305,7 @@ impl<P: Provider> PollGroup<P> {
             wcs: vec![WorkCompletion::new(0, WcStatus::Success, WcOpcode::Recv, 0); 64],
             io_done: Vec::with_capacity(64),
             drain_reply: None,
+            retired_qp: None,
             _pinned: pinned,
         };
         for slot in 0..cfg.srq_depth {
@@ -658,7 +664,27 @@ impl<P: Provider> PollGroup<P> {
                 self.drain_reply = Some(reply);
                 self.report_if_drained();
             }
+            GroupCmd::Metrics(reply) => {
+                let _ = reply.send(self.metrics_snapshot());
+            }
             GroupCmd::Shutdown => {}
+        }
+    }
+
+    /// A copy of the counters this poll group keeps in its own state.
+    fn metrics_snapshot(&self) -> crate::metrics::GroupSnapshot {
+        let (admin_queues, io_queues) = self.core.queue_counts();
+        let mut qp = self.retired_qp;
+        for &q in self.qps.values() {
+            if let Some(c) = self.ctx.qp_counters(q) {
+                crate::metrics::add_qp_counters(qp.get_or_insert_with(QpCounters::default), &c);
+            }
+        }
+        crate::metrics::GroupSnapshot {
+            latency: self.core.latency().to_vec(),
+            admin_queues,
+            io_queues,
+            qp,
         }
     }
 
@@ -806,7 +832,13 @@ impl<P: Provider> PollGroup<P> {
         if let Some(q) = self.core.queue(qpn).filter(|q| q.qid != 0) {
             self.io_demand = self.io_demand.saturating_sub(u32::from(q.sq_size));
         }
+        let span = self.core.queue(qpn).map(|q| q.span.clone());
+        let _span = span.map(tracing::Span::entered);
         if let Some(c) = self.ctx.qp_counters(qp) {
+            crate::metrics::add_qp_counters(
+                self.retired_qp.get_or_insert_with(QpCounters::default),
+                &c,
+            );
             // What the QP's requester resent over its life (a slow or lossy peer shows
             // here before it ends a queue).
             tracing::info!(

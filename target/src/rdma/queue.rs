@@ -70,6 +70,10 @@ pub struct Queue {
     /// A Disconnect was accepted: capsules that arrive after it are dropped (the
     /// specification leaves them undefined; no CQE may follow the Disconnect's).
     pub(crate) closing: bool,
+    /// The queue's tracing span (`queue{qid qpn host_addr}`), a child of its
+    /// controller's once the Fabrics Connect named one; entered by
+    /// the log lines about the queue (never per command).
+    pub span: tracing::Span,
 }
 
 impl Queue {
@@ -91,7 +95,33 @@ impl Queue {
             pending_send: VecDeque::new(),
             disconnect: None,
             closing: false,
+            span: tracing::Span::none(),
         }
+    }
+
+    /// The span of queue `qpn` under `parent` (none: a root span).
+    fn make_span(&self, qpn: u32, parent: Option<&tracing::Span>) -> tracing::Span {
+        let qpn = crate::oplog::Hex(qpn);
+        match parent {
+            Some(p) => {
+                tracing::info_span!(parent: p, "queue", qid = self.qid, qpn = %qpn, host_addr = %self.remote)
+            }
+            None => {
+                tracing::info_span!("queue", qid = self.qid, qpn = %qpn, host_addr = %self.remote)
+            }
+        }
+    }
+
+    /// Gives the new queue `qpn` its span (before its Connect: no controller).
+    pub(crate) fn open_span(&mut self, qpn: u32) {
+        self.span = self.make_span(qpn, None);
+    }
+
+    /// The Fabrics Connect on queue `qpn` connected it to `ctrl`: the queue's span
+    /// becomes a child of the controller's.
+    pub(crate) fn attach(&mut self, qpn: u32, ctrl: Arc<Controller>) {
+        self.span = self.make_span(qpn, Some(&ctrl.span));
+        self.ctrl = Some(ctrl);
     }
 
     /// The queue's identity in the operator's log.

@@ -121,6 +121,14 @@ pub trait Device: Send + Sync + 'static {
     fn caps(&self) -> DeviceCaps;
     /// Number of poll groups [`Device::open_context`] can open.
     fn poll_groups(&self) -> u32;
+    /// The device's own counters by name (Linux rxe's `hw_counters` names where one
+    /// exists), each counting since the device was opened. The soft provider: packets
+    /// and datagrams sent and received, ICRC errors, malformed and unknown-QP packets,
+    /// send drops ...; the default (verbs): none (the kernel device's sysfs
+    /// `hw_counters` have them).
+    fn hw_counters(&self) -> Vec<(&'static str, u64)> {
+        Vec::new()
+    }
 
     /// Allocates a protection domain (`ibv_alloc_pd`).
     ///

@@ -130,6 +130,8 @@ impl RequestCore {
                     Some(refused) => refused,
                     None => {
                         let outcome = fabrics::connect(&self.reg, &r.sqe, &data, now);
+                        let span = self.queues.get(&qpn).map(|q| q.span.clone());
+                        let _span = span.map(tracing::Span::entered);
                         oplog::fabrics_connect(&peer, &r.sqe, &data, &outcome);
                         outcome
                     }
@@ -137,11 +139,16 @@ impl RequestCore {
                 let (status, dw0) = match outcome {
                     ConnectOutcome::Accepted { ctrl, dw0 } => {
                         if let Some(q) = self.queues.get_mut(&qpn) {
-                            q.ctrl = Some(ctrl);
+                            q.attach(qpn, ctrl);
                         }
                         (Status::SUCCESS, dw0)
                     }
-                    ConnectOutcome::Refused { status, dw0 } => (status, dw0),
+                    ConnectOutcome::Refused { status, dw0 } => {
+                        self.reg
+                            .refusals
+                            .count(crate::metrics::Refusal::of_connect(status, dw0));
+                        (status, dw0)
+                    }
                 };
                 self.reqs[i].dw0 = dw0;
                 self.finish(i, status);
