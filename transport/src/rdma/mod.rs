@@ -76,7 +76,7 @@ impl crate::verbs::Provider for VerbsProvider {
         }
     }
 
-    /// [`VerbsProvider::device_config`]: there are no options.
+    /// [`Provider::device_config`](crate::verbs::Provider::device_config): there are no options.
     fn device_config_with(ip: std::net::IpAddr, poll_groups: u32, _options: &()) -> DeviceConfig {
         Self::device_config(ip, poll_groups)
     }
