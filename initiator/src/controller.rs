@@ -493,6 +493,20 @@ impl<P: Provider> Controller<P> {
             .map(|_| ())
     }
 
+    /// Keep Alive waited for at most `timeout` (Linux gives it KATO). Errors: the
+    /// command's, [`HostError::Timeout`].
+    pub fn keep_alive_within(&mut self, timeout: Duration) -> Result<(), HostError> {
+        run_command(
+            &mut self.admin,
+            Sqe::keep_alive(0),
+            DataDir::None,
+            |_| {},
+            timeout,
+            &mut self.stray,
+        )
+        .map(|_| ())
+    }
+
     /// How often to send Keep Alive: KATO/2 (`None` when KATO is 0).
     pub fn keep_alive_interval(&self) -> Option<Duration> {
         (self.opts.kato_ms > 0).then(|| Duration::from_millis(u64::from(self.opts.kato_ms) / 2))
@@ -589,6 +603,10 @@ impl<P: Provider> Controller<P> {
     /// The admin queue (for owners that drive it without blocking).
     pub fn admin_queue_mut(&mut self) -> &mut NvmeRdmaQueue<P> {
         &mut self.admin
+    }
+    /// The RDMA device the controller's queues are on.
+    pub fn device(&self) -> &std::sync::Arc<transport::verbs::DeviceOf<P>> {
+        self.admin.context().device()
     }
     /// The connection manager the queues use.
     pub fn cm(&self) -> &P::Cm {

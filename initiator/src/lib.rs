@@ -60,6 +60,7 @@ mod fabrics;
 pub mod health;
 pub mod host;
 pub mod identify;
+pub mod keeper;
 pub mod lifecycle;
 pub mod options;
 pub mod pool;
