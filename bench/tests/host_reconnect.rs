@@ -250,3 +250,53 @@ async fn a_target_that_never_returns_fails_every_call_after_ctrl_loss_tmo() {
         .expect("disconnect returns")
         .unwrap_err();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_command_is_aborted_then_the_controller_reset_and_the_write_completes() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let target = TargetProcess::start("127.0.0.244", dir.path());
+    let mut opts = options("127.0.0.244", "127.0.0.245");
+    // The command's own timeout finds the stall (Keep Alive would take 30 s).
+    opts.kato_ms = 60_000;
+    opts.io_timeout = Some(Duration::from_secs(1));
+    opts.admin_timeout = Duration::from_secs(1);
+    opts.ctrl_loss_tmo = Some(PATIENCE);
+    let host = Host::connect(opts).await.expect("connect");
+    let ns = host.namespace(1).await.expect("namespace 1");
+    ns.write(0, &pattern(0, 1), false).await.expect("a write");
+    // The target process stops answering anything, then comes back as it was.
+    let pid = target.0.id() as libc::pid_t;
+    // SAFETY: signals to our own child process.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+    let write = {
+        let ns = ns.clone();
+        tokio::spawn(async move { ns.write(8, &pattern(1, 1), false).await })
+    };
+    let deadline = Instant::now() + PATIENCE;
+    // Reset, and the old queues torn down (CONNECTING).
+    while host.resets() == 0 || host.state() != CtrlState::Connecting {
+        assert!(Instant::now() < deadline, "no controller reset");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(!write.is_finished(), "the write is held across the reset");
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
+    tokio::time::timeout(PATIENCE, write)
+        .await
+        .expect("the held write returns")
+        .expect("writer task")
+        .expect("the write completes after the reset");
+    assert!(host.reconnects() >= 1);
+    let mut back = vec![0u8; 4096];
+    ns.read(8, &mut back).await.expect("read back");
+    assert!(back == pattern(1, 1), "the reissued write's data");
+    eprintln!(
+        "{} reset(s), {} reconnect(s), {} reissued",
+        host.resets(),
+        host.reconnects(),
+        host.reissued()
+    );
+    host.disconnect().await.expect("disconnect");
+    drop(target);
+}

@@ -507,6 +507,43 @@ impl<P: Provider> Controller<P> {
         .map(|_| ())
     }
 
+    /// Abort (08h, NVMe Base 2.x §5.1) of command `cid` on submission queue `sqid`,
+    /// waited for at most `timeout`. Returns whether the controller aborted it (CQE DW0
+    /// bit 0 cleared; the command then completes with Command Abort Requested).
+    /// Errors: the command's, [`HostError::Timeout`].
+    pub fn abort_within(
+        &mut self,
+        sqid: u16,
+        cid: u16,
+        timeout: Duration,
+    ) -> Result<bool, HostError> {
+        let mut sqe = Sqe::new(nvme::AdminOpcode::Abort.value(), 0);
+        sqe.set_cdw10(u32::from(sqid) | (u32::from(cid) << 16));
+        let (cqe, _) = run_command(
+            &mut self.admin,
+            sqe,
+            DataDir::None,
+            |_| {},
+            timeout,
+            &mut self.stray,
+        )?;
+        Ok(cqe.dw0() & 1 == 0)
+    }
+
+    /// Clears CC.EN (a controller reset's first step), waited for at most `timeout`.
+    pub fn disable_within(&mut self, timeout: Duration) -> Result<(), HostError> {
+        let sqe = Sqe::property_set(0, Property::Cc, u64::from(self.cc.with_en(false).0));
+        run_command(
+            &mut self.admin,
+            sqe,
+            DataDir::None,
+            |_| {},
+            timeout,
+            &mut self.stray,
+        )
+        .map(|_| ())
+    }
+
     /// How often to send Keep Alive: KATO/2 (`None` when KATO is 0).
     pub fn keep_alive_interval(&self) -> Option<Duration> {
         (self.opts.kato_ms > 0).then(|| Duration::from_millis(u64::from(self.opts.kato_ms) / 2))

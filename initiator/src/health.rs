@@ -24,10 +24,25 @@ struct Inner {
     state: AtomicU8,
     failfast: AtomicBool,
     reconnects: AtomicU64,
+    resets: AtomicU64,
     /// The first error an I/O path reported that the keeper has not taken yet.
     reported: Mutex<Option<String>>,
     /// Why the controller was lost, while it recovers.
     reason: Mutex<Option<String>>,
+    /// Commands past `io_timeout` that the keeper is to abort.
+    aborts: Mutex<Vec<TimedOut>>,
+}
+
+/// An I/O command that an I/O path found outstanding past `io_timeout`: the keeper
+/// sends Abort for it ([`ControllerHealth::request_abort`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TimedOut {
+    /// Its queue.
+    pub qid: u16,
+    /// Its command identifier.
+    pub cid: u16,
+    /// What it is, for the log and errors (e.g. "Write (CID 3) on queue 1").
+    pub what: String,
 }
 
 impl Default for Inner {
@@ -37,8 +52,10 @@ impl Default for Inner {
             state: AtomicU8::new(CtrlState::Live.to_u8()),
             failfast: AtomicBool::new(false),
             reconnects: AtomicU64::new(0),
+            resets: AtomicU64::new(0),
             reported: Mutex::new(None),
             reason: Mutex::new(None),
+            aborts: Mutex::new(Vec::new()),
         }
     }
 }
@@ -105,6 +122,16 @@ impl ControllerHealth {
         }
     }
 
+    /// Asks the keeper to Abort a command past `io_timeout`.
+    pub fn request_abort(&self, t: TimedOut) {
+        self.0.aborts.lock().push(t);
+    }
+
+    /// Takes the Abort requests (the keeper's job).
+    pub fn take_abort_requests(&self) -> Vec<TimedOut> {
+        std::mem::take(&mut *self.0.aborts.lock())
+    }
+
     /// Takes the reported error (the keeper's job).
     pub fn take_reported(&self) -> Option<String> {
         self.0.reported.lock().take()
@@ -126,6 +153,17 @@ impl ControllerHealth {
     /// Counts a successful reconnect.
     pub fn count_reconnect(&self) {
         self.0.reconnects.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Counts a controller reset (a command past `io_timeout` that Abort did not
+    /// help).
+    pub fn count_reset(&self) {
+        self.0.resets.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Controller resets started so far.
+    pub fn resets(&self) -> u64 {
+        self.0.resets.load(Ordering::Acquire)
     }
 
     /// Successful reconnects so far.

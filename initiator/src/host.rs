@@ -43,6 +43,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam::queue::ArrayQueue;
+use nvme::status::GenericStatus;
 use nvme::{Cqe, DsmRange, Sqe};
 use parking_lot::{Mutex, MutexGuard};
 use tokio::sync::Semaphore;
@@ -52,7 +53,7 @@ use zerocopy::IntoBytes;
 
 use crate::capsule::DataDir;
 use crate::error::{HostError, QueueError};
-use crate::health::ControllerHealth;
+use crate::health::{ControllerHealth, TimedOut};
 use crate::identify::ControllerInfo;
 use crate::lifecycle::{CtrlState, IoDisposition, MAX_RETRIES};
 use crate::options::{Completions, HostOptions};
@@ -117,6 +118,10 @@ struct PendingCmd {
     reissue: bool,
     /// Times it was reissued.
     retries: u8,
+    /// When it was posted (with an `io_timeout`), or when its Abort was asked for.
+    posted_at: Option<Instant>,
+    /// An Abort was asked for after `io_timeout`.
+    abort_asked: bool,
 }
 
 /// The part of a queue that its lock guards.
@@ -130,7 +135,12 @@ struct QueueState<P: Provider> {
     done: Vec<QueueCompletion>,
     /// Wakers to call once the lock is released.
     wake: Vec<Waker>,
+    /// Drive rounds, for the `io_timeout` check every [`TIMEOUT_CHECK_ROUNDS`].
+    rounds: u32,
 }
+
+/// Rounds of [`IoQueue::drive`] between two looks for commands past `io_timeout`.
+const TIMEOUT_CHECK_ROUNDS: u32 = 256;
 
 /// One queue of the async host: see the module docs.
 struct IoQueue<P: Provider> {
@@ -149,6 +159,9 @@ struct IoQueue<P: Provider> {
     recovers: bool,
     /// Commands reissued after a path error.
     reissued: AtomicU64,
+    /// How long a command may be outstanding before it is aborted (then the
+    /// controller reset); `None`: forever.
+    io_timeout: Option<Duration>,
 }
 
 impl<P: Provider> IoQueue<P> {
@@ -157,6 +170,7 @@ impl<P: Provider> IoQueue<P> {
         runtime_polled: bool,
         health: ControllerHealth,
         recovers: bool,
+        io_timeout: Option<Duration>,
     ) -> Self {
         let n = queue.max_outstanding().max(1);
         let depth = usize::from(queue.depth());
@@ -172,6 +186,7 @@ impl<P: Provider> IoQueue<P> {
                 pending: VecDeque::with_capacity(n),
                 done: Vec::with_capacity(depth),
                 wake: Vec::with_capacity(n),
+                rounds: 0,
             }),
             credits: Semaphore::new(n),
             records: (0..n).map(|_| Mutex::new(RecState::Free)).collect(),
@@ -182,6 +197,7 @@ impl<P: Provider> IoQueue<P> {
             health,
             recovers,
             reissued: AtomicU64::new(0),
+            io_timeout,
         }
     }
 
@@ -248,12 +264,18 @@ impl<P: Provider> IoQueue<P> {
             let Some(mut cmd) = by_cid.get_mut(usize::from(c.cid)).and_then(Option::take) else {
                 continue;
             };
-            let again = hold
-                && cmd.reissue
-                && cmd.retries < MAX_RETRIES
-                && matches!(&c.result, Err(e) if !matches!(e, HostError::Nvme { .. }));
-            if again {
+            let retryable = match &c.result {
+                Ok(_) => false,
+                // Aborted after io_timeout: retried, as Linux's block layer does.
+                Err(HostError::Nvme { status, .. }) => {
+                    !status.dnr && status.as_generic() == Some(GenericStatus::AbortRequested)
+                }
+                Err(_) => path_error,
+            };
+            if hold && retryable && cmd.reissue && cmd.retries < MAX_RETRIES {
                 cmd.retries += 1;
+                cmd.posted_at = None;
+                cmd.abort_asked = false;
                 cmd.buf = c.buf;
                 self.reissued.fetch_add(1, Ordering::Relaxed);
                 pending.push_front(cmd);
@@ -264,6 +286,47 @@ impl<P: Provider> IoQueue<P> {
                 Err(error) => Err(BufError { error, buf: c.buf }),
             };
             self.finish(cmd.rec, r, wake);
+        }
+    }
+
+    /// Looks for commands outstanding past `timeout`: the first time, the keeper is
+    /// asked to Abort one (and the clock starts again); the second time (aborted but
+    /// still not completed), the controller is reset through a reported error. Either
+    /// way the command is reissued on the new queues if it may be.
+    fn check_timeouts(&self, st: &mut QueueState<P>, timeout: Duration) {
+        let now = Instant::now();
+        for (cid, slot) in st.by_cid.iter_mut().enumerate() {
+            let Some(p) = slot.as_mut() else { continue };
+            let Some(at) = p.posted_at else { continue };
+            if now.saturating_duration_since(at) < timeout {
+                continue;
+            }
+            let what = format!(
+                "{} (CID {cid}) on queue {}",
+                crate::queue::command_name(self.qid, p.sqe.opcode(), p.sqe.fctype()),
+                self.qid
+            );
+            if p.abort_asked {
+                p.posted_at = None;
+                self.health.report_error(format!(
+                    "{what} was aborted after io_timeout ({} ms) but did not complete",
+                    timeout.as_millis()
+                ));
+            } else {
+                p.abort_asked = true;
+                p.posted_at = Some(now);
+                tracing::warn!(
+                    qid = self.qid,
+                    cid,
+                    io_timeout_ms = timeout.as_millis() as u64,
+                    "{what} timed out: asking for an Abort"
+                );
+                self.health.request_abort(TimedOut {
+                    qid: self.qid,
+                    cid: cid as u16,
+                    what,
+                });
+            }
         }
     }
 
@@ -310,9 +373,16 @@ impl<P: Provider> IoQueue<P> {
             self.health.report_error(format!("queue {}: {r}", self.qid));
             return false;
         }
+        if let Some(t) = self.io_timeout {
+            st.rounds = st.rounds.wrapping_add(1);
+            if st.rounds % TIMEOUT_CHECK_ROUNDS == 0 {
+                self.check_timeouts(st, t);
+            }
+        }
         if disposition != IoDisposition::Submit {
             return self.has_work(st);
         }
+        let now = self.io_timeout.map(|_| Instant::now());
         let QueueState {
             queue,
             by_cid,
@@ -328,7 +398,10 @@ impl<P: Provider> IoQueue<P> {
                 continue;
             }
             match q.submit(p.sqe, p.data, p.buf.take()) {
-                Ok(cid) => by_cid[usize::from(cid)] = Some(p),
+                Ok(cid) => {
+                    p.posted_at = now;
+                    by_cid[usize::from(cid)] = Some(p);
+                }
                 Err(SubmitError {
                     error: QueueError::Full,
                     buf,
@@ -421,6 +494,8 @@ impl<P: Provider> IoQueue<P> {
                 buf,
                 reissue,
                 retries: 0,
+                posted_at: None,
+                abort_asked: false,
             });
             self.drive(&mut g);
             // Rare here (completions found while posting): woken under the lock.
@@ -632,7 +707,15 @@ impl<P: Provider> Host<P> {
         let recovers = reconnect.ctrl_loss_tmo != Some(Duration::ZERO);
         let io: Vec<Arc<IoQueue<P>>> = queues
             .into_iter()
-            .map(|q| Arc::new(IoQueue::new(q, runtime, health.clone(), recovers)))
+            .map(|q| {
+                Arc::new(IoQueue::new(
+                    q,
+                    runtime,
+                    health.clone(),
+                    recovers,
+                    opts.io_timeout,
+                ))
+            })
             .collect();
         let set = Arc::new(recovery::HostQueues {
             io: io.clone(),
@@ -708,6 +791,12 @@ impl<P: Provider> Host<P> {
     /// Successful reconnects since [`Host::connect`].
     pub fn reconnects(&self) -> u64 {
         self.shared.health.reconnects()
+    }
+
+    /// Controller resets (a command past `io_timeout` that Abort did not help) since
+    /// [`Host::connect`].
+    pub fn resets(&self) -> u64 {
+        self.shared.health.resets()
     }
 
     /// I/O commands reissued on new queues after a path error.

@@ -23,7 +23,7 @@ use transport::verbs::{Device as _, DeviceOf, Pd, Provider};
 
 use crate::controller::{Controller, ControllerOptions};
 use crate::error::HostError;
-use crate::health::ControllerHealth;
+use crate::health::{ControllerHealth, TimedOut};
 use crate::lifecycle::{Action, CtrlState, Lifecycle, ReconnectOptions};
 use crate::pool::BufferPool;
 use crate::queue::NvmeRdmaQueue;
@@ -32,6 +32,10 @@ use crate::queue::NvmeRdmaQueue;
 /// Alives (at most; the soft provider's poll group wakes sooner for packets and RC
 /// timers), and how often it looks at the lifecycle's timers and reported errors.
 const ADMIN_TICK: Duration = Duration::from_millis(20);
+
+/// How long a controller reset waits for CC.EN 1 -> 0 (the Property Set) on a
+/// controller that may not answer.
+pub const RESET_DISABLE_WAIT: Duration = Duration::from_secs(1);
 
 /// How long a torn-down queue waits for the target's DREP (a lost target sends none).
 pub const TEARDOWN_DISCONNECT_WAIT: Duration = Duration::from_millis(100);
@@ -127,6 +131,10 @@ impl<P: Provider> AdminKeeper<P> {
         let controller = Arc::new(Mutex::new(Some(controller)));
         let shared = controller.clone();
         let h = health.clone();
+        let admin_timeout = controller
+            .lock()
+            .as_ref()
+            .map_or(Duration::from_secs(10), |c| c.admin_timeout());
         health.set_state(CtrlState::Live);
         let thread = std::thread::Builder::new()
             .name("nvmf-admin".into())
@@ -137,6 +145,7 @@ impl<P: Provider> AdminKeeper<P> {
                     health: h,
                     recovery,
                     first_error: None,
+                    admin_timeout,
                 };
                 let _ = run.lc.connected(Instant::now());
                 run.main(|| !matches!(stopped.try_recv(), Err(TryRecvError::Empty)))
@@ -226,6 +235,8 @@ struct Run<P: Provider> {
     recovery: Option<Recovery<P>>,
     /// The loss that ended a keeper without reconnect (returned at shutdown).
     first_error: Option<HostError>,
+    /// The controller's admin command timeout.
+    admin_timeout: Duration,
 }
 
 impl<P: Provider> Run<P> {
@@ -237,6 +248,9 @@ impl<P: Provider> Run<P> {
             }
             if let Some(r) = self.health.take_reported() {
                 self.lost(r);
+            }
+            for t in self.health.take_abort_requests() {
+                self.abort(t);
             }
             self.tick();
             self.lc.handle_timeout(Instant::now());
@@ -265,6 +279,48 @@ impl<P: Provider> Run<P> {
             self.health.set_state(CtrlState::Resetting);
             self.first_error
                 .get_or_insert(HostError::ControllerDead(reason));
+        }
+    }
+
+    /// A command passed `io_timeout`: Abort it (at most `admin_timeout`, or KATO when
+    /// shorter); where the controller does not abort it, or the Abort fails, reset
+    /// the controller (the command is reissued on the new queues).
+    fn abort(&mut self, t: TimedOut) {
+        if self.lc.state() != CtrlState::Live {
+            return;
+        }
+        let wait = self
+            .lc
+            .options()
+            .keep_alive_timeout()
+            .unwrap_or(Duration::MAX)
+            .min(self.admin_timeout);
+        let r = match self.controller.lock().as_mut() {
+            Some(c) => c.abort_within(t.qid, t.cid, wait),
+            None => return,
+        };
+        let outcome = match r {
+            Ok(true) => {
+                tracing::warn!(
+                    qid = t.qid,
+                    cid = t.cid,
+                    "{} timed out (io_timeout): aborted; it is reissued",
+                    t.what
+                );
+                return;
+            }
+            Ok(false) => "the controller did not abort it".to_string(),
+            Err(e) => format!("the Abort failed: {e}"),
+        };
+        let reason = format!("{} timed out (io_timeout) and {outcome}", t.what);
+        if self.lc.reset(Instant::now(), reason.clone()) {
+            tracing::warn!(
+                state = %CtrlState::Resetting,
+                "controller reset: {reason}; tearing the queues down and reconnecting at once"
+            );
+            self.health.set_reason(reason);
+            self.health.set_state(CtrlState::Resetting);
+            self.health.count_reset();
         }
     }
 
@@ -327,8 +383,16 @@ impl<P: Provider> Run<P> {
                     self.health.set_state(CtrlState::Resetting);
                 }
             }
-            Action::TearDown => {
+            Action::TearDown { disable } => {
                 let reason = self.lc.reason().unwrap_or("lost").to_string();
+                if disable {
+                    // A reset: CC.EN 1 -> 0 first, where the admin queue still answers.
+                    if let Some(c) = self.controller.lock().as_mut() {
+                        if let Err(e) = c.disable_within(RESET_DISABLE_WAIT) {
+                            tracing::info!("controller reset: clearing CC.EN failed ({e})");
+                        }
+                    }
+                }
                 if let Some(r) = &self.recovery {
                     r.queues.tear_down(&reason);
                 }

@@ -8,11 +8,12 @@
 //! ([`crate::sync_host::AdminKeeper`]) drives it.
 //!
 //! ```text
-//!            connected                error (transport, dead QP, Keep Alive)
+//!            connected          error (transport, dead QP, Keep Alive), reset
 //!   NEW ───────────────► LIVE ─────────────────────────► RESETTING
 //!                          ▲                                 │ torn_down
 //!                connected │        connect_failed           ▼
-//!                          └──────── CONNECTING ◄────── (wait reconnect_delay)
+//!                          └──────── CONNECTING ◄────── (wait reconnect_delay;
+//!                                        │                  none after a reset)
 //!                                        │ ctrl_loss_tmo passed (or 0)
 //!                                        ▼
 //!                  delete ───────► DELETING ──deleted──► DEAD
@@ -37,6 +38,9 @@ use std::time::{Duration, Instant};
 pub const DEFAULT_RECONNECT_DELAY: Duration = Duration::from_secs(10);
 /// Linux's default `ctrl_loss_tmo` (`NVMF_DEF_CTRL_LOSS_TMO`, 600 s).
 pub const DEFAULT_CTRL_LOSS_TMO: Duration = Duration::from_secs(600);
+/// Linux's default I/O command timeout (`nvme_core.io_timeout`, 30 s): then Abort,
+/// then a controller reset ([`Lifecycle::reset`]).
+pub const DEFAULT_IO_TIMEOUT: Duration = Duration::from_secs(30);
 /// Times one I/O command is reissued after path errors at most (Linux's
 /// `nvme_max_retries`, 5); a command that failed this often fails with its error.
 pub const MAX_RETRIES: u8 = 5;
@@ -160,8 +164,13 @@ impl ReconnectOptions {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Action {
     /// Tear every queue down (CM disconnect, QPs destroyed) and hold their outstanding
-    /// commands for reissue; then [`Lifecycle::torn_down`].
-    TearDown,
+    /// commands for reissue; then [`Lifecycle::torn_down`]. `disable`: a controller
+    /// reset ([`Lifecycle::reset`]): clear CC.EN on the admin queue first, if it still
+    /// answers.
+    TearDown {
+        /// Disable the controller (CC.EN 1 -> 0) before tearing down.
+        disable: bool,
+    },
     /// Make reconnect attempt `attempt` (1, 2, ...) now: admin queue, Fabrics Connect
     /// with the same host NQN and ID, enable, the I/O queues; then
     /// [`Lifecycle::connected`] or [`Lifecycle::connect_failed`].
@@ -219,6 +228,8 @@ pub struct Lifecycle {
     keep_alive_in_flight: bool,
     reason: Option<String>,
     reconnects: u64,
+    /// The current recovery is a controller reset: its first attempt comes at once.
+    resetting: bool,
     actions: VecDeque<Action>,
 }
 
@@ -238,6 +249,7 @@ impl Lifecycle {
             keep_alive_in_flight: false,
             reason: None,
             reconnects: 0,
+            resetting: false,
             actions: VecDeque::new(),
         }
     }
@@ -324,7 +336,25 @@ impl Lifecycle {
         self.reason = Some(reason.into());
         self.next_keep_alive = None;
         self.keep_alive_in_flight = false;
-        self.actions.push_back(Action::TearDown);
+        self.resetting = false;
+        self.actions.push_back(Action::TearDown { disable: false });
+        true
+    }
+
+    /// A controller reset (a command timed out and Abort did not help; Linux's
+    /// `nvme_reset_ctrl`): as [`Lifecycle::error`], but the controller is disabled
+    /// first ([`Action::TearDown`] with `disable`) and the first reconnect attempt
+    /// comes at once instead of after `reconnect_delay` (Linux's `reset_ctrl_work`
+    /// sets the controller up again directly; only a failure waits). Returns whether
+    /// this started a recovery.
+    pub fn reset(&mut self, now: Instant, reason: impl Into<String>) -> bool {
+        if !self.error(now, reason) {
+            return false;
+        }
+        self.resetting = true;
+        if let Some(Action::TearDown { disable }) = self.actions.back_mut() {
+            *disable = true;
+        }
         true
     }
 
@@ -335,6 +365,8 @@ impl Lifecycle {
         self.connecting_at = Some(now);
         if self.opts.ctrl_loss_tmo == Some(Duration::ZERO) {
             self.delete_now();
+        } else if std::mem::take(&mut self.resetting) {
+            self.next_attempt = Some(now);
         } else {
             self.next_attempt = Some(now + self.opts.reconnect_delay);
         }

@@ -214,6 +214,10 @@ pub struct HostOptions {
     /// How long held I/O waits for a reconnect before it fails (Linux's
     /// `fast_io_fail_tmo`; default `None`, off: held until `ctrl_loss_tmo`).
     pub fast_io_fail_tmo: Option<Duration>,
+    /// How long an I/O command of the async [`crate::Host`] may be outstanding before
+    /// the host asks the controller to Abort it, and, if that does not help, resets
+    /// the controller (Linux's `io_timeout`, default 30 s; `None`: never).
+    pub io_timeout: Option<Duration>,
 }
 
 impl HostOptions {
@@ -242,6 +246,7 @@ impl HostOptions {
             reconnect_delay: crate::lifecycle::DEFAULT_RECONNECT_DELAY,
             ctrl_loss_tmo: Some(crate::lifecycle::DEFAULT_CTRL_LOSS_TMO),
             fast_io_fail_tmo: None,
+            io_timeout: Some(crate::lifecycle::DEFAULT_IO_TIMEOUT),
         }
     }
 

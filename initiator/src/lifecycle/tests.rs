@@ -63,7 +63,7 @@ fn a_restarted_target_is_reconnected_after_reconnect_delay() {
     assert!(!l.error(t1, "queue 2 too"));
     assert_eq!(l.state(), CtrlState::Resetting);
     assert_eq!(l.io_disposition(), IoDisposition::Hold);
-    assert_eq!(actions(&mut l), [Action::TearDown]);
+    assert_eq!(actions(&mut l), [Action::TearDown { disable: false }]);
     l.torn_down(t1).unwrap();
     assert_eq!(l.state(), CtrlState::Connecting);
     assert_eq!(l.io_disposition(), IoDisposition::Hold);
@@ -170,7 +170,7 @@ fn ctrl_loss_tmo_zero_never_reconnects_and_none_reconnects_forever() {
     let t0 = Instant::now();
     let mut l = live(ReconnectOptions::never(), t0);
     l.error(t0, "lost");
-    assert_eq!(actions(&mut l), [Action::TearDown]);
+    assert_eq!(actions(&mut l), [Action::TearDown { disable: false }]);
     l.torn_down(t0).unwrap();
     assert_eq!(actions(&mut l), [Action::Delete]);
     assert_eq!(l.state(), CtrlState::Deleting);
@@ -243,7 +243,7 @@ fn keep_alive_every_half_kato_and_a_lost_one_starts_recovery() {
         Err("timed out waiting for Keep Alive on queue 0".into()),
     );
     assert_eq!(l.state(), CtrlState::Resetting);
-    assert_eq!(actions(&mut l), [Action::TearDown]);
+    assert_eq!(actions(&mut l), [Action::TearDown { disable: false }]);
     assert!(l
         .reason()
         .unwrap()
@@ -291,4 +291,30 @@ fn the_caller_deletes_from_any_state_and_bad_events_are_refused() {
     assert!(l.deleted().is_err());
     l.connected(t0).unwrap();
     assert!(l.connected(t0).is_err());
+}
+
+#[test]
+fn a_reset_disables_first_and_reconnects_at_once() {
+    let t0 = Instant::now();
+    let mut l = live(opts(10, Some(600), None), t0);
+    assert!(l.reset(t0, "Read (CID 3) on queue 1 timed out; Abort: not aborted"));
+    assert_eq!(actions(&mut l), [Action::TearDown { disable: true }]);
+    assert_eq!(l.io_disposition(), IoDisposition::Hold);
+    l.torn_down(t0).unwrap();
+    assert_eq!(l.poll_timeout(), Some(t0));
+    l.handle_timeout(t0);
+    assert_eq!(actions(&mut l), [Action::Reconnect { attempt: 1 }]);
+    // A failed reset waits reconnect_delay as any recovery.
+    l.connect_failed(t0, "refused").unwrap();
+    assert_eq!(l.poll_timeout(), Some(t0 + secs(10)));
+    l.handle_timeout(t0 + secs(10));
+    assert_eq!(actions(&mut l), [Action::Reconnect { attempt: 2 }]);
+    l.connected(t0 + secs(10)).unwrap();
+    // The next loss is a plain one again.
+    assert!(l.error(t0 + secs(20), "lost"));
+    assert_eq!(actions(&mut l), [Action::TearDown { disable: false }]);
+    l.torn_down(t0 + secs(20)).unwrap();
+    assert_eq!(l.poll_timeout(), Some(t0 + secs(30)));
+    // Not live: no reset.
+    assert!(!l.reset(t0 + secs(21), "x"));
 }
