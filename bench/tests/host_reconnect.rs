@@ -300,3 +300,56 @@ async fn a_stalled_command_is_aborted_then_the_controller_reset_and_the_write_co
     host.disconnect().await.expect("disconnect");
     drop(target);
 }
+
+#[test]
+fn nvmf_bench_with_ctrl_loss_tmo_rides_through_a_target_restart_and_verifies_every_block() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let target = TargetProcess::start("127.0.0.246", dir.path());
+    let bench = Command::new(env!("CARGO_BIN_EXE_nvmf-bench"))
+        .args([
+            "--traddr=127.0.0.246",
+            "--host-traddr=127.0.0.247",
+            "--subnqn",
+            NQN,
+            "--rw=randrw",
+            "--bs=4k",
+            "--size=4M",
+            "--iodepth=8",
+            "--verify=crc32c",
+            "--rate_iops=2000",
+            "--time_based",
+            "--runtime=12",
+            "--ctrl-loss-tmo=60",
+            "--reconnect-delay=1",
+            "--output-format=json",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("nvmf-bench starts");
+    std::thread::sleep(Duration::from_secs(3));
+    target.kill();
+    std::thread::sleep(Duration::from_secs(2));
+    let _target = TargetProcess::start("127.0.0.246", dir.path());
+    let out = bench.wait_with_output().expect("nvmf-bench ends");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("nvmf-bench: reconnected to 127.0.0.246:4420"),
+        "{stderr}"
+    );
+    let j: serde_json::Value = serde_json::from_str(&stdout).expect("JSON");
+    let own = &j["nvmf-bench"];
+    assert!(own["reconnects"].as_u64().is_some_and(|n| n >= 1), "{own}");
+    let v = &own["verify"];
+    assert_eq!(
+        (&v["mismatches"], &v["passed"]),
+        (&0.into(), &1.into()),
+        "{v}"
+    );
+    assert!(v["verified_blocks"].as_u64().is_some_and(|n| n > 0), "{v}");
+    assert_eq!(j["jobs"][0]["error"], 0, "{stdout}");
+    eprintln!("{stderr}");
+}
