@@ -353,3 +353,41 @@ fn nvmf_bench_with_ctrl_loss_tmo_rides_through_a_target_restart_and_verifies_eve
     assert_eq!(j["jobs"][0]["error"], 0, "{stdout}");
     eprintln!("{stderr}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn held_io_fails_after_fast_io_fail_tmo_and_io_runs_again_after_the_reconnect() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let target = TargetProcess::start("127.0.0.248", dir.path());
+    let mut opts = options("127.0.0.248", "127.0.0.249");
+    opts.ctrl_loss_tmo = Some(PATIENCE);
+    opts.fast_io_fail_tmo = Some(Duration::from_secs(1));
+    let host = Host::connect(opts).await.expect("connect");
+    let ns = host.namespace(1).await.expect("namespace 1");
+    ns.write(0, &pattern(0, 1), false).await.expect("a write");
+    target.kill();
+    let r = tokio::time::timeout(PATIENCE, ns.write(8, &pattern(1, 1), false))
+        .await
+        .expect("the held write returns");
+    match r {
+        Err(HostError::FailFast(m)) => assert!(!m.is_empty()),
+        other => panic!("expected failfast, got {other:?}"),
+    }
+    // Failfast: later I/O fails at once while the host keeps reconnecting.
+    let e = ns.write(8, &pattern(1, 1), false).await.unwrap_err();
+    assert!(matches!(e, HostError::FailFast(_)), "{e}");
+    assert_eq!(host.state(), CtrlState::Connecting);
+    let _target = TargetProcess::start("127.0.0.248", dir.path());
+    let deadline = Instant::now() + PATIENCE;
+    while host.state() != CtrlState::Live {
+        assert!(Instant::now() < deadline, "no reconnect");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    ns.write(8, &pattern(1, 2), false)
+        .await
+        .expect("I/O runs again once live");
+    let mut back = vec![0u8; 4096];
+    ns.read(8, &mut back).await.expect("read back");
+    assert!(back == pattern(1, 2));
+    host.disconnect().await.expect("disconnect");
+}
