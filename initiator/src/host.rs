@@ -31,8 +31,42 @@
 //! [`Host::admin_passthrough`]) run on the admin queue of the Keep Alive thread
 //! ([`AdminKeeper`]), on tokio's blocking pool.
 //!
-//! Reissue-ready: a command is its SQE and its buffer ([`IoBuf`], from the host's pool,
-//! not from a queue), so it can be held and posted again on another queue.
+//! **Reconnect: what a caller sees** ([`crate::lifecycle`], driven by the
+//! [`crate::keeper::AdminKeeper`] thread; options in [`HostOptions`]):
+//! - The controller is lost when a Keep Alive fails or takes longer than KATO, a
+//!   queue's QP fails (`IBV_WC_RETRY_EXC_ERR` when the target is gone), the target
+//!   disconnects a queue, or a command times out and Abort does not help. The host
+//!   then tears every queue down, waits `reconnect_delay` (none after a timeout's
+//!   reset) and connects again: admin queue, Fabrics Connect with the same host NQN
+//!   and host ID (a new controller ID), CC.EN, the same number of I/O queues.
+//! - Meanwhile I/O is **held**: calls do not fail, they take longer. A command that was
+//!   on the wire when the path failed comes back from the torn-down queue with its
+//!   buffer and is posted again on the new queue: a read or write with the same SLBA,
+//!   NLB and buffer (the caller's data, which the call still holds), a flush, write
+//!   zeroes or deallocate as it was. Reissuing these is what NVMe allows: the command
+//!   either never ran or ran with the same effect; the controller's completion of the
+//!   first copy, if it ran, is lost with the old queue, so one acknowledgement comes
+//!   per call. A command is reissued at most [`crate::lifecycle::MAX_RETRIES`] times.
+//!   A caller's [`Namespace::passthrough`] is not reissued (the library cannot tell
+//!   whether running it twice is harmless): it fails with the path error.
+//! - `fast_io_fail_tmo` (off by default): once it has passed in the reconnecting
+//!   state, held I/O fails with [`HostError::FailFast`], and new I/O fails at once,
+//!   until the controller is live again.
+//! - `ctrl_loss_tmo` (600 s): once it has passed, the controller is given up (DEAD):
+//!   held and later calls fail with [`HostError::ControllerDead`], whose message names
+//!   the loss and the last attempt's error. [`Host::disconnect`] still returns.
+//! - Admin calls ([`Host::identify_controller`], ...) fail with
+//!   [`HostError::Reconnecting`] while the controller reconnects; they are not held.
+//! - `io_timeout` (30 s): an I/O command outstanding that long is aborted (Abort,
+//!   NVMe Base 2.x §5.1); where the controller does not abort it (our target and
+//!   Linux nvmet never do) or the Abort fails, the controller is reset (CC.EN 0,
+//!   teardown, reconnect at once) and the command reissued; an aborted command
+//!   (Command Abort Requested, no DNR) is reissued too.
+//! - [`Host::state`], [`Host::reconnects`], [`Host::reissued`] and [`Host::resets`]
+//!   say what happened; the keeper logs each step (`tracing`, with the state).
+//!
+//! With `ctrl_loss_tmo` `Some(0)` the host does not reconnect: the first loss makes the
+//! controller DEAD.
 use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
