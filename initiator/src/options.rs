@@ -125,7 +125,9 @@ fn generated(problem: Option<String>) -> HostIdentity {
         let why = problem.unwrap_or_else(|| format!("no {HOSTNQN_PATH} or {HOSTID_PATH}"));
         tracing::info!(
             hostnqn = %id.hostnqn,
-            "{why}: this process uses a random host NQN and host ID, so a target's              allow-list cannot name it across restarts; make them permanent with              `nvme gen-hostnqn > {HOSTNQN_PATH}` (or set HostOptions::hostnqn/hostid)"
+            "{why}: this process uses a random host NQN and host ID, so a target's \
+             allow-list cannot name it across restarts; make them permanent with \
+             `nvme gen-hostnqn > {HOSTNQN_PATH}` (or set HostOptions::hostnqn/hostid)"
         );
         id
     })

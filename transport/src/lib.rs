@@ -11,6 +11,8 @@
 //! - [`soft`]: the software provider: drives the cores over UDP sockets on port 4791.
 //! - `rdma` (cargo feature `verbs`): the verbs provider on a real RDMA device through
 //!   libibverbs and librdmacm (`rdma-sys`).
+//! - [`sysfs`]: what Linux shows of RDMA devices under `/sys/class/infiniband` (GID
+//!   tables, port attributes, hardware counters): file parsing only, no libibverbs.
 //! - [`time`]: the timestamp type the sans-IO cores take as `now`.
 //! - [`memlock`]: the process's pinned-memory budget (`RLIMIT_MEMLOCK`, every pin counted).
 pub mod cm;
@@ -21,6 +23,7 @@ pub mod rc;
 #[cfg(feature = "verbs")]
 pub mod rdma;
 pub mod soft;
+pub mod sysfs;
 #[cfg(test)]
 pub(crate) mod test_captures;
 pub mod time;

@@ -1,5 +1,5 @@
 # guest-gids.sh - guest scenario (linux-peer): record rxe0's sysfs GID table as test data
-# for transport/src/rdma/gid.rs. Adds a VLAN netdev (eth0.100, 192.168.100.x) and, with
+# for transport/src/sysfs/gid.rs. Adds a VLAN netdev (eth0.100, 192.168.100.x) and, with
 # -a ipv6=1, an IPv6 ULA (fd77::<last octet>) so the table holds link-local, IPv4-mapped,
 # IPv6 and VLAN entries, then copies every gids/N, gid_attrs/types/N and
 # gid_attrs/ndevs/N file it can read into $LP_OUT/sysfs/ (the same tree below

@@ -8,7 +8,8 @@
 //!   capabilities ([`DeviceCaps`](crate::verbs::DeviceCaps)) and the device list
 //!   ([`devices`]), with a typed "no RDMA devices" error where there are none.
 //! - [`port`]: port attributes (`ibv_query_port`).
-//! - [`gid`]: the sysfs GID table and RoCEv2 GID selection (pure, unit-tested).
+//! - [`gid`]: the sysfs GID table and RoCEv2 GID selection (pure, unit-tested; it is
+//!   [`crate::sysfs::gid`], built without the `verbs` feature too).
 //! - [`pd`], [`mr`], [`mw`]: protection domains, memory regions (pinned memory counted
 //!   against `RLIMIT_MEMLOCK` first, in the process's [`crate::memlock::PinBudget`]),
 //!   type 2 memory windows.
@@ -30,7 +31,6 @@ pub mod context;
 pub mod cq;
 pub mod device;
 pub mod event;
-pub mod gid;
 pub mod mr;
 pub mod mw;
 pub mod pd;
@@ -41,6 +41,9 @@ mod sys;
 pub mod wc;
 pub mod wr;
 
+/// The sysfs GID table and RoCEv2 GID selection, which need no libibverbs: it lives in
+/// [`crate::sysfs::gid`] (the tools read it without the `verbs` feature).
+pub use crate::sysfs::gid;
 pub use cm::VerbsCm;
 pub use context::VerbsContext;
 pub use device::{devices, DeviceConfig, DeviceError, DeviceInfo, VerbsDevice};
