@@ -56,6 +56,7 @@ pub mod permutation;
 pub mod plot;
 pub mod progress;
 pub mod queue_engine;
+pub mod reconnect;
 pub mod report;
 pub mod result;
 pub mod runner;

@@ -35,6 +35,7 @@ use std::sync::Arc;
 
 use nvmf_bench::embedded::{EmbeddedTarget, EMBEDDED_NQN};
 use nvmf_bench::invocation::Invocation;
+use nvmf_bench::reconnect::{start_keeper, BenchQueues, QueueSlot};
 use nvmf_bench::report::{self, render_extras, render_header, ReportOutput};
 use nvmf_bench::runner::thread::allowed_cpus;
 use nvmf_bench::signals::{RunPhase, StopSignals, Watchdog, EXIT_STATUS_SIGNALED};
@@ -415,7 +416,29 @@ fn run_host<P: Provider>(
         }
     };
     let host_dev = host.device().clone();
-    let (queues, keeper) = host.into_io_queues();
+    // --ctrl-loss-tmo: the keeper reconnects and the jobs ride through.
+    let (queues, keeper, slots, reconnecting) = match reconnect_options(args, opts.kato_ms) {
+        Some(ro) => {
+            let (_dev, controller, queues) = host.into_parts();
+            let slots: Vec<Arc<QueueSlot<P>>> = queues
+                .iter()
+                .map(|q| Arc::new(QueueSlot::new(q.qid())))
+                .collect();
+            let depth = queues.iter().map(|q| q.depth()).max().unwrap_or(2);
+            let max_io = queues
+                .iter()
+                .map(|q| q.max_io_bytes())
+                .min()
+                .unwrap_or(4096);
+            let set = Arc::new(BenchQueues::new(slots.clone(), depth, max_io));
+            let keeper = start_keeper(controller, ro, set.clone());
+            (queues, keeper, slots, Some(set))
+        }
+        None => {
+            let (q, k) = host.into_io_queues();
+            (q, k, Vec::new(), None)
+        }
+    };
     if queues.len() < specs.len() {
         let granted = queues.len();
         let _ = keeper.shutdown(queues);
@@ -425,21 +448,32 @@ fn run_host<P: Provider>(
         ));
     }
     let mut engines = Vec::with_capacity(queues.len());
-    for (q, spec) in queues
+    for (i, (q, spec)) in queues
         .into_iter()
         .zip(specs.iter().map(Some).chain(std::iter::repeat(None)))
+        .enumerate()
     {
         let max = spec.map_or(args.bs, |s| s.bs) as usize;
         match QueueEngine::with_max_request(q, args.nsid, ns.block_size, max) {
-            Ok(e) => engines.push(
-                e.with_health(keeper.health().clone())
-                    .sleeping_when_idle(args.completion == CompletionMode::Event),
-            ),
+            Ok(e) => {
+                let mut e = e
+                    .with_health(keeper.health().clone())
+                    .sleeping_when_idle(args.completion == CompletionMode::Event);
+                if let Some(slot) = slots.get(i) {
+                    e = e.with_reconnect(slot.clone());
+                }
+                engines.push(e);
+            }
             Err(e) => return fail(e),
         }
     }
     if ctx.signals.received().is_some() {
-        let _ = keeper.shutdown(engines.into_iter().map(QueueEngine::into_queue).collect());
+        let _ = keeper.shutdown(
+            engines
+                .into_iter()
+                .filter_map(QueueEngine::into_queue)
+                .collect(),
+        );
         return ctx.interrupted();
     }
     ctx.watchdog.enter(RunPhase::Running);
@@ -508,6 +542,7 @@ fn run_host<P: Provider>(
         .as_ref()
         .map(|e| e.target.device().counters().snapshot());
     result.target_counters = target_counters.as_ref().map(counters_json);
+    result.reconnects = reconnecting.as_ref().map(|r| r.reconnects());
     let mut output = output.into_inner();
     let report_written = report::write_report(&result, args, &mut output);
     eprint!("{}", render_extras(&result));
@@ -528,7 +563,10 @@ fn run_host<P: Provider>(
         }
     }
     ctx.watchdog.enter(RunPhase::Disconnecting);
-    let queues = engines.into_iter().map(QueueEngine::into_queue).collect();
+    let queues = engines
+        .into_iter()
+        .filter_map(QueueEngine::into_queue)
+        .collect();
     if let Err(e) = keeper.shutdown(queues) {
         eprintln!("nvmf-bench: disconnect: {e}");
     }
@@ -558,4 +596,23 @@ fn run_host<P: Provider>(
         return ExitCode::FAILURE;
     }
     ExitCode::SUCCESS
+}
+
+/// The host's reconnect options from `--ctrl-loss-tmo`, `--reconnect-delay` and
+/// `--fast-io-fail-tmo` (seconds; -1 for none/forever) with `kato_ms`; `None` for
+/// `--ctrl-loss-tmo 0` (no reconnect, the default).
+fn reconnect_options(
+    args: &nvmf_bench::BenchArgs,
+    kato_ms: u32,
+) -> Option<nvmf_initiator::lifecycle::ReconnectOptions> {
+    let secs = |s: i64| (s >= 0).then(|| std::time::Duration::from_secs(s as u64));
+    if args.ctrl_loss_tmo == 0 {
+        return None;
+    }
+    Some(nvmf_initiator::lifecycle::ReconnectOptions {
+        reconnect_delay: std::time::Duration::from_secs(args.reconnect_delay),
+        ctrl_loss_tmo: secs(args.ctrl_loss_tmo),
+        fast_io_fail_tmo: secs(args.fast_io_fail_tmo),
+        kato_ms,
+    })
 }

@@ -271,6 +271,35 @@ pub struct BenchArgs {
     #[arg(long = "host-traddr", alias = "host_traddr")]
     pub host_traddr: Option<String>,
 
+    /// Seconds between reconnect attempts once the controller is lost (nvme-cli's
+    /// `--reconnect-delay`, Linux's default 10); used with --ctrl-loss-tmo.
+    #[arg(
+        long = "reconnect-delay",
+        alias = "reconnect_delay",
+        value_name = "SECONDS",
+        default_value_t = 10
+    )]
+    pub reconnect_delay: u64,
+
+    /// Seconds the host keeps reconnecting after it lost the controller (nvme-cli's
+    /// `--ctrl-loss-tmo`; -1: forever). I/O in flight is held and reissued on the new
+    /// queues, and each reconnect is a line on standard error. Default 0: no
+    /// reconnect, a lost target ends the job with an I/O error as fio's would (Linux's
+    /// default is 600).
+    #[arg(
+        long = "ctrl-loss-tmo",
+        alias = "ctrl_loss_tmo",
+        value_name = "SECONDS",
+        default_value_t = 0,
+        allow_negative_numbers = true
+    )]
+    pub ctrl_loss_tmo: i64,
+
+    /// Seconds held I/O waits for a reconnect before it fails (nvme-cli's
+    /// `--fast-io-fail-tmo`; default -1, off: held until --ctrl-loss-tmo).
+    #[arg(long = "fast-io-fail-tmo", alias = "fast_io_fail_tmo", value_name = "SECONDS", default_value_t = -1, allow_negative_numbers = true)]
+    pub fast_io_fail_tmo: i64,
+
     /// RDMA provider of this host: soft (userspace RoCEv2 over UDP sockets, runs
     /// anywhere) or verbs (a real RDMA device, or Linux Soft-RoCE, through libibverbs
     /// and librdmacm; needs nvmf-bench built with `--features verbs`, and --traddr,

@@ -24,6 +24,7 @@
 //! returns [`EngineError::Transport`] after handing out what did complete, at most
 //! [`DEAD_QUEUE_GRACE`] later for commands the queue still holds.
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nvme::{DsmRange, Sqe};
@@ -36,6 +37,7 @@ use transport::soft::SoftProvider;
 use transport::verbs::Provider;
 
 use crate::engine::{EngineError, IoCompletion, IoEngine};
+use crate::reconnect::{QueueSlot, SlotNews};
 use crate::workload::{IoOp, IoRequest};
 
 /// How long a dead queue may still hold commands before [`IoEngine::poll`] gives up on
@@ -47,7 +49,16 @@ pub const DEAD_QUEUE_GRACE: Duration = Duration::from_secs(1);
 /// become SLBA and NLB.
 #[derive(Debug)]
 pub struct QueueEngine<P: Provider = SoftProvider> {
-    queue: NvmeRdmaQueue<P>,
+    /// `None` while the controller reconnects (the queue was torn down).
+    queue: Option<NvmeRdmaQueue<P>>,
+    qid: u16,
+    max_outstanding: usize,
+    /// With reconnects: where the keeper asks for the queue and hands a new one.
+    slot: Option<Arc<QueueSlot<P>>>,
+    /// Direct mode with reconnects: the command each CID carries, to reissue it.
+    sent: Vec<Option<(Sqe, DataDir)>>,
+    /// Direct mode: commands held for the new queue (CID, command, buffer).
+    held: Vec<(u16, Sqe, DataDir, Option<IoBuf>)>,
     nsid: u32,
     block_shift: u32,
     /// Longest command in bytes (see [`split::max_command_bytes`]).
@@ -239,7 +250,12 @@ impl<P: Provider> QueueEngine<P> {
             });
         }
         Ok(QueueEngine {
-            queue,
+            qid: queue.qid(),
+            max_outstanding: queue.max_outstanding(),
+            sent: Vec::new(),
+            held: Vec::new(),
+            slot: None,
+            queue: Some(queue),
             nsid,
             block_shift: block_size.trailing_zeros(),
             max_command,
@@ -256,6 +272,17 @@ impl<P: Provider> QueueEngine<P> {
     /// Ends the job once `health` says the controller was declared dead.
     pub fn with_health(mut self, health: ControllerHealth) -> Self {
         self.health = Some(health);
+        self
+    }
+
+    /// Rides through reconnects: the keeper tears the queue down and hands a new one
+    /// through `slot` (see [`crate::reconnect`]); commands in flight are held and
+    /// reissued (same LBAs, same data) instead of failing the job.
+    pub fn with_reconnect(mut self, slot: Arc<QueueSlot<P>>) -> Self {
+        if let Some(q) = self.queue.as_ref() {
+            self.sent = (0..q.depth()).map(|_| None).collect();
+        }
+        self.slot = Some(slot);
         self
     }
 
@@ -279,13 +306,14 @@ impl<P: Provider> QueueEngine<P> {
     }
 
     /// The queue (e.g. to disconnect it); the tags' buffers go back to the pool.
-    pub fn into_queue(self) -> NvmeRdmaQueue<P> {
+    /// `None` while a reconnect has it torn down.
+    pub fn into_queue(self) -> Option<NvmeRdmaQueue<P>> {
         self.queue
     }
 
-    /// The queue, borrowed.
-    pub fn queue(&self) -> &NvmeRdmaQueue<P> {
-        &self.queue
+    /// The queue, borrowed (`None` while a reconnect has it torn down).
+    pub fn queue(&self) -> Option<&NvmeRdmaQueue<P>> {
+        self.queue.as_ref()
     }
 
     fn block_size(&self) -> u64 {
@@ -308,8 +336,7 @@ impl<P: Provider> QueueEngine<P> {
                 "length {} over {max_len} bytes, the most one command of queue {} moves \
                  (MDTS, keyed SGL length, 65536 blocks); build the engine with \
                  QueueEngine::with_max_request to split it",
-                req.len,
-                self.queue.qid()
+                req.len, self.qid
             )));
         }
         Ok(req.offset >> self.block_shift)
@@ -345,12 +372,138 @@ impl<P: Provider> QueueEngine<P> {
         if let Some(r) = self.health.as_ref().and_then(|h| h.dead_reason()) {
             return Some(HostError::ControllerDead(r.to_string()));
         }
-        self.queue.is_dead().then(|| {
+        if self.slot.is_some() {
+            // A dead queue is torn down and replaced; only the keeper gives up.
+            return None;
+        }
+        let q = self.queue.as_ref()?;
+        q.is_dead().then(|| {
             HostError::Queue(QueueError::Dead {
-                qid: self.queue.qid(),
-                reason: self.queue.dead_reason().unwrap_or("failed").to_string(),
+                qid: q.qid(),
+                reason: q.dead_reason().unwrap_or("failed").to_string(),
             })
         })
+    }
+
+    /// With reconnects: tears the queue down when the keeper asks (holding what was
+    /// in flight), takes a new queue when there is one (reissuing what is held), or
+    /// fails what is held when the keeper gave up. Completions go to `out`.
+    fn follow_reconnect(&mut self, out: &mut Vec<IoCompletion>) {
+        let Some(slot) = self.slot.clone() else {
+            return;
+        };
+        if slot.tear_down_asked() {
+            if let Some(mut q) = self.queue.take() {
+                let cancelled = HostError::Reconnecting(slot.reason());
+                q.tear_down(cancelled, Duration::from_millis(100), &mut self.done);
+                drop(q);
+                self.hand_out(out, true);
+            }
+            slot.torn_down();
+        }
+        if self.queue.is_some() {
+            return;
+        }
+        match slot.take_news() {
+            SlotNews::Wait => {}
+            SlotNews::Queue(mut q) => {
+                for (cid, sqe, data, buf) in std::mem::take(&mut self.held) {
+                    if let Err(SubmitError { error, buf }) = q.submit_cid(cid, sqe, data, buf) {
+                        if let Some(t) = self.tags.get_mut(usize::from(cid)) {
+                            if buf.is_some() {
+                                t.buf = buf;
+                            }
+                        }
+                        out.push(IoCompletion {
+                            tag: u32::from(cid),
+                            result: Err(error.into()),
+                        });
+                    } else if let Some(e) = self.sent.get_mut(usize::from(cid)) {
+                        *e = Some((sqe, data));
+                    }
+                }
+                self.queue = Some(q);
+                self.pump();
+            }
+            SlotNews::Failed(e) => {
+                for (cid, _, _, buf) in std::mem::take(&mut self.held) {
+                    if let (Some(t), Some(b)) = (self.tags.get_mut(usize::from(cid)), buf) {
+                        t.buf = Some(b);
+                    }
+                    out.push(IoCompletion {
+                        tag: u32::from(cid),
+                        result: Err(e.clone()),
+                    });
+                }
+                if let Some(s) = self.split.as_mut() {
+                    while let Some((tag, piece, buf)) = s.waiting.pop_front() {
+                        let index = piece.byte_offset / self.max_command;
+                        self.tags[tag as usize].piece_done(
+                            tag,
+                            index,
+                            Err(e.clone()),
+                            buf,
+                            self.request_bytes,
+                            out,
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// Hands the queue's completions (in `done`) out; with reconnects, a command that
+    /// failed with a path error (`path_error`: the queue died or was torn down) is
+    /// held for the new queue instead.
+    fn hand_out(&mut self, out: &mut Vec<IoCompletion>, path_error: bool) {
+        let hold = |r: &Result<nvme::Cqe, HostError>| {
+            path_error && matches!(r, Err(e) if !matches!(e, HostError::Nvme { .. }))
+        };
+        let reconnects = self.slot.is_some();
+        match self.split.as_mut() {
+            None => {
+                for c in self.done.drain(..) {
+                    let cid = usize::from(c.cid);
+                    let sent = self.sent.get_mut(cid).and_then(Option::take);
+                    if let (true, true, Some((sqe, data))) = (reconnects, hold(&c.result), sent) {
+                        self.held.push((c.cid, sqe, data, c.buf));
+                        continue;
+                    }
+                    // A flush carried no buffer: the tag kept its own.
+                    if let (Some(t), Some(b)) = (self.tags.get_mut(cid), c.buf) {
+                        t.buf = Some(b);
+                    }
+                    out.push(IoCompletion {
+                        tag: u32::from(c.cid),
+                        result: c.result.map(|_| ()),
+                    });
+                }
+            }
+            Some(s) => {
+                out.append(&mut s.ready);
+                for c in self.done.drain(..) {
+                    let Some((tag, piece)) =
+                        s.by_cid.get_mut(usize::from(c.cid)).and_then(Option::take)
+                    else {
+                        continue;
+                    };
+                    if reconnects && hold(&c.result) {
+                        // Back to the front of the line, with its view.
+                        s.waiting.push_front((tag, piece, c.buf));
+                        continue;
+                    }
+                    let index = piece.byte_offset / self.max_command;
+                    self.tags[tag as usize].piece_done(
+                        tag,
+                        index,
+                        c.result.map(|_| ()),
+                        c.buf,
+                        self.request_bytes,
+                        out,
+                    );
+                }
+            }
+        }
     }
 
     /// Submits waiting pieces while the queue has room.
@@ -358,7 +511,10 @@ impl<P: Provider> QueueEngine<P> {
         let Some(s) = self.split.as_mut() else {
             return;
         };
-        while self.queue.can_submit() {
+        let Some(queue) = self.queue.as_mut() else {
+            return;
+        };
+        while queue.can_submit() {
             let Some((tag, piece, buf)) = s.waiting.pop_front() else {
                 break;
             };
@@ -366,7 +522,7 @@ impl<P: Provider> QueueEngine<P> {
                 continue;
             };
             let (sqe, data) = command(self.nsid, op, &piece);
-            match self.queue.submit(sqe, data, buf) {
+            match queue.submit(sqe, data, buf) {
                 Ok(cid) => {
                     if let Some(e) = s.by_cid.get_mut(usize::from(cid)) {
                         *e = Some((tag, piece));
@@ -398,22 +554,27 @@ impl<P: Provider> QueueEngine<P> {
     fn outstanding(&self) -> usize {
         match &self.split {
             Some(_) => self.tags.iter().filter(|t| t.op.is_some()).count(),
-            None => self.queue.outstanding(),
+            None => self.held.len() + self.queue.as_ref().map_or(0, NvmeRdmaQueue::outstanding),
         }
     }
 }
 
 impl<P: Provider> IoEngine for QueueEngine<P> {
     fn max_outstanding(&self) -> usize {
-        self.queue.max_outstanding()
+        self.max_outstanding
     }
 
     /// Sleeps on the queue's completions when [`QueueEngine::sleeping_when_idle`] asked
     /// for it and commands are in flight (nothing else could complete).
     fn idle(&mut self, timeout: std::time::Duration) {
         let ready = self.split.as_ref().is_some_and(|s| !s.ready.is_empty());
-        if self.sleep_when_idle && !ready && self.queue.outstanding() > 0 {
-            self.queue.wait(timeout);
+        if let Some(q) = self.queue.as_mut() {
+            if self.sleep_when_idle && !ready && q.outstanding() > 0 {
+                q.wait(timeout);
+            }
+        } else {
+            // Reconnecting: nothing completes until the new queue is here.
+            std::thread::sleep(timeout.min(Duration::from_millis(1)));
         }
     }
 
@@ -449,8 +610,20 @@ impl<P: Provider> IoEngine for QueueEngine<P> {
                     Some(buf)
                 }
             };
-            return match self.queue.submit_cid(tag as u16, sqe, data, buf) {
-                Ok(()) => Ok(()),
+            let Some(queue) = self.queue.as_mut() else {
+                // Reconnecting: the runner tries again after polling.
+                if buf.is_some() {
+                    self.tags[t].buf = buf;
+                }
+                return Err(EngineError::Busy);
+            };
+            return match queue.submit_cid(tag as u16, sqe, data, buf) {
+                Ok(()) => {
+                    if let Some(e) = self.sent.get_mut(t) {
+                        *e = Some((sqe, data));
+                    }
+                    Ok(())
+                }
                 Err(SubmitError { error, buf }) => {
                     if buf.is_some() {
                         self.tags[t].buf = buf;
@@ -513,40 +686,22 @@ impl<P: Provider> IoEngine for QueueEngine<P> {
     }
 
     fn poll(&mut self, out: &mut Vec<IoCompletion>) -> Result<(), EngineError> {
-        self.queue.poll(&mut self.done);
-        match self.split.as_mut() {
-            None => {
-                for c in self.done.drain(..) {
-                    // A flush carried no buffer: the tag kept its own.
-                    if let (Some(t), Some(b)) = (self.tags.get_mut(usize::from(c.cid)), c.buf) {
-                        t.buf = Some(b);
-                    }
-                    out.push(IoCompletion {
-                        tag: u32::from(c.cid),
-                        result: c.result.map(|_| ()),
-                    });
-                }
-            }
-            Some(s) => {
-                out.append(&mut s.ready);
-                for c in self.done.drain(..) {
-                    let Some((tag, piece)) =
-                        s.by_cid.get_mut(usize::from(c.cid)).and_then(Option::take)
-                    else {
-                        continue;
-                    };
-                    let index = piece.byte_offset / self.max_command;
-                    self.tags[tag as usize].piece_done(
-                        tag,
-                        index,
-                        c.result.map(|_| ()),
-                        c.buf,
-                        self.request_bytes,
-                        out,
-                    );
+        self.follow_reconnect(out);
+        let mut dead = false;
+        if let Some(q) = self.queue.as_mut() {
+            q.poll(&mut self.done);
+            dead = q.is_dead();
+            if dead {
+                if let (Some(h), Some(_)) = (self.health.as_ref(), self.slot.as_ref()) {
+                    h.report_error(format!(
+                        "queue {}: {}",
+                        q.qid(),
+                        q.dead_reason().unwrap_or("failed")
+                    ));
                 }
             }
         }
+        self.hand_out(out, dead);
         let Some(reason) = self.dead_reason() else {
             self.pump();
             return Ok(());

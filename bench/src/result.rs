@@ -416,6 +416,9 @@ pub struct BenchResult {
     /// The embedded target's device counters after the run (caller), for the report's
     /// own section.
     pub target_counters: Option<serde_json::Value>,
+    /// Reconnects of the host during the run (`--ctrl-loss-tmo`; filled in by the
+    /// caller, as `faults`), reported under the JSON's `"nvmf-bench"` key.
+    pub reconnects: Option<u64>,
     /// The run-wide options used.
     pub options: RunOptions,
     /// Wall-clock time when the run started.

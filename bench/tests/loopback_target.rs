@@ -179,7 +179,7 @@ fn sync_host_queue_engine() {
                 },
             )
             .unwrap();
-            let key = e.queue().window_key(tag as u16).unwrap();
+            let key = e.queue().unwrap().window_key(tag as u16).unwrap();
             wait(e, tag);
             assert!(
                 e.buffer(tag)[..len as usize] == data[..],
@@ -187,7 +187,7 @@ fn sync_host_queue_engine() {
             );
             assert_eq!(e.buffer(tag).as_ptr() as u64, addr, "the same buffer");
             // The key the target wrote through is dead after completion.
-            let q = e.queue();
+            let q = e.queue().unwrap();
             let access = transport::verbs::AccessFlags::REMOTE_WRITE;
             assert!(dev
                 .keys()
@@ -195,7 +195,7 @@ fn sync_host_queue_engine() {
                 .is_err());
         }
     }
-    let queues = engines.into_iter().map(|e| e.into_queue()).collect();
+    let queues = engines.into_iter().filter_map(|e| e.into_queue()).collect();
     keeper.shutdown(queues).expect("clean shutdown");
     drop(target);
 }

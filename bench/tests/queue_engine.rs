@@ -141,7 +141,7 @@ fn requests_over_mdts_are_split_and_reassembled() {
         }
     }
     keeper
-        .shutdown(vec![e.into_queue()])
+        .shutdown(e.into_queue().into_iter().collect())
         .expect("clean shutdown");
     drop(target);
 }
@@ -168,7 +168,7 @@ fn one_command_engines_refuse_larger_requests_with_the_fix() {
         other => panic!("{other:?}"),
     }
     keeper
-        .shutdown(vec![e.into_queue()])
+        .shutdown(e.into_queue().into_iter().collect())
         .expect("clean shutdown");
     drop(target);
 }
@@ -205,7 +205,7 @@ fn a_controller_declared_dead_ends_the_engine_at_once() {
     }
     assert!(matches!(e.submit(2, &r), Err(EngineError::Transport(_))));
     keeper
-        .shutdown(vec![e.into_queue()])
+        .shutdown(e.into_queue().into_iter().collect())
         .expect("clean shutdown");
     drop(target);
 }

@@ -270,7 +270,8 @@ fn restarted_host_with_the_same_qpn_is_refused_as_stale_then_retries() {
         "read back what was written"
     );
 
-    ctrl.shutdown(vec![e.into_queue()]).expect("clean shutdown");
+    ctrl.shutdown(e.into_queue().into_iter().collect())
+        .expect("clean shutdown");
 
     // What the target and the host said about it.
     wait_for("the old queue's teardown in the log", || {

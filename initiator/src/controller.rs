@@ -493,6 +493,57 @@ impl<P: Provider> Controller<P> {
             .map(|_| ())
     }
 
+    /// Keep Alive waited for at most `timeout` (Linux gives it KATO). Errors: the
+    /// command's, [`HostError::Timeout`].
+    pub fn keep_alive_within(&mut self, timeout: Duration) -> Result<(), HostError> {
+        run_command(
+            &mut self.admin,
+            Sqe::keep_alive(0),
+            DataDir::None,
+            |_| {},
+            timeout,
+            &mut self.stray,
+        )
+        .map(|_| ())
+    }
+
+    /// Abort (08h, NVMe Base 2.x §5.1) of command `cid` on submission queue `sqid`,
+    /// waited for at most `timeout`. Returns whether the controller aborted it (CQE DW0
+    /// bit 0 cleared; the command then completes with Command Abort Requested).
+    /// Errors: the command's, [`HostError::Timeout`].
+    pub fn abort_within(
+        &mut self,
+        sqid: u16,
+        cid: u16,
+        timeout: Duration,
+    ) -> Result<bool, HostError> {
+        let mut sqe = Sqe::new(nvme::AdminOpcode::Abort.value(), 0);
+        sqe.set_cdw10(u32::from(sqid) | (u32::from(cid) << 16));
+        let (cqe, _) = run_command(
+            &mut self.admin,
+            sqe,
+            DataDir::None,
+            |_| {},
+            timeout,
+            &mut self.stray,
+        )?;
+        Ok(cqe.dw0() & 1 == 0)
+    }
+
+    /// Clears CC.EN (a controller reset's first step), waited for at most `timeout`.
+    pub fn disable_within(&mut self, timeout: Duration) -> Result<(), HostError> {
+        let sqe = Sqe::property_set(0, Property::Cc, u64::from(self.cc.with_en(false).0));
+        run_command(
+            &mut self.admin,
+            sqe,
+            DataDir::None,
+            |_| {},
+            timeout,
+            &mut self.stray,
+        )
+        .map(|_| ())
+    }
+
     /// How often to send Keep Alive: KATO/2 (`None` when KATO is 0).
     pub fn keep_alive_interval(&self) -> Option<Duration> {
         (self.opts.kato_ms > 0).then(|| Duration::from_millis(u64::from(self.opts.kato_ms) / 2))
@@ -589,6 +640,10 @@ impl<P: Provider> Controller<P> {
     /// The admin queue (for owners that drive it without blocking).
     pub fn admin_queue_mut(&mut self) -> &mut NvmeRdmaQueue<P> {
         &mut self.admin
+    }
+    /// The RDMA device the controller's queues are on.
+    pub fn device(&self) -> &std::sync::Arc<transport::verbs::DeviceOf<P>> {
+        self.admin.context().device()
     }
     /// The connection manager the queues use.
     pub fn cm(&self) -> &P::Cm {

@@ -152,6 +152,16 @@ pub enum HostError {
     /// commands outstanding on its I/O queues will not complete.
     #[error("the controller was declared dead ({0})")]
     ControllerDead(String),
+    /// The controller is reconnecting after it was lost (the reason given; see
+    /// [`crate::lifecycle`]): admin commands fail with this until it is live again,
+    /// while I/O is held and reissued.
+    #[error("the controller is reconnecting ({0}): try again once it is live")]
+    Reconnecting(String),
+    /// The controller is reconnecting and `fast_io_fail_tmo` has passed: held I/O
+    /// failed with this, and new I/O fails at once until the controller is live again
+    /// (Linux's failfast).
+    #[error("I/O failed: fast_io_fail_tmo passed while the controller reconnects ({0})")]
+    FailFast(String),
     /// The host was disconnected or its poll thread is gone.
     #[error("host disconnected")]
     Disconnected,

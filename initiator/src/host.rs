@@ -31,8 +31,42 @@
 //! [`Host::admin_passthrough`]) run on the admin queue of the Keep Alive thread
 //! ([`AdminKeeper`]), on tokio's blocking pool.
 //!
-//! Reissue-ready: a command is its SQE and its buffer ([`IoBuf`], from the host's pool,
-//! not from a queue), so it can be held and posted again on another queue.
+//! **Reconnect: what a caller sees** ([`crate::lifecycle`], driven by the
+//! [`crate::keeper::AdminKeeper`] thread; options in [`HostOptions`]):
+//! - The controller is lost when a Keep Alive fails or takes longer than KATO, a
+//!   queue's QP fails (`IBV_WC_RETRY_EXC_ERR` when the target is gone), the target
+//!   disconnects a queue, or a command times out and Abort does not help. The host
+//!   then tears every queue down, waits `reconnect_delay` (none after a timeout's
+//!   reset) and connects again: admin queue, Fabrics Connect with the same host NQN
+//!   and host ID (a new controller ID), CC.EN, the same number of I/O queues.
+//! - Meanwhile I/O is **held**: calls do not fail, they take longer. A command that was
+//!   on the wire when the path failed comes back from the torn-down queue with its
+//!   buffer and is posted again on the new queue: a read or write with the same SLBA,
+//!   NLB and buffer (the caller's data, which the call still holds), a flush, write
+//!   zeroes or deallocate as it was. Reissuing these is what NVMe allows: the command
+//!   either never ran or ran with the same effect; the controller's completion of the
+//!   first copy, if it ran, is lost with the old queue, so one acknowledgement comes
+//!   per call. A command is reissued at most [`crate::lifecycle::MAX_RETRIES`] times.
+//!   A caller's [`Namespace::passthrough`] is not reissued (the library cannot tell
+//!   whether running it twice is harmless): it fails with the path error.
+//! - `fast_io_fail_tmo` (off by default): once it has passed in the reconnecting
+//!   state, held I/O fails with [`HostError::FailFast`], and new I/O fails at once,
+//!   until the controller is live again.
+//! - `ctrl_loss_tmo` (600 s): once it has passed, the controller is given up (DEAD):
+//!   held and later calls fail with [`HostError::ControllerDead`], whose message names
+//!   the loss and the last attempt's error. [`Host::disconnect`] still returns.
+//! - Admin calls ([`Host::identify_controller`], ...) fail with
+//!   [`HostError::Reconnecting`] while the controller reconnects; they are not held.
+//! - `io_timeout` (30 s): an I/O command outstanding that long is aborted (Abort,
+//!   NVMe Base 2.x §5.1); where the controller does not abort it (our target and
+//!   Linux nvmet never do) or the Abort fails, the controller is reset (CC.EN 0,
+//!   teardown, reconnect at once) and the command reissued; an aborted command
+//!   (Command Abort Requested, no DNR) is reissued too.
+//! - [`Host::state`], [`Host::reconnects`], [`Host::reissued`] and [`Host::resets`]
+//!   say what happened; the keeper logs each step (`tracing`, with the state).
+//!
+//! With `ctrl_loss_tmo` `Some(0)` the host does not reconnect: the first loss makes the
+//! controller DEAD.
 use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
@@ -43,6 +77,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam::queue::ArrayQueue;
+use nvme::status::GenericStatus;
 use nvme::{Cqe, DsmRange, Sqe};
 use parking_lot::{Mutex, MutexGuard};
 use tokio::sync::Semaphore;
@@ -52,13 +87,16 @@ use zerocopy::IntoBytes;
 
 use crate::capsule::DataDir;
 use crate::error::{HostError, QueueError};
-use crate::health::ControllerHealth;
+use crate::health::{ControllerHealth, TimedOut};
 use crate::identify::ControllerInfo;
+use crate::lifecycle::{CtrlState, IoDisposition, MAX_RETRIES};
 use crate::options::{Completions, HostOptions};
 use crate::pool::{BufferPool, IoBuf};
 use crate::queue::{NvmeRdmaQueue, QueueCompletion, SubmitError};
 use crate::split;
 use crate::sync_host::{AdminKeeper, SyncHost};
+
+mod recovery;
 
 /// Longest sleep of an idle poll thread (or the runtime's tick) between rounds of its
 /// queues' transports.
@@ -101,27 +139,46 @@ enum RecState {
     Abandoned,
 }
 
-/// A command waiting for its queue.
+/// A command waiting for its queue (or, in `by_cid`, outstanding on it: then without
+/// its buffer, which the queue holds).
 struct PendingCmd {
     rec: u16,
     sqe: Sqe,
     data: DataDir,
     buf: Option<IoBuf>,
+    /// Whether the command may be reissued after a path error (the library's own
+    /// reads, writes, flushes, write zeroes and deallocates: same LBAs, same data; not
+    /// a caller's passthrough, as Linux fails those: `REQ_FAILFAST_DRIVER`).
+    reissue: bool,
+    /// Times it was reissued.
+    retries: u8,
+    /// When it was posted (with an `io_timeout`), or when its Abort was asked for.
+    posted_at: Option<Instant>,
+    /// An Abort was asked for after `io_timeout`.
+    abort_asked: bool,
 }
 
 /// The part of a queue that its lock guards.
 struct QueueState<P: Provider> {
+    /// `None` while the controller reconnects (torn down) or after disconnect.
     queue: Option<NvmeRdmaQueue<P>>,
-    /// The record of each outstanding CID.
-    by_cid: Vec<Option<u16>>,
+    /// The command outstanding on each CID (its buffer is the queue's meanwhile).
+    by_cid: Vec<Option<PendingCmd>>,
+    /// Commands to post, in order: held ones (to reissue) first.
     pending: VecDeque<PendingCmd>,
     done: Vec<QueueCompletion>,
     /// Wakers to call once the lock is released.
     wake: Vec<Waker>,
+    /// Drive rounds, for the `io_timeout` check every [`TIMEOUT_CHECK_ROUNDS`].
+    rounds: u32,
 }
+
+/// Rounds of [`IoQueue::drive`] between two looks for commands past `io_timeout`.
+const TIMEOUT_CHECK_ROUNDS: u32 = 256;
 
 /// One queue of the async host: see the module docs.
 struct IoQueue<P: Provider> {
+    qid: u16,
     state: Mutex<QueueState<P>>,
     credits: Semaphore,
     records: Box<[Mutex<RecState>]>,
@@ -131,10 +188,24 @@ struct IoQueue<P: Provider> {
     poller: std::sync::OnceLock<std::thread::Thread>,
     runtime_polled: bool,
     health: ControllerHealth,
+    /// Commands that fail with a path error are held and reissued (the host
+    /// reconnects: `ctrl_loss_tmo` is not 0).
+    recovers: bool,
+    /// Commands reissued after a path error.
+    reissued: AtomicU64,
+    /// How long a command may be outstanding before it is aborted (then the
+    /// controller reset); `None`: forever.
+    io_timeout: Option<Duration>,
 }
 
 impl<P: Provider> IoQueue<P> {
-    fn new(queue: NvmeRdmaQueue<P>, runtime_polled: bool, health: ControllerHealth) -> Self {
+    fn new(
+        queue: NvmeRdmaQueue<P>,
+        runtime_polled: bool,
+        health: ControllerHealth,
+        recovers: bool,
+        io_timeout: Option<Duration>,
+    ) -> Self {
         let n = queue.max_outstanding().max(1);
         let depth = usize::from(queue.depth());
         let free = ArrayQueue::new(n);
@@ -142,12 +213,14 @@ impl<P: Provider> IoQueue<P> {
             let _ = free.push(i as u16);
         }
         IoQueue {
+            qid: queue.qid(),
             state: Mutex::new(QueueState {
                 queue: Some(queue),
-                by_cid: vec![None; depth],
+                by_cid: (0..depth).map(|_| None).collect(),
                 pending: VecDeque::with_capacity(n),
                 done: Vec::with_capacity(depth),
                 wake: Vec::with_capacity(n),
+                rounds: 0,
             }),
             credits: Semaphore::new(n),
             records: (0..n).map(|_| Mutex::new(RecState::Free)).collect(),
@@ -156,6 +229,9 @@ impl<P: Provider> IoQueue<P> {
             poller: std::sync::OnceLock::new(),
             runtime_polled,
             health,
+            recovers,
+            reissued: AtomicU64::new(0),
+            io_timeout,
         }
     }
 
@@ -182,58 +258,201 @@ impl<P: Provider> IoQueue<P> {
         }
     }
 
-    /// One round with the lock held: the queue's completions dispatched, the waiting
-    /// commands posted. Returns whether the queue has work (outstanding or waiting).
-    fn drive(&self, st: &mut QueueState<P>) -> bool {
+    /// Whether record `rec`'s future was dropped (then frees it).
+    fn take_abandoned(&self, rec: u16) -> bool {
+        let mut st = self.records[usize::from(rec)].lock();
+        if matches!(*st, RecState::Abandoned) {
+            *st = RecState::Free;
+            drop(st);
+            self.release(rec);
+            return true;
+        }
+        false
+    }
+
+    /// The error of an I/O command that cannot wait (failfast, deleted, dead,
+    /// disconnected).
+    fn unavailable(&self) -> HostError {
+        match (self.health.state(), self.health.reason()) {
+            (CtrlState::Dead | CtrlState::Deleting, Some(r)) => HostError::ControllerDead(r),
+            (CtrlState::Dead | CtrlState::Deleting, None) => HostError::Disconnected,
+            (_, r) => HostError::FailFast(r.unwrap_or_else(|| "lost".into())),
+        }
+    }
+
+    /// Hands the queue's completions to their records; a command that failed with a
+    /// path error while the host reconnects (`path_error`: the queue died, or was torn
+    /// down) goes back to the front of `pending` to be reissued, unless it may not be
+    /// (see [`PendingCmd::reissue`]) or was reissued [`MAX_RETRIES`] times already.
+    fn dispatch(&self, st: &mut QueueState<P>, path_error: bool) {
         let QueueState {
-            queue,
             by_cid,
             pending,
             done,
             wake,
+            ..
         } = st;
-        let Some(q) = queue.as_mut() else {
-            return false;
-        };
-        q.poll(done);
+        let hold =
+            path_error && self.recovers && self.health.io_disposition() != IoDisposition::Fail;
         for c in done.drain(..) {
-            let Some(rec) = by_cid.get_mut(usize::from(c.cid)).and_then(Option::take) else {
+            let Some(mut cmd) = by_cid.get_mut(usize::from(c.cid)).and_then(Option::take) else {
                 continue;
             };
+            let retryable = match &c.result {
+                Ok(_) => false,
+                // Aborted after io_timeout: retried, as Linux's block layer does.
+                Err(HostError::Nvme { status, .. }) => {
+                    !status.dnr && status.as_generic() == Some(GenericStatus::AbortRequested)
+                }
+                Err(_) => path_error,
+            };
+            if hold && retryable && cmd.reissue && cmd.retries < MAX_RETRIES {
+                cmd.retries += 1;
+                cmd.posted_at = None;
+                cmd.abort_asked = false;
+                cmd.buf = c.buf;
+                self.reissued.fetch_add(1, Ordering::Relaxed);
+                pending.push_front(cmd);
+                continue;
+            }
             let r = match c.result {
                 Ok(cqe) => Ok((cqe, c.buf)),
                 Err(error) => Err(BufError { error, buf: c.buf }),
             };
-            self.finish(rec, r, wake);
+            self.finish(cmd.rec, r, wake);
         }
-        while let Some(p) = pending.pop_front() {
-            if matches!(
-                *self.records[usize::from(p.rec)].lock(),
-                RecState::Abandoned
-            ) {
-                *self.records[usize::from(p.rec)].lock() = RecState::Free;
-                self.release(p.rec);
+    }
+
+    /// Looks for commands outstanding past `timeout`: the first time, the keeper is
+    /// asked to Abort one (and the clock starts again); the second time (aborted but
+    /// still not completed), the controller is reset through a reported error. Either
+    /// way the command is reissued on the new queues if it may be.
+    fn check_timeouts(&self, st: &mut QueueState<P>, timeout: Duration) {
+        let now = Instant::now();
+        for (cid, slot) in st.by_cid.iter_mut().enumerate() {
+            let Some(p) = slot.as_mut() else { continue };
+            let Some(at) = p.posted_at else { continue };
+            if now.saturating_duration_since(at) < timeout {
                 continue;
             }
-            if let Some(reason) = self.health.dead_reason() {
-                let e = HostError::ControllerDead(reason.to_string());
-                self.finish(
-                    p.rec,
-                    Err(BufError {
-                        error: e,
-                        buf: p.buf,
-                    }),
-                    wake,
+            let what = format!(
+                "{} (CID {cid}) on queue {}",
+                crate::queue::command_name(self.qid, p.sqe.opcode(), p.sqe.fctype()),
+                self.qid
+            );
+            if p.abort_asked {
+                p.posted_at = None;
+                self.health.report_error(format!(
+                    "{what} was aborted after io_timeout ({} ms) but did not complete",
+                    timeout.as_millis()
+                ));
+            } else {
+                p.abort_asked = true;
+                p.posted_at = Some(now);
+                tracing::warn!(
+                    qid = self.qid,
+                    cid,
+                    io_timeout_ms = timeout.as_millis() as u64,
+                    "{what} timed out: asking for an Abort"
                 );
+                self.health.request_abort(TimedOut {
+                    qid: self.qid,
+                    cid: cid as u16,
+                    what,
+                });
+            }
+        }
+    }
+
+    /// Fails every command in `pending` with `error`.
+    fn fail_pending(&self, st: &mut QueueState<P>, error: &HostError) {
+        while let Some(p) = st.pending.pop_front() {
+            if self.take_abandoned(p.rec) {
                 continue;
             }
-            match q.submit(p.sqe, p.data, p.buf) {
-                Ok(cid) => by_cid[usize::from(cid)] = Some(p.rec),
+            let e = BufError {
+                error: error.clone(),
+                buf: p.buf,
+            };
+            self.finish(p.rec, Err(e), &mut st.wake);
+        }
+    }
+
+    /// Whether the queue has work a poll can advance: commands outstanding, or
+    /// commands to post while the controller is live.
+    fn has_work(&self, st: &QueueState<P>) -> bool {
+        st.queue.as_ref().is_some_and(|q| q.outstanding() > 0)
+            || (!st.pending.is_empty() && self.health.io_disposition() == IoDisposition::Submit)
+    }
+
+    /// One round with the lock held: the queue's completions dispatched, the waiting
+    /// commands posted (while the controller is live; held while it reconnects; failed
+    /// once it cannot wait). Returns [`IoQueue::has_work`].
+    fn drive(&self, st: &mut QueueState<P>) -> bool {
+        let disposition = self.health.io_disposition();
+        if disposition == IoDisposition::Fail && !st.pending.is_empty() {
+            let e = self.unavailable();
+            self.fail_pending(st, &e);
+        }
+        let Some(q) = st.queue.as_mut() else {
+            return false;
+        };
+        q.poll(&mut st.done);
+        let dead = q.dead_reason().map(str::to_string);
+        if !st.done.is_empty() {
+            self.dispatch(st, dead.is_some());
+        }
+        if let Some(r) = dead {
+            // The keeper tears this queue down and reconnects (or gives up).
+            self.health.report_error(format!("queue {}: {r}", self.qid));
+            return false;
+        }
+        if let Some(t) = self.io_timeout {
+            st.rounds = st.rounds.wrapping_add(1);
+            if st.rounds % TIMEOUT_CHECK_ROUNDS == 0 {
+                self.check_timeouts(st, t);
+            }
+        }
+        if disposition != IoDisposition::Submit {
+            return self.has_work(st);
+        }
+        let now = self.io_timeout.map(|_| Instant::now());
+        let QueueState {
+            queue,
+            by_cid,
+            pending,
+            wake,
+            ..
+        } = st;
+        let Some(q) = queue.as_mut() else {
+            return false;
+        };
+        while let Some(mut p) = pending.pop_front() {
+            if self.take_abandoned(p.rec) {
+                continue;
+            }
+            match q.submit(p.sqe, p.data, p.buf.take()) {
+                Ok(cid) => {
+                    p.posted_at = now;
+                    by_cid[usize::from(cid)] = Some(p);
+                }
                 Err(SubmitError {
                     error: QueueError::Full,
                     buf,
                 }) => {
-                    pending.push_front(PendingCmd { buf, ..p });
+                    p.buf = buf;
+                    pending.push_front(p);
+                    break;
+                }
+                Err(SubmitError {
+                    error: error @ QueueError::Dead { .. },
+                    buf,
+                }) if self.recovers && p.reissue => {
+                    // Held for the new queue.
+                    self.health
+                        .report_error(format!("queue {}: {error}", self.qid));
+                    p.buf = buf;
+                    pending.push_front(p);
                     break;
                 }
                 Err(SubmitError { error, buf }) => {
@@ -260,11 +479,18 @@ impl<P: Provider> IoQueue<P> {
     }
 
     /// Starts a command: takes a credit (waiting while the queue is full) and a
-    /// record, queues it and posts what is waiting.
-    async fn start(self: &Arc<Self>, sqe: Sqe, data: DataDir, buf: Option<IoBuf>) -> CmdResult {
-        if let Some(reason) = self.health.dead_reason() {
+    /// record, queues it and posts what is waiting (or holds it while the controller
+    /// reconnects).
+    async fn start(
+        self: &Arc<Self>,
+        sqe: Sqe,
+        data: DataDir,
+        buf: Option<IoBuf>,
+        reissue: bool,
+    ) -> CmdResult {
+        if self.health.io_disposition() == IoDisposition::Fail {
             return Err(BufError {
-                error: HostError::ControllerDead(reason.to_string()),
+                error: self.unavailable(),
                 buf,
             });
         }
@@ -286,12 +512,12 @@ impl<P: Provider> IoQueue<P> {
         *self.records[usize::from(rec)].lock() = RecState::Waiting(None);
         {
             let mut g = self.state.lock();
-            if g.queue.is_none() {
+            if g.queue.is_none() && self.health.io_disposition() != IoDisposition::Hold {
                 drop(g);
                 *self.records[usize::from(rec)].lock() = RecState::Free;
                 self.release(rec);
                 return Err(BufError {
-                    error: HostError::Disconnected,
+                    error: self.unavailable(),
                     buf,
                 });
             }
@@ -300,6 +526,10 @@ impl<P: Provider> IoQueue<P> {
                 sqe,
                 data,
                 buf,
+                reissue,
+                retries: 0,
+                posted_at: None,
+                abort_asked: false,
             });
             self.drive(&mut g);
             // Rare here (completions found while posting): woken under the lock.
@@ -391,6 +621,7 @@ impl<P: Provider> Drop for CmdFuture<'_, P> {
 struct Shared<P: Provider> {
     io: Vec<Arc<IoQueue<P>>>,
     keeper: Mutex<Option<AdminKeeper<P>>>,
+    health: ControllerHealth,
     pool: BufferPool,
     next: AtomicUsize,
     copied: AtomicU64,
@@ -409,7 +640,7 @@ impl<P: Provider> Shared<P> {
         tokio::task::spawn_blocking(move || {
             let k = me.keeper.lock();
             match k.as_ref() {
-                Some(k) => k.with_controller(f),
+                Some(k) => k.with_controller(f)?,
                 None => Err(HostError::Disconnected),
             }
         })
@@ -496,19 +727,36 @@ impl<P: Provider> Host<P> {
 
     fn start(host: SyncHost<P>, opts: &HostOptions) -> Result<Self, HostError> {
         let pool = host.pool().clone();
-        let (queues, keeper) = host.into_io_queues();
-        let info = keeper.with_controller(|c| c.info().clone());
-        let health = keeper.health().clone();
+        let (_dev, controller, queues) = host.into_parts();
+        let info = controller.info().clone();
+        let health = ControllerHealth::new();
         let runtime = opts.completions == Completions::Runtime;
         let max_transfer = queues
             .iter()
             .map(|q| q.max_io_bytes())
             .min()
             .unwrap_or(4096);
+        let depth = queues.iter().map(|q| q.depth()).max().unwrap_or(2);
+        let reconnect = opts.reconnect_options();
+        let recovers = reconnect.ctrl_loss_tmo != Some(Duration::ZERO);
         let io: Vec<Arc<IoQueue<P>>> = queues
             .into_iter()
-            .map(|q| Arc::new(IoQueue::new(q, runtime, health.clone())))
+            .map(|q| {
+                Arc::new(IoQueue::new(
+                    q,
+                    runtime,
+                    health.clone(),
+                    recovers,
+                    opts.io_timeout,
+                ))
+            })
             .collect();
+        let set = Arc::new(recovery::HostQueues {
+            io: io.clone(),
+            depth,
+            max_io_bytes: max_transfer,
+        });
+        let keeper = AdminKeeper::start_with_recovery(controller, reconnect, health.clone(), set);
         let stop = Arc::new(AtomicBool::new(false));
         let mut threads = Vec::new();
         if runtime {
@@ -551,6 +799,7 @@ impl<P: Provider> Host<P> {
             shared: Arc::new(Shared {
                 io,
                 keeper: Mutex::new(Some(keeper)),
+                health,
                 pool,
                 next: AtomicUsize::new(0),
                 copied: AtomicU64::new(0),
@@ -565,6 +814,32 @@ impl<P: Provider> Host<P> {
     /// Identify Controller as read at connect time.
     pub fn controller_info(&self) -> &ControllerInfo {
         &self.info
+    }
+
+    /// The controller's lifecycle state (see [`crate::lifecycle`]): `Live`, or
+    /// `Resetting`/`Connecting` while it reconnects, `Dead` once given up.
+    pub fn state(&self) -> CtrlState {
+        self.shared.health.state()
+    }
+
+    /// Successful reconnects since [`Host::connect`].
+    pub fn reconnects(&self) -> u64 {
+        self.shared.health.reconnects()
+    }
+
+    /// Controller resets (a command past `io_timeout` that Abort did not help) since
+    /// [`Host::connect`].
+    pub fn resets(&self) -> u64 {
+        self.shared.health.resets()
+    }
+
+    /// I/O commands reissued on new queues after a path error.
+    pub fn reissued(&self) -> u64 {
+        self.shared
+            .io
+            .iter()
+            .map(|q| q.reissued.load(Ordering::Relaxed))
+            .sum()
     }
 
     /// I/O queues connected.
@@ -727,25 +1002,26 @@ impl<P: Provider> Host<P> {
 
 /// Takes the queues out (failing what waits in them) and shuts the controller down.
 fn shutdown<P: Provider>(shared: &Shared<P>) -> Result<(), HostError> {
+    // No recovery from here on (DELETING).
+    let mut keeper = shared.keeper.lock().take();
+    if let Some(k) = keeper.as_mut() {
+        k.stop();
+    }
     let mut queues = Vec::new();
     for q in &shared.io {
         let mut g = q.state.lock();
         // Let in-flight commands finish (bounded), then fail what is left.
         let deadline = Instant::now() + Duration::from_secs(2);
         while q.drive(&mut g) && Instant::now() < deadline {}
-        let pending: Vec<PendingCmd> = g.pending.drain(..).collect();
-        let mut wake = std::mem::take(&mut g.wake);
-        for p in pending {
-            q.finish(
-                p.rec,
-                Err(BufError::plain(HostError::Disconnected)),
-                &mut wake,
-            );
+        if q.qid == shared.io[0].qid {
+            shared.health.set_state(CtrlState::Deleting);
         }
+        q.fail_pending(&mut g, &HostError::Disconnected);
+        let mut wake = std::mem::take(&mut g.wake);
         for cid in 0..g.by_cid.len() {
-            if let Some(rec) = g.by_cid[cid].take() {
+            if let Some(p) = g.by_cid[cid].take() {
                 q.finish(
-                    rec,
+                    p.rec,
                     Err(BufError::plain(HostError::Disconnected)),
                     &mut wake,
                 );
@@ -760,10 +1036,13 @@ fn shutdown<P: Provider>(shared: &Shared<P>) -> Result<(), HostError> {
             w.wake();
         }
     }
-    match shared.keeper.lock().take() {
+    shared.health.set_state(CtrlState::Deleting);
+    let r = match keeper {
         Some(k) => k.shutdown(queues),
         None => Err(HostError::Disconnected),
-    }
+    };
+    shared.health.set_state(CtrlState::Dead);
+    r
 }
 
 impl<P: Provider> Drop for Host<P> {
@@ -801,7 +1080,7 @@ fn poll_thread<P: Provider>(queues: Vec<Arc<IoQueue<P>>>, stop: Arc<AtomicBool>)
         // A submission after the flag was set unparks us; one before is seen here.
         let work = queues.iter().any(|q| {
             let mut g = q.state.lock();
-            let w = !g.pending.is_empty() || g.queue.as_ref().is_some_and(|x| x.outstanding() > 0);
+            let w = q.has_work(&g);
             if !w {
                 if let Some(queue) = g.queue.as_mut() {
                     queue.progress();
@@ -935,19 +1214,37 @@ impl<P: Provider> Namespace<P> {
     /// filled in) with `buf` (`data` says the direction and length) on an I/O queue.
     /// Returns the CQE and the buffer. No copy, no allocation.
     ///
+    /// A passthrough command is never reissued after a path error (the library cannot
+    /// know whether doing it twice is harmless; Linux fails them too): while the
+    /// controller reconnects it is held like any I/O, but one that was on the wire when
+    /// the path failed fails with that error.
+    ///
     /// Errors (with the buffer): the command's NVMe status, transport errors,
-    /// [`HostError::Timeout`] (without the buffer: the command is abandoned).
+    /// [`HostError::Timeout`] (without the buffer: the command is abandoned), and those
+    /// of a reconnect (see [`crate::host`]).
     pub async fn passthrough(
         &self,
         sqe: Sqe,
         data: DataDir,
         buf: Option<IoBuf>,
     ) -> Result<(Cqe, Option<IoBuf>), BufError> {
+        self.command(sqe, data, buf, false).await
+    }
+
+    /// One command of the library's own (reissued after a path error: same LBAs, same
+    /// data) or the caller's passthrough (`reissue` false).
+    async fn command(
+        &self,
+        sqe: Sqe,
+        data: DataDir,
+        buf: Option<IoBuf>,
+        reissue: bool,
+    ) -> Result<(Cqe, Option<IoBuf>), BufError> {
         let q = match self.pick() {
             Ok(q) => q,
             Err(error) => return Err(BufError { error, buf }),
         };
-        self.timed(q.start(sqe, data, buf)).await
+        self.timed(q.start(sqe, data, buf, reissue)).await
     }
 
     /// Reads `buf.len()` bytes (a multiple of the block size) from block `slba` into
@@ -1007,7 +1304,7 @@ impl<P: Provider> Namespace<P> {
                 len: buf.len(),
             };
             let (sqe, data) = command(&p);
-            let (_, back) = self.passthrough(sqe, data, Some(buf)).await?;
+            let (_, back) = self.command(sqe, data, Some(buf), true).await?;
             return back.ok_or_else(|| BufError::plain(HostError::Protocol("buffer lost".into())));
         }
         // Several commands on disjoint views of `buf`, in flight together.
@@ -1016,7 +1313,7 @@ impl<P: Provider> Namespace<P> {
         for p in split::split(slba, rest.len(), bs, chunk) {
             let view = rest.split_to(p.len);
             let (sqe, data) = command(&p);
-            futs.push(Box::pin(self.passthrough(sqe, data, Some(view))));
+            futs.push(Box::pin(self.command(sqe, data, Some(view), true)));
         }
         let mut whole: Option<IoBuf> = None;
         let mut first_err: Option<HostError> = None;
@@ -1101,7 +1398,7 @@ impl<P: Provider> Namespace<P> {
     /// Flush (NVMe Base 2.x §7.1): volatile write cache contents of the namespace
     /// become non-volatile.
     pub async fn flush(&self) -> Result<(), HostError> {
-        self.passthrough(Sqe::flush(0, self.nsid), DataDir::None, None)
+        self.command(Sqe::flush(0, self.nsid), DataDir::None, None, true)
             .await?;
         Ok(())
     }
@@ -1119,7 +1416,7 @@ impl<P: Provider> Namespace<P> {
         while at < slba + nlb {
             let n = (slba + nlb - at).min(split::MAX_NLB);
             let sqe = Sqe::write_zeroes(0, self.nsid, at, (n - 1) as u16, false);
-            self.passthrough(sqe, DataDir::None, None).await?;
+            self.command(sqe, DataDir::None, None, true).await?;
             at += n;
         }
         Ok(())
@@ -1148,7 +1445,7 @@ impl<P: Provider> Namespace<P> {
             b.copy_from_slice(bytes);
             let sqe = Sqe::dsm_deallocate(0, self.nsid, (group.len() - 1) as u8);
             let data = DataDir::HostToController { len: bytes.len() };
-            self.passthrough(sqe, data, Some(b)).await?;
+            self.command(sqe, data, Some(b), true).await?;
         }
         Ok(())
     }

@@ -10,6 +10,9 @@
 //!   control); a command names its buffer, the queue hands it back with the completion;
 //! - [`controller`]: [`Controller`], bring-up and admin commands over the admin queue
 //!   (Fabrics Connect, properties, Identify, Set Features, Keep Alive, shutdown);
+//! - [`lifecycle`]: the controller's lifecycle, sans-IO (Linux's states,
+//!   `reconnect_delay`, `ctrl_loss_tmo`, `fast_io_fail_tmo`, Keep Alive loss), and
+//!   [`keeper`]: the thread that drives it (Keep Alive, teardown, reconnect);
 //! - [`sync_host`]: [`SyncHost`], a whole host without tokio (admin queue plus N I/O
 //!   queues; `nvmf-bench`, in its own crate, drives those queues);
 //! - [`host`]: [`Host`], the public async (tokio) API: zero-copy reads and writes of
@@ -60,6 +63,8 @@ mod fabrics;
 pub mod health;
 pub mod host;
 pub mod identify;
+pub mod keeper;
+pub mod lifecycle;
 pub mod options;
 pub mod pool;
 pub mod queue;

@@ -206,12 +206,27 @@ pub struct HostOptions {
     pub connect_timeout: Duration,
     /// How long an admin command may take (default 10 s).
     pub admin_timeout: Duration,
+    /// Wait before each reconnect attempt after the controller was lost (Linux's
+    /// `reconnect_delay`, default 10 s); see [`crate::lifecycle`].
+    pub reconnect_delay: Duration,
+    /// How long the async [`crate::Host`] keeps reconnecting after a loss before it
+    /// gives the controller up (Linux's `ctrl_loss_tmo`, default 600 s; `Some(0)`: no
+    /// reconnect, `None`: forever).
+    pub ctrl_loss_tmo: Option<Duration>,
+    /// How long held I/O waits for a reconnect before it fails (Linux's
+    /// `fast_io_fail_tmo`; default `None`, off: held until `ctrl_loss_tmo`).
+    pub fast_io_fail_tmo: Option<Duration>,
+    /// How long an I/O command of the async [`crate::Host`] may be outstanding before
+    /// the host asks the controller to Abort it, and, if that does not help, resets
+    /// the controller (Linux's `io_timeout`, default 30 s; `None`: never).
+    pub io_timeout: Option<Duration>,
 }
 
 impl HostOptions {
     /// Defaults for `traddr` and `subnqn`: this machine's host NQN and ID
     /// ([`HostIdentity::system`]), one I/O queue of depth 128, KATO 10 s, 1 MiB per
-    /// command, the default buffer pool.
+    /// command, the default buffer pool, Linux's reconnect defaults (10 s, 600 s, no
+    /// fast I/O fail).
     pub fn new(traddr: SocketAddr, subnqn: impl Into<String>) -> Self {
         let id = HostIdentity::system();
         HostOptions {
@@ -230,6 +245,21 @@ impl HostOptions {
             poll_threads: 1,
             connect_timeout: Duration::from_secs(5),
             admin_timeout: Duration::from_secs(10),
+            reconnect_delay: crate::lifecycle::DEFAULT_RECONNECT_DELAY,
+            ctrl_loss_tmo: Some(crate::lifecycle::DEFAULT_CTRL_LOSS_TMO),
+            fast_io_fail_tmo: None,
+            io_timeout: Some(crate::lifecycle::DEFAULT_IO_TIMEOUT),
+        }
+    }
+
+    /// The lifecycle's options of these: `reconnect_delay`, `ctrl_loss_tmo`,
+    /// `fast_io_fail_tmo` and `kato_ms`.
+    pub fn reconnect_options(&self) -> crate::lifecycle::ReconnectOptions {
+        crate::lifecycle::ReconnectOptions {
+            reconnect_delay: self.reconnect_delay,
+            ctrl_loss_tmo: self.ctrl_loss_tmo,
+            fast_io_fail_tmo: self.fast_io_fail_tmo,
+            kato_ms: self.kato_ms,
         }
     }
 

@@ -15,22 +15,19 @@
 //! limit.
 //!
 //! The benchmark drives the I/O queues itself ([`SyncHost::into_io_queues`]) while an
-//! [`AdminKeeper`] thread sends Keep Alives with blocking waits.
+//! [`AdminKeeper`] thread ([`crate::keeper`]) sends Keep Alives with blocking waits.
 use std::sync::Arc;
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
 
-use crossbeam::channel::{self, Sender, TryRecvError};
-use parking_lot::Mutex;
 use transport::soft::SoftProvider;
 use transport::verbs::{Device, DeviceOf, Provider};
 
 use crate::controller::{Controller, ControllerOptions};
 use crate::error::HostError;
-use crate::health::ControllerHealth;
 use crate::options::HostOptions;
 use crate::pool::{pool_bytes, BufferPool, RemoteAccess, POOL_CHUNK_BYTES};
 use crate::queue::NvmeRdmaQueue;
+
+pub use crate::keeper::AdminKeeper;
 
 /// A connected host on provider `P` (the soft provider unless named): see the module
 /// docs.
@@ -253,145 +250,4 @@ pub fn register_pool<P: Provider>(
         transport::verbs::VerbsError::Memlock(m) => HostError::Memlock(m.to_string()),
         e => HostError::Device(format!("registering the {bytes}-byte buffer pool: {e}")),
     })
-}
-
-/// How often the [`AdminKeeper`] drives the admin queue's transport between Keep
-/// Alives (at most; the soft provider's poll group wakes sooner for packets and RC
-/// timers).
-const ADMIN_TICK: Duration = Duration::from_millis(20);
-
-/// A thread that keeps the [`Controller`] and sends Keep Alive every KATO/2 (blocking
-/// waits on the admin queue's poll group, no busy polling; its transport is driven
-/// every 20 ms at most) until [`AdminKeeper::shutdown`]. A failed Keep Alive ends the
-/// thread and declares the controller dead in [`AdminKeeper::health`]. Others run
-/// admin commands through [`AdminKeeper::with_controller`] meanwhile (the thread hands
-/// the controller over between its ticks).
-pub struct AdminKeeper<P: Provider = SoftProvider> {
-    stop: Option<Sender<()>>,
-    thread: Option<JoinHandle<Option<HostError>>>,
-    /// Shared with the thread; taken back at shutdown.
-    controller: Arc<Mutex<Controller<P>>>,
-    health: ControllerHealth,
-}
-
-impl<P: Provider> std::fmt::Debug for AdminKeeper<P> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AdminKeeper").finish()
-    }
-}
-
-impl<P: Provider> AdminKeeper<P> {
-    /// Starts the thread.
-    pub fn start(controller: Controller<P>) -> Self {
-        let (stop, stopped) = channel::bounded::<()>(1);
-        let health = ControllerHealth::new();
-        let declare = health.clone();
-        let controller = Arc::new(Mutex::new(controller));
-        let shared = controller.clone();
-        let thread = std::thread::Builder::new()
-            .name("nvmf-admin".into())
-            .spawn(move || {
-                let interval = shared
-                    .lock()
-                    .keep_alive_interval()
-                    .unwrap_or(Duration::from_secs(3600));
-                let mut next_keep_alive = Instant::now() + interval;
-                loop {
-                    let mut c = shared.lock();
-                    // Between Keep Alives the admin QP still needs its transport
-                    // driven: ACKs to send, retransmissions, timers. Otherwise, under
-                    // loss, the target's admin QP may run out of retries waiting for an
-                    // ACK this host only sends at the next Keep Alive. The wait wakes
-                    // for packets and RC timers (soft) or completions (verbs).
-                    let q = c.admin_queue_mut();
-                    q.progress();
-                    let wait = next_keep_alive
-                        .saturating_duration_since(Instant::now())
-                        .min(ADMIN_TICK)
-                        .max(Duration::from_millis(1));
-                    q.wait(wait);
-                    // Completions of commands nobody waits for (none expected).
-                    q.poll(&mut Vec::new());
-                    let due = Instant::now() >= next_keep_alive;
-                    if due && c.keep_alive_interval().is_some() {
-                        next_keep_alive = Instant::now() + interval;
-                        if let Err(e) = c.keep_alive() {
-                            tracing::warn!("Keep Alive failed: {e}");
-                            declare.declare_dead(format!("Keep Alive failed: {e}"));
-                            return Some(e);
-                        }
-                    } else if due {
-                        next_keep_alive = Instant::now() + interval;
-                    }
-                    // Whoever waits for the controller gets it now.
-                    parking_lot::MutexGuard::unlock_fair(c);
-                    match stopped.try_recv() {
-                        Err(TryRecvError::Empty) => {}
-                        _ => return None,
-                    }
-                }
-            })
-            .ok();
-        AdminKeeper {
-            stop: Some(stop),
-            thread,
-            controller,
-            health,
-        }
-    }
-
-    /// The controller's health as this keeper sees it (shared: clone it to whoever
-    /// drives the I/O queues, e.g. `nvmf-bench`'s `QueueEngine::with_health`).
-    pub fn health(&self) -> &ControllerHealth {
-        &self.health
-    }
-
-    /// Runs `f` on the controller (an admin command: blocking), between the keeper's
-    /// ticks (waits 20 ms at most for one to end).
-    pub fn with_controller<R>(&self, f: impl FnOnce(&mut Controller<P>) -> R) -> R {
-        f(&mut self.controller.lock())
-    }
-
-    /// The controller, shared (for a caller that runs admin commands from other
-    /// threads, e.g. the async [`crate::Host`]).
-    pub fn controller(&self) -> &Arc<Mutex<Controller<P>>> {
-        &self.controller
-    }
-
-    /// Stops the thread and shuts the controller down after disconnecting
-    /// `io_queues`. Returns a Keep Alive failure seen earlier, or the shutdown's error.
-    pub fn shutdown(mut self, io_queues: Vec<NvmeRdmaQueue<P>>) -> Result<(), HostError> {
-        drop(self.stop.take());
-        let ka_err = match self.thread.take() {
-            Some(t) => t.join().map_err(|_| HostError::Disconnected)?,
-            None => None,
-        };
-        // The thread has ended: the only other holders are callers of `controller()`.
-        let shared = Arc::clone(&self.controller);
-        drop(self);
-        let controller = match Arc::try_unwrap(shared) {
-            Ok(m) => m.into_inner(),
-            Err(_) => {
-                return Err(HostError::InvalidArgument(
-                    "the controller is still shared (AdminKeeper::controller): drop those \
-                     handles before shutdown"
-                        .into(),
-                ))
-            }
-        };
-        let r = controller.shutdown(io_queues);
-        match ka_err {
-            Some(e) => Err(e),
-            None => r,
-        }
-    }
-}
-
-impl<P: Provider> Drop for AdminKeeper<P> {
-    fn drop(&mut self) {
-        drop(self.stop.take());
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
 }

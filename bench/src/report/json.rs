@@ -258,6 +258,9 @@ pub fn own_json(result: &BenchResult, target: &[(String, String)]) -> JsonValue 
     if let Some(c) = &result.target_counters {
         o.push("target_counters", JsonValue::from_serde(c));
     }
+    if let Some(n) = result.reconnects {
+        o.push("reconnects", n);
+    }
     let errors: Vec<JsonValue> = result
         .jobs
         .iter()

@@ -192,6 +192,7 @@ pub(crate) mod testdata {
             faults: None,
             baseline: None,
             target_counters: None,
+            reconnects: None,
             options: RunOptions {
                 global_options: vec![
                     ("rw".into(), Some("randrw".into())),

@@ -829,6 +829,13 @@ impl QueueCore {
         });
     }
 
+    /// Cancels every outstanding command with `err` into `out` and kills the queue:
+    /// for a queue being torn down after its QP was disconnected, whose commands would
+    /// otherwise never complete (Linux's `nvme_cancel_request` in error recovery).
+    pub fn cancel_all(&mut self, err: HostError, out: &mut Vec<QueueCompletion>) {
+        self.fail_all(err, out);
+    }
+
     /// Kills the queue: every outstanding command fails with `err` into `out`.
     fn fail_all(&mut self, err: HostError, out: &mut Vec<QueueCompletion>) {
         tracing::warn!("queue {}: {err}", self.qid);

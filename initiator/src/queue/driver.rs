@@ -373,6 +373,30 @@ impl<P: Provider> NvmeRdmaQueue<P> {
         }
     }
 
+    /// Tears the queue down for a reconnect: reaps what already completed, disconnects
+    /// (RDMA CM DREQ, waiting up to `timeout` for the DREP) so the target can no longer
+    /// reach the buffers, then cancels what is still outstanding with `err`. Every
+    /// command comes back in `out` with its buffer (completed, or failed with `err`
+    /// for reissue).
+    pub fn tear_down(
+        &mut self,
+        err: crate::error::HostError,
+        timeout: Duration,
+        out: &mut Vec<QueueCompletion>,
+    ) {
+        let before = out.len();
+        self.poll(out);
+        self.disconnect(timeout);
+        self.core.cancel_all(err, out);
+        for c in &mut out[before..] {
+            if c.buf.is_none() {
+                if let Some(b) = self.bufs.get_mut(usize::from(c.cid)) {
+                    c.buf = b.take();
+                }
+            }
+        }
+    }
+
     /// Whether the target disconnected the queue (a DREQ arrived). Non-blocking.
     pub fn peer_disconnected(&mut self) -> bool {
         while let Ok(ev) = self.cm_events.try_recv() {
