@@ -47,10 +47,15 @@ const ASYNC_EVENT_ROUNDS: u32 = 256;
 /// The SRQ limit is `srq_depth / SRQ_LIMIT_DIVISOR` receive buffers: below it, commands
 /// in flight hold nearly every buffer and the next capsules may meet RNR NAKs.
 const SRQ_LIMIT_DIVISOR: u32 = 8;
-/// I/O queues may together have up to this many times the SRQ's buffers in flight
-/// (waiting for a buffer, RNR, beyond it); a queue past that is refused
-/// (checked as each I/O queue connects).
+/// I/O queues of hosts with a finite RNR retry count may together have up to this many
+/// times the SRQ's buffers in flight (waiting for a buffer, RNR, beyond it); such a
+/// queue past that is refused (checked as each I/O queue connects). A host that retries
+/// RNR NAKs without limit (`rnr_retry_count` 7, as Linux's nvme-rdma and our initiator
+/// do) only waits for a buffer, so its queues are never refused for it (neither Linux
+/// nvmet nor SPDK refuses a queue for SRQ demand).
 pub const SRQ_OVERCOMMIT: u32 = 8;
+/// The RNR retry count that means "retry without limit" (IBTA 9.7.5.2.8).
+const RNR_RETRY_INFINITE: u8 = 7;
 /// Starvation (an SRQ limit event that a refill did not cure) is logged at most this
 /// often; every event is counted ([`PollGroupCounters::srq_limit_events`]).
 const STARVATION_LOG_INTERVAL: Duration = Duration::from_secs(10);
@@ -712,7 +717,7 @@ impl<P: Provider> PollGroup<P> {
         let caps = self.ctx.device().caps();
         let sq = u32::from(q.sq_size.max(1));
         if q.qid != 0 {
-            self.admit_io_queue(sq)?;
+            self.admit_io_queue(sq, q.req.rnr_retry_count)?;
         }
         // An admin queue gets receive buffers of its own while the pool has a block.
         let core = &self.core;
@@ -790,18 +795,20 @@ impl<P: Provider> PollGroup<P> {
     /// Admits an I/O queue of `sq` entries on the SRQ: the SRQ is sized for
     /// `srq_depth` commands in flight and the connected queues may have more (they then
     /// wait for a buffer: RNR), which is logged once when it begins; beyond
-    /// [`SRQ_OVERCOMMIT`] times the SRQ the queue could not be served and is refused.
+    /// [`SRQ_OVERCOMMIT`] times the SRQ a queue whose host gives up after
+    /// `rnr_retry_count` RNR NAKs could see its commands fail, and is refused.
     ///
     /// # Errors
     /// Why the queue is refused, with the fix.
-    fn admit_io_queue(&mut self, sq: u32) -> Result<(), String> {
+    fn admit_io_queue(&mut self, sq: u32, rnr_retry_count: u8) -> Result<(), String> {
         let depth = self.cfg.srq_depth;
         let demand = self.io_demand + sq;
-        if demand > depth.saturating_mul(SRQ_OVERCOMMIT) {
+        if demand > depth.saturating_mul(SRQ_OVERCOMMIT) && rnr_retry_count != RNR_RETRY_INFINITE {
             return Err(format!(
                 "poll group {}: its I/O queues could have {demand} commands in flight with \
-                 this one, more than {SRQ_OVERCOMMIT} x its {depth} shared receive buffers: \
-                 raise srq_depth (to {demand} for every command a buffer), add poll groups, \
+                 this one, more than {SRQ_OVERCOMMIT} x its {depth} shared receive buffers, \
+                 and this host gives up after {rnr_retry_count} RNR retries: raise srq_depth \
+                 (to {demand} for every command a buffer), add poll groups, \
                  or have the hosts use smaller queues",
                 self.index
             ));
