@@ -23,9 +23,9 @@ use std::time::{Duration, Instant};
 
 use std::sync::{Condvar, Mutex, MutexGuard};
 
-use nvmf_initiator::keeper::{AdminKeeper, IoQueueSet};
+use nvmf_initiator::keeper::{reconnect_io_queues, AdminKeeper, IoQueueSet};
 use nvmf_initiator::{Controller, HostError, NvmeRdmaQueue};
-use transport::verbs::{Device as _, DeviceOf, Provider};
+use transport::verbs::{DeviceOf, Provider};
 
 /// How long the keeper waits for the job threads to hand their queues back.
 pub const TEARDOWN_WAIT: Duration = Duration::from_secs(5);
@@ -193,25 +193,8 @@ impl<P: Provider> IoQueueSet<P> for BenchQueues<P> {
         controller: &mut Controller<P>,
         dev: &Arc<DeviceOf<P>>,
     ) -> Result<(), HostError> {
-        let n = self.slots.len() as u16;
-        let granted = controller.set_number_of_queues(n)?.min(n);
-        if granted < n {
-            return Err(HostError::Protocol(format!(
-                "the controller granted {granted} I/O queues after the reconnect, {n} before"
-            )));
-        }
-        let mqes = controller.max_queue_entries().min(u32::from(u16::MAX)) as u16;
-        let depth = self.depth.min(mqes).max(2);
-        let max_io = controller
-            .max_transfer_bytes()
-            .map_or(self.max_io_bytes, |m| m.min(self.max_io_bytes));
-        let mut queues = Vec::with_capacity(self.slots.len());
-        for s in &self.slots {
-            let ctx = dev
-                .open_context(u32::from(s.qid))
-                .map_err(|e| HostError::Device(format!("poll group {}: {e}", s.qid)))?;
-            queues.push(controller.connect_io_queue(ctx, s.qid, depth, max_io)?);
-        }
+        let qids: Vec<u16> = self.slots.iter().map(|s| s.qid).collect();
+        let queues = reconnect_io_queues(controller, dev, &qids, self.depth, self.max_io_bytes)?;
         for (s, q) in self.slots.iter().zip(queues) {
             *s.state.lock().unwrap_or_else(|e| e.into_inner()) = Handoff::New(q);
         }

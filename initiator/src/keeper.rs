@@ -59,6 +59,44 @@ pub trait IoQueueSet<P: Provider>: Send + Sync + 'static {
     fn fail_held(&self, error: &HostError);
 }
 
+/// Connects the I/O queues `qids` again on a reconnected `controller` in the shape they
+/// were first connected in (`depth` entries, `max_io_bytes` per command), each clamped
+/// to what the new controller allows (MQES, MDTS; at least 2 entries), each in poll
+/// group `qid` of `dev`: the shared part of every [`IoQueueSet::reconnect`].
+///
+/// # Errors
+/// The controller grants fewer I/O queues than `qids` (Set Features Number of Queues),
+/// a poll group cannot be opened, or a queue's Fabrics Connect fails; the queues
+/// connected so far are dropped.
+pub fn reconnect_io_queues<P: Provider>(
+    controller: &mut Controller<P>,
+    dev: &Arc<DeviceOf<P>>,
+    qids: &[u16],
+    depth: u16,
+    max_io_bytes: usize,
+) -> Result<Vec<NvmeRdmaQueue<P>>, HostError> {
+    let n = qids.len() as u16;
+    let granted = controller.set_number_of_queues(n)?.min(n);
+    if granted < n {
+        return Err(HostError::Protocol(format!(
+            "the controller granted {granted} I/O queues after the reconnect, {n} before"
+        )));
+    }
+    let mqes = controller.max_queue_entries().min(u32::from(u16::MAX)) as u16;
+    let depth = depth.min(mqes).max(2);
+    let max_io = controller
+        .max_transfer_bytes()
+        .map_or(max_io_bytes, |m| m.min(max_io_bytes));
+    let mut queues = Vec::with_capacity(qids.len());
+    for &qid in qids {
+        let ctx = dev
+            .open_context(u32::from(qid))
+            .map_err(|e| HostError::Device(format!("poll group {qid}: {e}")))?;
+        queues.push(controller.connect_io_queue(ctx, qid, depth, max_io)?);
+    }
+    Ok(queues)
+}
+
 /// What a reconnect needs of the first controller.
 struct Recovery<P: Provider> {
     queues: Arc<dyn IoQueueSet<P>>,

@@ -4,13 +4,12 @@
 //! when the controller cannot wait any longer.
 use std::sync::Arc;
 
-use transport::verbs::{Device as _, DeviceOf, Provider};
+use transport::verbs::{DeviceOf, Provider};
 
 use super::{BufError, IoQueue};
 use crate::controller::Controller;
 use crate::error::HostError;
-use crate::keeper::{IoQueueSet, TEARDOWN_DISCONNECT_WAIT};
-use crate::queue::NvmeRdmaQueue;
+use crate::keeper::{reconnect_io_queues, IoQueueSet, TEARDOWN_DISCONNECT_WAIT};
 
 /// The I/O queues of a [`crate::Host`] with the shape they were first connected in.
 pub(super) struct HostQueues<P: Provider> {
@@ -54,25 +53,8 @@ impl<P: Provider> IoQueueSet<P> for HostQueues<P> {
         controller: &mut Controller<P>,
         dev: &Arc<DeviceOf<P>>,
     ) -> Result<(), HostError> {
-        let n = self.io.len() as u16;
-        let granted = controller.set_number_of_queues(n)?.min(n);
-        if granted < n {
-            return Err(HostError::Protocol(format!(
-                "the controller granted {granted} I/O queues after the reconnect, {n} before"
-            )));
-        }
-        let mqes = controller.max_queue_entries().min(u32::from(u16::MAX)) as u16;
-        let depth = self.depth.min(mqes).max(2);
-        let max_io = controller
-            .max_transfer_bytes()
-            .map_or(self.max_io_bytes, |m| m.min(self.max_io_bytes));
-        let mut queues: Vec<NvmeRdmaQueue<P>> = Vec::with_capacity(self.io.len());
-        for q in &self.io {
-            let ctx = dev
-                .open_context(u32::from(q.qid))
-                .map_err(|e| HostError::Device(format!("poll group {}: {e}", q.qid)))?;
-            queues.push(controller.connect_io_queue(ctx, q.qid, depth, max_io)?);
-        }
+        let qids: Vec<u16> = self.io.iter().map(|q| q.qid).collect();
+        let queues = reconnect_io_queues(controller, dev, &qids, self.depth, self.max_io_bytes)?;
         for (q, queue) in self.io.iter().zip(queues) {
             let mut g = q.state.lock();
             g.by_cid = (0..queue.depth()).map(|_| None).collect();
