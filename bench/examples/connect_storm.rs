@@ -55,7 +55,12 @@ impl Drop for Target {
 
 fn options(args: &Args, n: u16, queues: u16, subnqn: &str) -> HostOptions {
     let mut opts = HostOptions::new(SocketAddr::new(IpAddr::V4(args.addr), 4420), subnqn);
-    opts.local_ip = Some(IpAddr::V4(Ipv4Addr::new(127, 0, 2 + (n >> 8) as u8, n as u8 + 1)));
+    opts.local_ip = Some(IpAddr::V4(Ipv4Addr::new(
+        127,
+        0,
+        2 + (n >> 8) as u8,
+        n as u8 + 1,
+    )));
     opts.io_queues = queues;
     opts.kato_ms = 0;
     opts.connect_timeout = Duration::from_secs(60);
@@ -148,7 +153,9 @@ fn main() -> ExitCode {
         let mut times = Vec::new();
         let mut hosts = Vec::new();
         for t in threads {
-            let (d, h) = t.join().map_err(|_| "a host thread panicked".to_string())??;
+            let (d, h) = t
+                .join()
+                .map_err(|_| "a host thread panicked".to_string())??;
             times.push(d);
             hosts.push(h);
         }

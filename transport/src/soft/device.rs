@@ -26,6 +26,12 @@ pub struct DeviceConfig {
     pub rx_queues: u32,
     /// Interface MTU override; by default read from the interface that holds `ip`.
     pub netdev_mtu: Option<u32>,
+    /// The RoCE MTU the device uses (its active MTU, the most it offers a peer; each
+    /// connection runs at the smaller of the two ends', as RoCE negotiates it):
+    /// `None` (the default) derives it from the interface MTU as rxe does
+    /// ([`Mtu::from_netdev_mtu`]); a larger one than the interface carries is refused
+    /// when the device opens ([`SocketError::RoceMtu`]).
+    pub roce_mtu: Option<Mtu>,
     /// Fault injection on the poll groups' receive path (see [`super::fault`]); `None`
     /// (the default) for none at all. Counted in [`DeviceCountersSnapshot`]'s
     /// `injected_*` fields.
@@ -107,6 +113,7 @@ impl DeviceConfig {
             ip,
             rx_queues: 1,
             netdev_mtu: None,
+            roce_mtu: None,
             faults: None,
             first_qpn: None,
             udp_gso: UdpGso::from_env(),
@@ -431,6 +438,15 @@ impl SoftDevice {
         let netdev_mtu = cfg
             .netdev_mtu
             .unwrap_or_else(|| interface_mtu(cfg.ip).unwrap_or(1500));
+        let carried = Mtu::from_netdev_mtu(netdev_mtu);
+        if let Some(m) = cfg.roce_mtu.filter(|&m| m > carried) {
+            return Err(SocketError::RoceMtu {
+                ip: cfg.ip,
+                roce_mtu: m.bytes(),
+                netdev_mtu,
+                max: carried.bytes(),
+            });
+        }
         let xdp = match &cfg.packet_path {
             PacketPath::Udp => None,
             PacketPath::AfXdp { interface } => Some(XdpDevice::open(interface, rx_queues)?),
@@ -438,7 +454,7 @@ impl SoftDevice {
         Ok(Arc::new(SoftDevice {
             ip: cfg.ip,
             rx_queues,
-            path_mtu: Mtu::from_netdev_mtu(netdev_mtu),
+            path_mtu: cfg.roce_mtu.unwrap_or(carried),
             netdev_mtu,
             keys: KeyTable::new(),
             rx_sockets: Mutex::new(socks.into_iter().map(Some).collect()),
@@ -458,7 +474,8 @@ impl SoftDevice {
     pub fn ip(&self) -> IpAddr {
         self.ip
     }
-    /// The active path MTU, derived from the interface MTU as rxe does.
+    /// The active path MTU: [`DeviceConfig::roce_mtu`], or derived from the interface
+    /// MTU as rxe does.
     pub fn path_mtu(&self) -> Mtu {
         self.path_mtu
     }
@@ -685,6 +702,36 @@ mod tests {
             e.to_string().contains("no interface \"nosuch0\"") && e.to_string().contains("ip link"),
             "{e}"
         );
+    }
+
+    /// A RoCE MTU the interface cannot carry is refused, naming both MTUs and the fix;
+    /// one it can carry becomes the device's active MTU (what it offers a peer).
+    #[test]
+    fn a_roce_mtu_is_checked_against_the_interface_mtu() {
+        let cfg = |roce_mtu| DeviceConfig {
+            netdev_mtu: Some(1500),
+            roce_mtu,
+            ..DeviceConfig::new("127.0.0.234".parse().unwrap())
+        };
+        let e = SoftDevice::open(cfg(Some(Mtu::Mtu2048)))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("RoCE MTU 2048")
+                && e.contains("interface MTU 1500 carries at most RoCE MTU 1024")
+                && e.contains("mtu 2156"),
+            "{e}"
+        );
+        assert_eq!(
+            SoftDevice::open(cfg(Some(Mtu::Mtu512))).unwrap().path_mtu(),
+            Mtu::Mtu512
+        );
+        assert_eq!(
+            SoftDevice::open(cfg(None)).unwrap().path_mtu(),
+            Mtu::Mtu1024
+        );
+        assert_eq!(Mtu::from_bytes(2048), Some(Mtu::Mtu2048));
+        assert_eq!(Mtu::from_bytes(1500), None);
     }
 
     #[test]

@@ -40,6 +40,9 @@ pub struct SoftOptions {
     /// How the device moves its RoCEv2 packets: UDP sockets (the default) or AF_XDP
     /// (see [`crate::soft::xdp`]).
     pub packet_path: PacketPath,
+    /// The RoCE MTU to use ([`DeviceConfig::roce_mtu`]); `None` (the default) from the
+    /// interface MTU.
+    pub roce_mtu: Option<crate::verbs::Mtu>,
 }
 
 /// The soft provider: userspace RoCEv2 over UDP sockets (see [`crate::soft`]).
@@ -72,6 +75,7 @@ impl Provider for SoftProvider {
         DeviceConfig {
             faults: options.faults,
             packet_path: options.packet_path.clone(),
+            roce_mtu: options.roce_mtu,
             ..Self::device_config(ip, poll_groups)
         }
     }
@@ -104,6 +108,9 @@ fn agent_start_error(e: CmAgentError) -> VerbsError {
         }
         CmAgentError::Socket(SocketError::Faults { .. }) => {
             VerbsError::InvalidArgument("fault injection configuration")
+        }
+        CmAgentError::Socket(SocketError::RoceMtu { .. }) => {
+            VerbsError::InvalidArgument("the RoCE MTU")
         }
         CmAgentError::AlreadyStarted => VerbsError::InvalidArgument(
             "the device's CM agent is stopping and has not given QP1's socket back; retry",

@@ -80,6 +80,20 @@ pub enum SocketError {
     #[error(transparent)]
     AfXdp(#[from] super::xdp::XdpError),
     /// The device's fault injection configuration is out of range.
+    /// The configured RoCE MTU does not fit in the interface MTU (with the IP, UDP, BTH,
+    /// RETH and ICRC headers).
+    #[error(
+        "RoCE MTU {roce_mtu} on {ip}: its interface MTU {netdev_mtu} carries at most RoCE MTU \
+         {max} (the packet adds IP, UDP, BTH, RETH and ICRC headers); choose a RoCE MTU of \
+         {max} or less, or raise the interface MTU (ip link set dev IFACE mtu {need})",
+        need = roce_mtu + 108
+    )]
+    RoceMtu {
+        ip: IpAddr,
+        roce_mtu: u32,
+        netdev_mtu: u32,
+        max: u32,
+    },
     #[error("fault injection on {ip}: {source}")]
     Faults {
         ip: IpAddr,

@@ -85,6 +85,12 @@ impl Mtu {
     pub const fn code(self) -> u8 {
         self as u8
     }
+    /// From payload bytes: 256, 512, 1024, 2048 or 4096 (`None` for anything else).
+    pub fn from_bytes(bytes: u32) -> Option<Mtu> {
+        (1..=5)
+            .filter_map(Mtu::from_code)
+            .find(|m| m.bytes() == bytes)
+    }
     /// From the `enum ibv_mtu` code.
     pub fn from_code(code: u8) -> Option<Mtu> {
         Some(match code {
