@@ -1,0 +1,45 @@
+# perftest-cells.sh - guest scenario (VM A, busybox sh) of the interop matrix's
+# `perftest` group (issue 17 item 1): Linux's perftest on rxe0 against our rdma-perf on
+# the host side of the bridge (hooks/our-perftest.sh), both roles, one boot.
+#   1. ib_write_bw, ib_read_bw, ib_send_lat as servers here (our rdma-perf the client);
+#   2. the same three as clients of our rdma-perf server at $LP_HOST (192.168.77.1).
+# For each test it writes $LP_OUT/<role>-<test>.log and .rc (perftest's exit status);
+# the hook judges the cells. Handshake files on the share: here -> host
+# $LP_OUT/srv-<test>-ready (our client may connect), host -> here
+# /host/out/ours-srv-<test>-ready (our server listens), /host/out/stop (the end).
+# Sizes: LP_PERF_BW="65536:200" (size:iters of the BW tests), LP_PERF_LAT="64:200".
+. /host/scenarios/lib.sh
+HOST=${LP_HOST:-192.168.77.1}
+gid_table
+GIDX=$(ipv4_gid_index); GIDX=${GIDX:-1}
+echo "IPv4 RoCE v2 GID index: $GIDX"
+BW=${LP_PERF_BW:-65536:200} LAT=${LP_PERF_LAT:-64:200}
+args() {   # args TEST: -s SIZE -n ITERS of the test
+    case $1 in *_bw) spec=$BW ;; *) spec=$LAT ;; esac
+    echo "-s ${spec%%:*} -n ${spec##*:}"
+}
+listening() {   # TCP 18515 = 0x4853 in LISTEN (0A)
+    cat /proc/net/tcp /proc/net/tcp6 2>/dev/null | awk '$2 ~ /:4853$/ && $4 == "0A" {f=1} END {exit !f}'
+}
+for t in write_bw read_bw send_lat; do
+    echo "=== server: ib_$t -d rxe0 -x $GIDX $(args $t)"
+    ib_$t -d rxe0 -x "$GIDX" $(args $t) > "$LP_OUT/guest-server-$t.log" 2>&1 &
+    pid=$!
+    i=0; while ! listening; do i=$((i + 1)); [ $i -gt 100 ] && break; sleep 0.1; done
+    touch "$LP_OUT/srv-$t-ready"
+    # perftest's server waits for its client without a limit: bound it here.
+    ( sleep 120; kill $pid 2>/dev/null ) & guard=$!
+    wait $pid; echo $? > "$LP_OUT/guest-server-$t.rc"
+    kill $guard 2>/dev/null
+    cat "$LP_OUT/guest-server-$t.log"; echo "=== server exit status $(cat "$LP_OUT/guest-server-$t.rc")"
+done
+for t in write_bw read_bw send_lat; do
+    wait_file "/host/out/ours-srv-$t-ready" 120 || { echo 99 > "$LP_OUT/guest-client-$t.rc"; continue; }
+    sleep 0.3
+    echo "=== client: ib_$t -d rxe0 -x $GIDX $(args $t) $HOST"
+    timeout 120 ib_$t -d rxe0 -x "$GIDX" $(args $t) "$HOST" > "$LP_OUT/guest-client-$t.log" 2>&1
+    echo $? > "$LP_OUT/guest-client-$t.rc"
+    cat "$LP_OUT/guest-client-$t.log"; echo "=== client exit status $(cat "$LP_OUT/guest-client-$t.rc")"
+done
+wait_file /host/out/stop 300
+rxe_counters | tee "$LP_OUT/rxe-counters-after.txt"
