@@ -7,6 +7,7 @@
 # the hook judges the cells. Handshake files on the share: here -> host
 # $LP_OUT/srv-<test>-ready (our client may connect), host -> here
 # /host/out/ours-srv-<test>-ready (our server listens), /host/out/stop (the end).
+# (The loop variable is not `t`: lib.sh's wait_file sets t.)
 # Sizes: LP_PERF_BW="65536:200" (size:iters of the BW tests), LP_PERF_LAT="64:200".
 . /host/scenarios/lib.sh
 HOST=${LP_HOST:-192.168.77.1}
@@ -21,25 +22,25 @@ args() {   # args TEST: -s SIZE -n ITERS of the test
 listening() {   # TCP 18515 = 0x4853 in LISTEN (0A)
     cat /proc/net/tcp /proc/net/tcp6 2>/dev/null | awk '$2 ~ /:4853$/ && $4 == "0A" {f=1} END {exit !f}'
 }
-for t in write_bw read_bw send_lat; do
-    echo "=== server: ib_$t -d rxe0 -x $GIDX $(args $t)"
-    ib_$t -d rxe0 -x "$GIDX" $(args $t) > "$LP_OUT/guest-server-$t.log" 2>&1 &
+for tst in write_bw read_bw send_lat; do
+    echo "=== server: ib_$tst -d rxe0 -x $GIDX $(args $tst)"
+    ib_$tst -d rxe0 -x "$GIDX" $(args $tst) > "$LP_OUT/guest-server-$tst.log" 2>&1 &
     pid=$!
     i=0; while ! listening; do i=$((i + 1)); [ $i -gt 100 ] && break; sleep 0.1; done
-    touch "$LP_OUT/srv-$t-ready"
+    touch "$LP_OUT/srv-$tst-ready"
     # perftest's server waits for its client without a limit: bound it here.
     ( sleep 120; kill $pid 2>/dev/null ) & guard=$!
-    wait $pid; echo $? > "$LP_OUT/guest-server-$t.rc"
+    wait $pid; echo $? > "$LP_OUT/guest-server-$tst.rc"
     kill $guard 2>/dev/null
-    cat "$LP_OUT/guest-server-$t.log"; echo "=== server exit status $(cat "$LP_OUT/guest-server-$t.rc")"
+    cat "$LP_OUT/guest-server-$tst.log"; echo "=== server exit status $(cat "$LP_OUT/guest-server-$tst.rc")"
 done
-for t in write_bw read_bw send_lat; do
-    wait_file "/host/out/ours-srv-$t-ready" 120 || { echo 99 > "$LP_OUT/guest-client-$t.rc"; continue; }
+for tst in write_bw read_bw send_lat; do
+    wait_file "/host/out/ours-srv-$tst-ready" 120 || { echo 99 > "$LP_OUT/guest-client-$tst.rc"; continue; }
     sleep 0.3
-    echo "=== client: ib_$t -d rxe0 -x $GIDX $(args $t) $HOST"
-    timeout 120 ib_$t -d rxe0 -x "$GIDX" $(args $t) "$HOST" > "$LP_OUT/guest-client-$t.log" 2>&1
-    echo $? > "$LP_OUT/guest-client-$t.rc"
-    cat "$LP_OUT/guest-client-$t.log"; echo "=== client exit status $(cat "$LP_OUT/guest-client-$t.rc")"
+    echo "=== client: ib_$tst -d rxe0 -x $GIDX $(args $tst) $HOST"
+    timeout 120 ib_$tst -d rxe0 -x "$GIDX" $(args $tst) "$HOST" > "$LP_OUT/guest-client-$tst.log" 2>&1
+    echo $? > "$LP_OUT/guest-client-$tst.rc"
+    cat "$LP_OUT/guest-client-$tst.log"; echo "=== client exit status $(cat "$LP_OUT/guest-client-$tst.rc")"
 done
 wait_file /host/out/stop 300
 rxe_counters | tee "$LP_OUT/rxe-counters-after.txt"

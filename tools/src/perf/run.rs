@@ -298,14 +298,20 @@ pub fn run<P: Provider>(
     }
     let print_addr = |out: &mut dyn FnMut(&str), side: &str, r: &QpRecord| {
         let mut l = format!(
-            " {side} address: LID {:#04x} QPN {:#06x} PSN {:#06x}",
-            r.lid, r.qpn, r.psn
+            " {side} address: LID {} QPN {} PSN {}",
+            stats::c_alt_hex(r.lid.into(), 4),
+            stats::c_alt_hex(r.qpn.into(), 6),
+            stats::c_alt_hex(r.psn.into(), 6)
         );
         if kind.verb() == Verb::Read {
-            l.push_str(&format!(" OUT {:#04x}", r.out_reads));
+            l.push_str(&format!(" OUT {}", stats::c_alt_hex(r.out_reads.into(), 4)));
         }
         if kind.verb() != Verb::Send {
-            l.push_str(&format!(" RKey {:#08x} VAddr {:#016x}", r.rkey, r.vaddr));
+            l.push_str(&format!(
+                " RKey {} VAddr {}",
+                stats::c_alt_hex(r.rkey.into(), 8),
+                stats::c_alt_hex(r.vaddr, 16)
+            ));
         }
         out(&l);
         let g: Vec<String> = r.gid.iter().map(|b| format!("{b:02}")).collect();

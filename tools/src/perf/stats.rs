@@ -18,6 +18,17 @@ use super::oob::BwReport;
 pub const RESULT_LINE: &str =
     "---------------------------------------------------------------------------------------";
 
+/// C's `%#0*x` as perftest's address lines use it (`%#04x`, `%#06x`, ...): `0x` and
+/// the digits zero-padded to `width` characters in all, except for 0, which C prints
+/// without the prefix (`0000`).
+pub fn c_alt_hex(v: u64, width: usize) -> String {
+    if v == 0 {
+        format!("{:0width$}", 0)
+    } else {
+        format!("{v:#0width$x}")
+    }
+}
+
 /// The bandwidth table's header (`RESULT_FMT` / `RESULT_FMT_G`).
 pub fn bw_header(gbits: bool) -> &'static str {
     if gbits {
@@ -281,6 +292,16 @@ mod tests {
         assert_eq!(r.t_typical, 0.5);
         assert!((r.t_avg - 1.0).abs() < 1e-12);
         assert!((r.t_stdev - (1.5f64).sqrt()).abs() < 1e-12);
+    }
+
+    #[test]
+    fn address_fields_as_c_prints_them() {
+        // perftest's `LID %#04x QPN %#06x PSN %#06x ... RKey %#08x VAddr %#016llx`.
+        assert_eq!(c_alt_hex(0, 4), "0000");
+        assert_eq!(c_alt_hex(0x14, 6), "0x0014");
+        assert_eq!(c_alt_hex(0xc5ffcd, 6), "0xc5ffcd");
+        assert_eq!(c_alt_hex(0x5fd, 8), "0x0005fd");
+        assert_eq!(c_alt_hex(0x7f22289c6000, 16), "0x007f22289c6000");
     }
 
     #[test]
