@@ -37,8 +37,12 @@
 #                   Linux's perftest on rxe0 in VM A, one boot: ours-client/{write_bw,
 #                   read_bw,send_lat} (ib_* serving in the guest), guest-client/{...}
 #                   (ib_* in the guest against our rdma-perf server), icrc (every RoCEv2
-#                   packet of the capture, icrc_check.py); hooks/our-perftest.sh,
-#                   guest/perftest-cells.sh.
+#                   packet of the capture, icrc_check.py); with RDMA_PERF_VERBS_BIN
+#                   also verbs-client/{write_bw,send_lat} (that rdma-perf, built with
+#                   --features verbs, on rxe0 in the guest against our soft server).
+#                   hooks/our-perftest.sh, guest/perftest-cells.sh. Not a default
+#                   group: INTEROP_GROUPS=perftest (.ci/run runs it in its verbs
+#                   section, with the verbs build).
 #   tshark/*        tshark's verdict on the capture of each run (check-capture.sh).
 # Exit status: 0 all cells passed, 1 a cell failed, 2 the matrix cannot run here (no
 # root, no network namespaces, no QEMU/tcpdump/tshark, no guest image) - with the reason.
@@ -46,6 +50,8 @@
 # Env (all optional):
 #   NVMF_TARGET_BIN, NVMF_BENCH_BIN  executables (default build/debug/{nvmf-target,nvmf-bench})
 #   RDMA_PERF_BIN  rdma-perf for the perftest group (default build/debug/rdma-perf)
+#   RDMA_PERF_VERBS_BIN  rdma-perf built with `--features verbs`: the perftest group's
+#               verbs-client cells run it in the guest (none without it)
 #   NVMF_TARGET_VERBS_BIN  nvmf-target built with `--features verbs` for verbs-target
 #               (default: built here, `cargo build --release -p nvmf-target --features verbs`)
 #   LP_DIR      the linux-peer harness (default ../shared/linux-peer beside the repository)
@@ -54,7 +60,7 @@
 #   INTEROP_OUT results (default /tmp/nvmf-interop/run-<time>, the last 3 kept): logs,
 #               pcaps (~120 MB), cells.txt
 #   INTEROP_GROUPS  which groups to run (default "linux-host linux-target
-#               linux-host-ipv6 linux-target-ipv6 perftest")
+#               linux-host-ipv6 linux-target-ipv6")
 #   INTEROP_PARALLEL=1  run the two VM groups at once (default: one after the other)
 set -u
 REPO="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -67,7 +73,7 @@ if [ -z "${INTEROP_OUT:-}" ]; then
     INTEROP_OUT="/tmp/nvmf-interop/run-$(date +%Y%m%d-%H%M%S)"
 fi
 OUT="$INTEROP_OUT"
-GROUPS_="${INTEROP_GROUPS:-linux-host linux-target linux-host-ipv6 linux-target-ipv6 perftest}"
+GROUPS_="${INTEROP_GROUPS:-linux-host linux-target linux-host-ipv6 linux-target-ipv6}"
 export NVMF_TARGET_BIN="${NVMF_TARGET_BIN:-$REPO/build/debug/nvmf-target}"
 export NVMF_BENCH_BIN="${NVMF_BENCH_BIN:-$REPO/build/debug/nvmf-bench}"
 export RDMA_PERF_BIN="${RDMA_PERF_BIN:-$REPO/build/debug/rdma-perf}"
@@ -268,6 +274,11 @@ run_perftest() {
     local g=$1 d="$OUT/$1"
     mkdir -p "$d"
     export LP_PERF_BW=65536:200 LP_PERF_LAT=64:200
+    rm -rf "$d/bin"
+    if [ -n "${RDMA_PERF_VERBS_BIN:-}" ]; then
+        mkdir -p "$d/bin" && cp "$RDMA_PERF_VERBS_BIN" "$d/bin/rdma-perf"
+        PERFTEST_CELLS="$PERFTEST_CELLS verbs-client/write_bw verbs-client/send_lat"
+    fi
     say "$g: our rdma-perf (192.168.77.1) <-> perftest on rxe0 in VM A (192.168.77.10)"
     local t0
     t0=$(date +%s)

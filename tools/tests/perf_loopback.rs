@@ -139,6 +139,19 @@ fn write_bw_two_qps_and_all_sizes() {
 }
 
 #[test]
+fn duration_runs() {
+    // -D 1: both sides stop on time; the server prints the client's row, no peak.
+    let (c, s) = pair("write_bw", 69, &["-D", "1"]);
+    let r = rows(&c, BW);
+    assert_eq!(r.len(), 1, "{c}");
+    assert!(r[0][1] > 0.0 && r[0][2] == 0.0 && r[0][3] > 0.0, "{c}");
+    assert_eq!(rows(&s, BW), r);
+    let (c, s) = pair("send_bw", 70, &["-D", "1", "-s", "4096"]);
+    let (rc, rs) = (rows(&c, BW), rows(&s, BW));
+    assert!(rc[0][1] > 0.0 && rs[0][1] > 0.0 && rs[0][1] <= rc[0][1], "{c}\n{s}");
+}
+
+#[test]
 fn write_lat_loopback() {
     let (c, s) = pair("write_lat", 66, &["-s", "64", "-n", "500"]);
     check_lat(&c, 64.0, 500.0);

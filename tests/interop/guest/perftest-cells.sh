@@ -2,7 +2,9 @@
 # `perftest` group (issue 17 item 1): Linux's perftest on rxe0 against our rdma-perf on
 # the host side of the bridge (hooks/our-perftest.sh), both roles, one boot.
 #   1. ib_write_bw, ib_read_bw, ib_send_lat as servers here (our rdma-perf the client);
-#   2. the same three as clients of our rdma-perf server at $LP_HOST (192.168.77.1).
+#   2. the same three as clients of our rdma-perf server at $LP_HOST (192.168.77.1);
+#   3. with /host/bin/rdma-perf (a --features verbs build): it, on rxe0, as the client
+#      of our soft server, for write_bw and send_lat.
 # For each test it writes $LP_OUT/<role>-<test>.log and .rc (perftest's exit status);
 # the hook judges the cells. Handshake files on the share: here -> host
 # $LP_OUT/srv-<test>-ready (our client may connect), host -> here
@@ -42,5 +44,17 @@ for tst in write_bw read_bw send_lat; do
     echo $? > "$LP_OUT/guest-client-$tst.rc"
     cat "$LP_OUT/guest-client-$tst.log"; echo "=== client exit status $(cat "$LP_OUT/guest-client-$tst.rc")"
 done
+# 3. Our rdma-perf on the verbs provider (rxe0 here), when the run brought one
+#    (/host/bin/rdma-perf, built with --features verbs), against our soft server.
+if [ -x /host/bin/rdma-perf ]; then
+    for tst in write_bw send_lat; do
+        wait_file "/host/out/ours-srv-verbs-$tst-ready" 120 || { echo 99 > "$LP_OUT/verbs-client-$tst.rc"; continue; }
+        sleep 0.3
+        echo "=== verbs client: rdma-perf $tst -d rxe0 -x $GIDX $(args $tst) $HOST"
+        timeout 120 /host/bin/rdma-perf $tst -d rxe0 -x "$GIDX" $(args $tst) "$HOST" > "$LP_OUT/verbs-client-$tst.log" 2>&1
+        echo $? > "$LP_OUT/verbs-client-$tst.rc"
+        cat "$LP_OUT/verbs-client-$tst.log"; echo "=== verbs client exit status $(cat "$LP_OUT/verbs-client-$tst.rc")"
+    done
+fi
 wait_file /host/out/stop 300
 rxe_counters | tee "$LP_OUT/rxe-counters-after.txt"

@@ -11,6 +11,9 @@
 # sends it over TCP; latency: both measure). Writes `cell ...` lines to
 # $LP_SHARE/cells-perftest.txt and touches $LP_SHARE/out/stop.
 #
+#   verbs-client/<test> our rdma-perf on the verbs provider (rxe0) in the guest, when the
+#                        run put one at $LP_SHARE/bin/rdma-perf, against our server, for
+#                        write_bw and send_lat.
 # Env from run.sh: LP_SHARE, LP_HOST_IP, LP_VMS. From run-matrix.sh: RDMA_PERF_BIN.
 # LP_PERF_BW / LP_PERF_LAT (size:iters) must match the guest's (-a perf_bw=...).
 set -u
@@ -35,9 +38,9 @@ judge() {   # judge CELL TEST OURS_LOG OURS_RC GUEST_LOG GUEST_RC
     local c=$1 t=$2 size iters
     size=${3%%:*}; iters=${3##*:}; shift 3
     if [ "$2" = 0 ] && [ "$4" = 0 ] && has_row "$1" "$size" "$iters" && has_row "$3" "$size" "$iters"; then
-        cell "$c" PASS "both exit 0; ours: $(row "$1" "$size"); perftest: $(row "$3" "$size")"
+        cell "$c" PASS "both exit 0; ours: $(row "$1" "$size"); peer: $(row "$3" "$size")"
     else
-        cell "$c" FAIL "ours exit $2, perftest exit $4; ours: $(tail -2 "$1" | tr '\n' ' '); perftest: $(tail -3 "$3" 2>/dev/null | tr '\n' ' ')"
+        cell "$c" FAIL "ours exit $2, peer exit $4; ours: $(tail -2 "$1" | tr "\n" " "); peer: $(tail -3 "$3" 2>/dev/null | tr '\n' ' ')"
     fi
 }
 
@@ -56,17 +59,27 @@ for t in write_bw read_bw send_lat; do
     wait_for "$A/guest-server-$t.rc" 750
     judge "ours-client/$t" "$t" "$s" "$log" "$rc" "$A/guest-server-$t.log" "$(cat "$A/guest-server-$t.rc" 2>/dev/null || echo '?')"
 done
-# 2. Our server, Linux's perftest as the client.
-for t in write_bw read_bw send_lat; do
-    s=$(spec $t)
-    log="$LP_SHARE/ours-server-$t.log"
-    echo "$(date +%T) guest-client/$t"
+serve() {   # serve CELL TEST READY_FILE GUEST_PREFIX: our server, a guest client
+    local c=$1 t=$2 s log rc pid
+    s=$(spec "$t")
+    log="$LP_SHARE/ours-server-${c//\//-}.log"
+    echo "$(date +%T) $c"
     timeout 150 "$BIN" "$t" --bind "$host_ip" -s "${s%%:*}" -n "${s##*:}" >"$log" 2>&1 &
     pid=$!
     for _ in $(seq 1 100); do ss -ltn 2>/dev/null | grep -q ':18515 ' && break; sleep 0.1; done
-    touch "$LP_SHARE/out/ours-srv-$t-ready"
+    touch "$3"
     wait $pid; rc=$?
-    wait_for "$A/guest-client-$t.rc" 750
-    judge "guest-client/$t" "$t" "$s" "$log" "$rc" "$A/guest-client-$t.log" "$(cat "$A/guest-client-$t.rc" 2>/dev/null || echo '?')"
+    wait_for "$A/$4-$t.rc" 750
+    judge "$c" "$t" "$s" "$log" "$rc" "$A/$4-$t.log" "$(cat "$A/$4-$t.rc" 2>/dev/null || echo '?')"
+}
+# 2. Our server, Linux's perftest as the client.
+for t in write_bw read_bw send_lat; do
+    serve "guest-client/$t" "$t" "$LP_SHARE/out/ours-srv-$t-ready" guest-client
 done
+# 3. Our server, our rdma-perf on the verbs provider (rxe0) in the guest as the client.
+if [ -x "$LP_SHARE/bin/rdma-perf" ]; then
+    for t in write_bw send_lat; do
+        serve "verbs-client/$t" "$t" "$LP_SHARE/out/ours-srv-verbs-$t-ready" verbs-client
+    done
+fi
 done_

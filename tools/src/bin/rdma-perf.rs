@@ -80,6 +80,10 @@ struct Args {
     /// clock, so the CPU frequency does not matter.
     #[arg(short = 'F', long = "CPU-freq")]
     cpu_freq: bool,
+    /// After the run, print the provider's counters (per QP: packets, retransmissions,
+    /// NAKs; per device) on standard error (soft provider; not a perftest option).
+    #[arg(long)]
+    counters: bool,
     /// Where the kernel's RDMA devices are listed (for -d / -x).
     #[arg(long, default_value = transport::sysfs::gid::SYSFS_INFINIBAND, hide = true)]
     sysfs_root: PathBuf,
@@ -174,9 +178,22 @@ fn go<P: Provider>(cfg: P::DeviceConfig, a: &Args, o: &Options) -> Result<(), St
         })
         .map_err(|e| format!("cannot listen on TCP port {}: {e}", a.port))?,
     };
-    run::run::<P>(&dev, session, o, &mut |l| println!("{l}"))
-        .map(|_| ())
-        .map_err(|e| e.to_string())
+    let outcome =
+        run::run::<P>(&dev, session, o, &mut |l| println!("{l}")).map_err(|e| e.to_string())?;
+    if a.counters {
+        for (qpn, c) in &outcome.counters.qps {
+            eprintln!("qp {qpn:#08x}: {c:?}");
+        }
+        let d: Vec<String> = outcome
+            .counters
+            .device
+            .iter()
+            .filter(|(_, v)| *v != 0)
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        eprintln!("device: {}", d.join(" "));
+    }
+    Ok(())
 }
 
 fn main() -> ExitCode {

@@ -44,6 +44,17 @@ pub struct Options {
     pub cq_mod: u32,
 }
 
+/// The provider's counters after the run, where it keeps them (the soft provider: per
+/// QP and per device; the verbs provider: none, the kernel's sysfs `hw_counters` have
+/// them).
+#[derive(Clone, Debug, Default)]
+pub struct Counters {
+    /// Per QP: its number and `QpCounters` (packets, retransmissions, NAKs).
+    pub qps: Vec<(u32, transport::rc::QpCounters)>,
+    /// The device's counters by name.
+    pub device: Vec<(&'static str, u64)>,
+}
+
 /// Why a test failed.
 #[derive(Debug, thiserror::Error)]
 pub enum PerfError {
@@ -101,6 +112,8 @@ pub struct Outcome {
     pub bw: Vec<BwReport>,
     /// The latency rows printed.
     pub lat: Vec<stats::LatReport>,
+    /// The provider's counters at the end.
+    pub counters: Counters,
 }
 
 /// The test's resources on this side.
@@ -412,6 +425,14 @@ pub fn run<P: Provider>(
     // `ctx_close_connection`: one more handshake, then "done".
     handshake(&mut session, &res.my[0])?;
     session.close();
+    outcome.counters = Counters {
+        qps: res
+            .qps
+            .iter()
+            .filter_map(|q| res.ctx.qp_counters(*q).map(|c| (q.qpn(), c)))
+            .collect(),
+        device: dev.hw_counters(),
+    };
     Ok(outcome)
 }
 
@@ -528,16 +549,22 @@ fn send_wr<P: Provider>(
     }
 }
 
-/// A passive side: keeps the provider going until the peer's next message.
+/// A passive side: keeps the provider going until the peer's next message, busy
+/// polling while packets come and sleeping on the receive socket (at most 1 ms at a
+/// time) once none came for 200 us, as the target's poll groups do.
 fn passive<P: Provider>(s: &mut Session, res: &mut Res<P>) -> Result<(), PerfError> {
-    let mut wcs = [WorkCompletion::new(0, WcStatus::Success, WcOpcode::Send, 0); 16];
+    // The passive side's QPs complete nothing (no receives, no sends): progress alone
+    // (one receive batch per round), no CQ to poll.
+    let mut idle_since = Instant::now();
     s.wait_for_peer(|| {
-        let n = res.ctx.progress();
-        let c = res.ctx.poll_cq(res.cq, &mut wcs);
-        if n == 0 && c == 0 {
+        if res.ctx.progress() > 0 {
+            idle_since = Instant::now();
+            return Ok(true);
+        }
+        if idle_since.elapsed() > Duration::from_micros(200) {
             res.ctx.wait(Duration::from_millis(1));
         }
-        Ok(n > 0 || c > 0)
+        Ok(true)
     })?;
     Ok(())
 }
