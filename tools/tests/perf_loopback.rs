@@ -148,7 +148,10 @@ fn duration_runs() {
     assert_eq!(rows(&s, BW), r);
     let (c, s) = pair("send_bw", 70, &["-D", "1", "-s", "4096"]);
     let (rc, rs) = (rows(&c, BW), rows(&s, BW));
-    assert!(rc[0][1] > 0.0 && rs[0][1] > 0.0 && rs[0][1] <= rc[0][1], "{c}\n{s}");
+    assert!(
+        rc[0][1] > 0.0 && rs[0][1] > 0.0 && rs[0][1] <= rc[0][1],
+        "{c}\n{s}"
+    );
 }
 
 #[test]

@@ -8,9 +8,11 @@
 //! - [`stats`]: the result arithmetic and perftest's table lines;
 //! - [`kind`]: the six tests and their handshake plans;
 //! - [`session`]: the TCP connection and perftest's symmetric exchange;
-//! - [`run`]: resources, connection and the data phase of each test, over any provider.
+//! - [`run`]: resources, the exchange and connection, over any provider;
+//! - `phase`: the data phase of each test.
 pub mod kind;
 pub mod oob;
+mod phase;
 pub mod run;
 pub mod session;
 pub mod stats;

@@ -3,19 +3,19 @@
 //! data phase of each test as perftest runs it (the server of `write_bw`, `read_bw` and
 //! `read_lat` is passive; `send_*` receivers post receives; `write_lat` polls the last
 //! byte of the buffer for the iteration count).
-use std::collections::VecDeque;
 use std::io;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use transport::verbs::provider::{Context, Device, MemoryRegion, Provider};
 use transport::verbs::{
-    AccessFlags, AhAttr, Mtu, Pd, Qp, QpAttr, QpCap, QpInitAttr, QpState, RecvWr, SendFlags,
-    SendOp, SendWr, SgList, Sge, WcOpcode, WcStatus, WorkCompletion,
+    AccessFlags, AhAttr, Mtu, Pd, Qp, QpAttr, QpCap, QpInitAttr, QpState, RecvWr, SgList, Sge,
+    WcOpcode, WcStatus, WorkCompletion,
 };
 
 use super::kind::{Step, TestKind, Verb};
 use super::oob::{self, BwReport, QpRecord};
+use super::phase::{bw_client, passive, read_lat, send_bw_server, send_lat, write_lat};
 use super::session::Session;
 use super::stats;
 
@@ -69,8 +69,8 @@ pub enum PerfError {
     Verbs {
         /// The call.
         what: &'static str,
-        /// Its error.
-        err: transport::verbs::VerbsError,
+        /// Its error (boxed: it may carry a message).
+        err: Box<transport::verbs::VerbsError>,
     },
     /// A work completion with an error status.
     #[error("work completion error {status:?} ({opcode:?}, wr_id {wr_id}): check that the peer runs the same test with the same -s and -q, and that RoCE traffic (UDP 4791) reaches it")]
@@ -87,12 +87,15 @@ pub enum PerfError {
     Stalled(Duration),
 }
 
-fn verbs(what: &'static str) -> impl FnOnce(transport::verbs::VerbsError) -> PerfError {
-    move |err| PerfError::Verbs { what, err }
+pub(super) fn verbs(what: &'static str) -> impl FnOnce(transport::verbs::VerbsError) -> PerfError {
+    move |err| PerfError::Verbs {
+        what,
+        err: Box::new(err),
+    }
 }
 
 /// How long a data phase may go without a completion.
-const STALL: Duration = Duration::from_secs(30);
+pub(super) const STALL: Duration = Duration::from_secs(30);
 /// The largest size of `-a` (perftest: 2^23).
 pub const MAX_SIZE: u64 = 1 << 23;
 
@@ -117,27 +120,27 @@ pub struct Outcome {
 }
 
 /// The test's resources on this side.
-struct Res<P: Provider> {
-    ctx: P::Context,
-    mr: P::Mr,
-    qps: Vec<Qp>,
-    cq: transport::verbs::Cq,
+pub(super) struct Res<P: Provider> {
+    pub(super) ctx: P::Context,
+    pub(super) mr: P::Mr,
+    pub(super) qps: Vec<Qp>,
+    pub(super) cq: transport::verbs::Cq,
     /// Bytes of one half-slot (`max(size, 4096)`); QP `i` sends from slot `i` and is
     /// written/read by the peer at slot `qps + i` (perftest's layout).
-    slot: u64,
-    my: Vec<QpRecord>,
-    rem: Vec<QpRecord>,
-    mtu: Mtu,
+    pub(super) slot: u64,
+    pub(super) my: Vec<QpRecord>,
+    pub(super) rem: Vec<QpRecord>,
+    pub(super) mtu: Mtu,
 }
 
 impl<P: Provider> Res<P> {
-    fn local(&self, qp: usize) -> u64 {
+    pub(super) fn local(&self, qp: usize) -> u64 {
         self.mr.addr() + self.slot * qp as u64
     }
-    fn remote_slot_off(&self, qp: usize) -> usize {
+    pub(super) fn remote_slot_off(&self, qp: usize) -> usize {
         (self.slot * (self.qps.len() + qp) as u64) as usize
     }
-    fn poll(&mut self, wcs: &mut [WorkCompletion]) -> Result<usize, PerfError> {
+    pub(super) fn poll(&mut self, wcs: &mut [WorkCompletion]) -> Result<usize, PerfError> {
         let n = self.ctx.poll_cq(self.cq, wcs);
         for wc in &wcs[..n] {
             if wc.status != WcStatus::Success {
@@ -164,7 +167,7 @@ fn random_psn() -> u32 {
     (h.finish() as u32) & 0xFF_FFFF
 }
 
-fn now_ns(t0: Instant) -> u64 {
+pub(super) fn now_ns(t0: Instant) -> u64 {
     t0.elapsed().as_nanos() as u64
 }
 
@@ -498,7 +501,11 @@ fn connect<P: Provider>(
     Ok(())
 }
 
-fn post_recv<P: Provider>(res: &mut Res<P>, q: usize, len: u32) -> Result<(), PerfError> {
+pub(super) fn post_recv<P: Provider>(
+    res: &mut Res<P>,
+    q: usize,
+    len: u32,
+) -> Result<(), PerfError> {
     let addr = res.mr.addr() + res.remote_slot_off(q) as u64;
     let wr = RecvWr {
         wr_id: q as u64,
@@ -511,363 +518,4 @@ fn post_recv<P: Provider>(res: &mut Res<P>, q: usize, len: u32) -> Result<(), Pe
     res.ctx
         .post_recv(res.qps[q], &wr)
         .map_err(verbs("ibv_post_recv"))
-}
-
-fn send_wr<P: Provider>(
-    res: &Res<P>,
-    q: usize,
-    verb: Verb,
-    size: u64,
-    id: u64,
-    sig: bool,
-) -> SendWr {
-    let rem = res.rem[q];
-    let op = match verb {
-        Verb::Send => SendOp::Send,
-        Verb::Write => SendOp::RdmaWrite {
-            remote_addr: rem.vaddr,
-            rkey: rem.rkey,
-        },
-        Verb::Read => SendOp::RdmaRead {
-            remote_addr: rem.vaddr,
-            rkey: rem.rkey,
-        },
-    };
-    SendWr {
-        wr_id: id,
-        op,
-        sg_list: SgList::one(Sge {
-            addr: res.local(q),
-            length: size as u32,
-            lkey: res.mr.lkey(),
-        }),
-        flags: if sig {
-            SendFlags::SIGNALED
-        } else {
-            SendFlags::empty()
-        },
-    }
-}
-
-/// A passive side: keeps the provider going until the peer's next message, busy
-/// polling while packets come and sleeping on the receive socket (at most 1 ms at a
-/// time) once none came for 200 us, as the target's poll groups do.
-fn passive<P: Provider>(s: &mut Session, res: &mut Res<P>) -> Result<(), PerfError> {
-    // The passive side's QPs complete nothing (no receives, no sends): progress alone
-    // (one receive batch per round), no CQ to poll.
-    let mut idle_since = Instant::now();
-    s.wait_for_peer(|| {
-        if res.ctx.progress() > 0 {
-            idle_since = Instant::now();
-            return Ok(true);
-        }
-        if idle_since.elapsed() > Duration::from_micros(200) {
-            res.ctx.wait(Duration::from_millis(1));
-        }
-        Ok(true)
-    })?;
-    Ok(())
-}
-
-/// `run_iter_bw`: up to `tx_depth` WRs outstanding per QP, every `cq_mod`-th of a QP
-/// (and its last) signalled; each completion completes the QP's WRs up to it.
-fn bw_client<P: Provider>(res: &mut Res<P>, o: &Options, size: u64) -> Result<BwReport, PerfError> {
-    let qps = res.qps.len();
-    let verb = o.kind.verb();
-    let per_qp = o.iters;
-    let timed = o.duration.map(|d| Duration::from_secs(d));
-    let n = if timed.is_some() {
-        u64::MAX
-    } else {
-        per_qp * qps as u64
-    };
-    let cq_mod = u64::from(o.cq_mod.max(1)).min(per_qp.max(1));
-    let tx = u64::from(o.tx_depth.max(1));
-    let mut posted = Vec::new();
-    let mut completed = Vec::new();
-    let mut outstanding: Vec<VecDeque<u64>> = vec![VecDeque::new(); qps];
-    let mut sent = vec![0u64; qps];
-    let mut wcs = [WorkCompletion::new(0, WcStatus::Success, WcOpcode::Send, 0); 32];
-    let t0 = Instant::now();
-    let mut scnt = 0u64;
-    let mut ccnt = 0u64;
-    let mut last_progress = Instant::now();
-    let mut stop = false;
-    while ccnt < scnt || (!stop && scnt < n) {
-        if let Some(d) = timed {
-            if t0.elapsed() >= d {
-                stop = true;
-            }
-        }
-        for q in 0..qps {
-            while !stop
-                && scnt < n
-                && (outstanding[q].len() as u64) < tx
-                && (timed.is_some() || sent[q] < per_qp)
-            {
-                sent[q] += 1;
-                let sig = timed.is_some() || sent[q] % cq_mod == 0 || sent[q] == per_qp;
-                let wr = send_wr(
-                    res,
-                    q,
-                    verb,
-                    size,
-                    scnt,
-                    sig || (outstanding[q].len() as u64 + 1) >= tx,
-                );
-                if timed.is_none() {
-                    posted.push(now_ns(t0));
-                    completed.push(0);
-                }
-                res.ctx
-                    .post_send(res.qps[q], &wr)
-                    .map_err(verbs("ibv_post_send"))?;
-                outstanding[q].push_back(scnt);
-                scnt += 1;
-            }
-        }
-        let c = res.poll(&mut wcs)?;
-        if c > 0 {
-            last_progress = Instant::now();
-            let t = now_ns(t0);
-            for wc in &wcs[..c] {
-                let q = res
-                    .qps
-                    .iter()
-                    .position(|x| x.qpn() == wc.qp_num)
-                    .unwrap_or(0);
-                while let Some(id) = outstanding[q].pop_front() {
-                    if timed.is_none() {
-                        completed[id as usize] = t;
-                    }
-                    ccnt += 1;
-                    if id == wc.wr_id {
-                        break;
-                    }
-                }
-            }
-        } else if last_progress.elapsed() > STALL {
-            return Err(PerfError::Stalled(STALL));
-        } else {
-            std::thread::yield_now();
-        }
-    }
-    Ok(match timed {
-        Some(_) => stats::bw_report_duration(size, ccnt, now_ns(t0), o.gbits),
-        // perftest skips the peak beyond 20,000 iterations (its search is quadratic).
-        None => stats::bw_report(
-            size,
-            &posted,
-            &completed,
-            cq_mod as usize,
-            o.gbits,
-            o.iters <= 20_000,
-        ),
-    })
-}
-
-/// `run_iter_bw_server`: counts the receives (reposting them) until every QP had
-/// `iters`, or, timed, until the client's next message.
-fn send_bw_server<P: Provider>(
-    res: &mut Res<P>,
-    s: &mut Session,
-    o: &Options,
-    size: u64,
-    rx: u32,
-) -> Result<BwReport, PerfError> {
-    let qps = res.qps.len();
-    let want = o.iters * qps as u64;
-    let depth = u64::from(rx.min(o.iters as u32).max(1));
-    let mut posted_per_qp = vec![depth; qps];
-    let mut wcs = [WorkCompletion::new(0, WcStatus::Success, WcOpcode::Send, 0); 32];
-    let t0 = Instant::now();
-    let mut first: Option<u64> = None;
-    let mut stamps = Vec::new();
-    let recv_len = res.slot as u32;
-    let mut step = |res: &mut Res<P>, stamps: &mut Vec<u64>| -> Result<bool, PerfError> {
-        let c = res.poll(&mut wcs)?;
-        let t = now_ns(t0);
-        for wc in &wcs[..c] {
-            if wc.opcode != WcOpcode::Recv {
-                continue;
-            }
-            first.get_or_insert(t);
-            stamps.push(t);
-            let q = wc.wr_id as usize;
-            if o.duration.is_some() || posted_per_qp[q] < o.iters {
-                posted_per_qp[q] += 1;
-                post_recv(res, q, recv_len)?;
-            }
-        }
-        Ok(c > 0)
-    };
-    if o.duration.is_some() {
-        let mut err = None;
-        s.wait_for_peer(|| match step(res, &mut stamps) {
-            Ok(b) => Ok(b),
-            Err(e) => {
-                err = Some(e);
-                Err(io::Error::other("completion error"))
-            }
-        })
-        .or_else(|e| err.take().map_or(Err(PerfError::Oob(e)), Err))?;
-        let t = stamps.last().copied().unwrap_or(0) - first.unwrap_or(0);
-        return Ok(stats::bw_report_duration(
-            size,
-            stamps.len() as u64,
-            t,
-            o.gbits,
-        ));
-    }
-    let mut last_progress = Instant::now();
-    while (stamps.len() as u64) < want {
-        if step(res, &mut stamps)? {
-            last_progress = Instant::now();
-        } else if last_progress.elapsed() > STALL {
-            return Err(PerfError::Stalled(STALL));
-        } else {
-            std::thread::yield_now();
-        }
-    }
-    // perftest's receiver reports no peak (noPeak for the SEND BW server): from the
-    // first receive to the last.
-    let t = stamps.last().copied().unwrap_or(0) - first.unwrap_or(0);
-    Ok(stats::bw_report_duration(
-        size,
-        stamps.len() as u64,
-        t,
-        o.gbits,
-    ))
-}
-
-/// Completions seen by [`poll_until`].
-#[derive(Default)]
-struct Counts {
-    recv: u64,
-    send: u64,
-}
-
-/// Polls until `done` holds, counting receive and send completions into `c`; fails
-/// after [`STALL`] without a completion.
-fn poll_until<P: Provider>(
-    res: &mut Res<P>,
-    c: &mut Counts,
-    mut done: impl FnMut(&Counts, &Res<P>) -> bool,
-) -> Result<(), PerfError> {
-    let mut wcs = [WorkCompletion::new(0, WcStatus::Success, WcOpcode::Send, 0); 16];
-    let mut last = Instant::now();
-    while !done(c, res) {
-        let n = res.poll(&mut wcs)?;
-        for wc in &wcs[..n] {
-            if wc.opcode == WcOpcode::Recv {
-                c.recv += 1;
-            } else {
-                c.send += 1;
-            }
-        }
-        if n > 0 {
-            last = Instant::now();
-        } else if last.elapsed() > STALL {
-            return Err(PerfError::Stalled(STALL));
-        } else {
-            // Let the peer run where both spin on fewer cores than they need.
-            std::thread::yield_now();
-        }
-    }
-    Ok(())
-}
-
-/// The byte at `off` of the region, read volatile (the peer's RDMA WRITE lands there,
-/// a race the protocol orders).
-fn peek_byte<P: Provider>(res: &Res<P>, off: usize) -> u8 {
-    assert!(off < res.mr.len());
-    // SAFETY: in range (checked above) of memory the region owns.
-    unsafe { std::ptr::read_volatile(res.mr.as_ptr().add(off)) }
-}
-
-/// `run_iter_lat_write`: the server writes first; each side waits until the last byte
-/// of its buffer holds the count of the writes received, then writes its own count.
-fn write_lat<P: Provider>(
-    res: &mut Res<P>,
-    o: &Options,
-    size: u64,
-    client: bool,
-) -> Result<Vec<u64>, PerfError> {
-    let iters = o.iters;
-    let poll_off = res.remote_slot_off(0) + size as usize - 1;
-    let post_off = size as usize - 1;
-    let mut posted = Vec::with_capacity(iters as usize);
-    let t0 = Instant::now();
-    let mut c = Counts::default();
-    for scnt in 0..iters {
-        if client || scnt > 0 {
-            // The server skips its first wait, so its count of writes seen lags by one.
-            let want = if client { scnt + 1 } else { scnt } as u8;
-            poll_until(res, &mut c, |_, r| peek_byte(r, poll_off) == want)?;
-        }
-        posted.push(now_ns(t0));
-        res.mr.write(post_off, &[(scnt + 1) as u8]);
-        let wr = send_wr(res, 0, Verb::Write, size, scnt, true);
-        res.ctx
-            .post_send(res.qps[0], &wr)
-            .map_err(verbs("ibv_post_send"))?;
-    }
-    poll_until(res, &mut c, |c, _| c.send >= iters)?;
-    if !client {
-        // The client's last write answers ours: wait for it before the handshake.
-        let want = iters as u8;
-        poll_until(res, &mut c, |_, r| peek_byte(r, poll_off) == want)?;
-    }
-    Ok(posted)
-}
-
-/// `run_iter_lat_send`: the client sends first; each side answers a receive with a
-/// send, reposting the receive.
-fn send_lat<P: Provider>(
-    res: &mut Res<P>,
-    o: &Options,
-    size: u64,
-    client: bool,
-    recv_len: u32,
-) -> Result<Vec<u64>, PerfError> {
-    let iters = o.iters;
-    let mut posted = Vec::with_capacity(iters as usize);
-    let t0 = Instant::now();
-    let mut c = Counts::default();
-    let mut reposted = u64::from(o.rx_depth.min(iters as u32).max(1));
-    for scnt in 0..iters {
-        if !client {
-            poll_until(res, &mut c, |c, _| c.recv > scnt)?;
-        }
-        posted.push(now_ns(t0));
-        let wr = send_wr(res, 0, Verb::Send, size, scnt, true);
-        res.ctx
-            .post_send(res.qps[0], &wr)
-            .map_err(verbs("ibv_post_send"))?;
-        if client {
-            poll_until(res, &mut c, |c, _| c.recv > scnt)?;
-        }
-        if reposted < iters {
-            post_recv(res, 0, recv_len)?;
-            reposted += 1;
-        }
-    }
-    poll_until(res, &mut c, |c, _| c.send >= iters)?;
-    Ok(posted)
-}
-
-/// `run_iter_lat` (READ): one RDMA READ at a time, stamped at each post.
-fn read_lat<P: Provider>(res: &mut Res<P>, o: &Options, size: u64) -> Result<Vec<u64>, PerfError> {
-    let mut posted = Vec::with_capacity(o.iters as usize);
-    let t0 = Instant::now();
-    let mut c = Counts::default();
-    for scnt in 0..o.iters {
-        posted.push(now_ns(t0));
-        let wr = send_wr(res, 0, Verb::Read, size, scnt, true);
-        res.ctx
-            .post_send(res.qps[0], &wr)
-            .map_err(verbs("ibv_post_send"))?;
-        poll_until(res, &mut c, |c, _| c.send > scnt)?;
-    }
-    Ok(posted)
 }

@@ -88,7 +88,7 @@ pub fn bw_report(
                 try_run(i, j);
                 j += cq_mod;
             }
-            if n % cq_mod != 0 {
+            if !n.is_multiple_of(cq_mod) {
                 try_run(i, n - 1);
             }
         }
