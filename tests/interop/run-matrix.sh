@@ -104,6 +104,10 @@ case " $GROUPS_ " in
         done ;;
 esac
 case " $GROUPS_ " in
+    *" linux-host-loss "*) command -v nft >/dev/null ||
+        cannot "'nft' not installed (the loss group drops packets with nftables; Debian: apt-get install nftables)" ;;
+esac
+case " $GROUPS_ " in
     *" perftest "*)
         [ -x "$RDMA_PERF_BIN" ] || cannot "$RDMA_PERF_BIN not built (cargo build -p rdma-tools --bin rdma-perf)" ;;
 esac
@@ -158,8 +162,20 @@ run_linux_host() {
     # IPv4: namespace 1 is a loop device opened with O_DIRECT (the block-device back
     # end); IPv6: a sparse file through the page cache (the file back end).
     export INTEROP_LOOP=1
+    local capture=(-c "$OUT/$g.pcap")
+    unset INTEROP_LOSS_PCT
     if [ "$g" = linux-host-ipv6 ]; then
         ipv6=1 tip=fd77::1 extra=(-a ipv6=1 -a short=1) INTEROP_LOOP=0
+    fi
+    # Loss toward the Linux host (issue 18 item 7): the hook drops INTEROP_LOSS_PCT % of
+    # our target's RoCE packets on their way out; the guest runs fio with verification
+    # for INTEROP_LOSS_SECS and counts its reconnects and the duplicates its rxe saw.
+    # No capture: the drops happen before the bridge, and the wire checks are the
+    # other groups'.
+    if [ "$g" = linux-host-loss ]; then
+        extra=(-a loss=1 -a loss_secs="${LOSS_SECS:-30}" -a loss_pct="${LOSS_PCT:-1}")
+        INTEROP_LOOP=0 capture=()
+        export INTEROP_LOSS_PCT=${LOSS_PCT:-1}
     fi
     mkdir -p "$d"
     export INTEROP_IMG="$OUT/$g-ns1.img"
@@ -169,7 +185,7 @@ run_linux_host() {
     say "$g: VM B (nvme-cli, fio) -> our nvmf-target on $tip ($ns)"
     local t0
     t0=$(date +%s)
-    INTEROP_IPV6=$ipv6 "$LP/run.sh" -t 480 -o "$d" -c "$OUT/$g.pcap" -a target_ip="$tip" \
+    INTEROP_IPV6=$ipv6 "$LP/run.sh" -t 480 -o "$d" "${capture[@]}" -a target_ip="$tip" \
         -a nqn="$INTEROP_NQN" -a ns_bytes="$NS_BYTES" "${extra[@]}" -H "$HERE/hooks/our-target.sh" \
         B:192.168.77.11:interop-host.sh >"$OUT/$g.log" 2>&1
     say "$g: run.sh exit status $? after $(( $(date +%s) - t0 )) s"
@@ -306,6 +322,7 @@ PERFTEST_CELLS="ours-client/write_bw ours-client/read_bw ours-client/send_lat
 HOST_CELLS="discover connect list id-ctrl id-ns fio-4k-qd1 fio-4k-qd32 fio-128k-qd1 fio-128k-qd32
             fio-1m-write-qd8 flush readback discard disconnect data-intact slow-peer target-exit"
 HOST6_CELLS="discover connect fio-4k-qd32 fio-128k-qd32 disconnect data-intact slow-peer target-exit"
+HOSTLOSS_CELLS="connect fio-4k-qd16-loss no-reconnect duplicates disconnect data-intact slow-peer target-exit"
 TARGET_CELLS="bench-4k-qd1 bench-4k-qd32 bench-128k-qd1 bench-128k-qd32 connect identify disconnect"
 TARGET6_CELLS="bench-4k-qd32 bench-128k-qd32 connect identify disconnect"
 VERBS_TARGET_CELLS="target-start discover connect list id-ctrl id-ns fio-4k-qd1 fio-4k-qd32
@@ -320,7 +337,7 @@ REF6="$REPO/testdata/captures/linux-nvme-rdma-rxe-ipv6.pcap"
 pids=()
 for g in $GROUPS_; do
     case "$g" in
-        linux-host | linux-host-ipv6) fn=run_linux_host ;;
+        linux-host | linux-host-ipv6 | linux-host-loss) fn=run_linux_host ;;
         linux-target | linux-target-ipv6) fn=run_linux_target ;;
         verbs-target) fn=run_verbs_target ;;
         nvme-cli) fn=run_nvme_cli ;;
@@ -337,6 +354,8 @@ for g in $GROUPS_; do
         linux-host) add_cells $g "$OUT/$g.cells" $HOST_CELLS ;;
         linux-target) add_cells $g "$OUT/$g.cells" $TARGET_CELLS ;;
         linux-host-ipv6) add_cells $g "$OUT/$g.cells" $HOST6_CELLS; ours=fd77::1 ref=$REF6 ;;
+        # Drops before the bridge: no capture.
+        linux-host-loss) add_cells $g "$OUT/$g.cells" $HOSTLOSS_CELLS; continue ;;
         linux-target-ipv6) add_cells $g "$OUT/$g.cells" $TARGET6_CELLS; ours=fd77::1 ref=$REF6 ;;
         # Linux rxe on both ends: no capture (nothing of our wire code to check).
         verbs-target) add_cells $g "$OUT/$g.cells" $VERBS_TARGET_CELLS; continue ;;

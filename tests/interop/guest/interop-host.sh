@@ -13,6 +13,11 @@
 #                 the discovery log must list our target as adrfam ipv6
 #   LP_SHORT=1    only discover, connect, fio 4k/128k at iodepth 32, disconnect (the
 #                 IPv6 group: the rest is the IPv4 group's)
+#   LP_LOSS=1     the loss group (issue 18 item 7; the hook drops LP_LOSS_PCT % of our
+#                 target's packets): discover, connect, fio randrw 4 KiB QD16 with
+#                 verification for LP_LOSS_SECS s, then the host's reconnects (its
+#                 dmesg) and the duplicates its rxe counted against what it received,
+#                 disconnect
 # Waits for /host/out/A/ready (the hook touches it once nvmf-target listens) and
 # touches /host/out/stop when done (the hook then stops the target).
 # Data left for the driver in $LP_OUT/data.txt: "name offset length sha256" lines of
@@ -28,7 +33,8 @@ DEV=/dev/nvme0n1
 : > "$DATA"
 T0=$(cut -d' ' -f1 /proc/uptime)
 # full: true unless -a short=1
-full() { [ "${LP_SHORT:-0}" != 1 ]; }
+full() { [ "${LP_SHORT:-0}" != 1 ] && ! loss; }
+loss() { [ "${LP_LOSS:-0}" = 1 ]; }
 if [ "${LP_IPV6:-0}" = 1 ]; then
     ipv6_setup
 fi
@@ -128,6 +134,7 @@ fi   # full
 # name:bs:iodepth:offset:size
 specs="fio-4k-qd1:4k:1:0:4M fio-4k-qd32:4k:32:4M:4M fio-128k-qd1:128k:1:8M:8M fio-128k-qd32:128k:32:16M:8M"
 full || specs="fio-4k-qd32:4k:32:4M:4M fio-128k-qd32:128k:32:16M:8M"
+loss && specs=""
 for spec in $specs; do
     ifs=$IFS; IFS=:; set -- $spec; IFS=$ifs
     json="$LP_OUT/$1.json"
@@ -168,7 +175,41 @@ if full; then
     echo "fio-1m-write $((48 * MiB)) $((16 * MiB)) $(sha_region 48 16)" >> "$DATA"
 fi
 
-if ! full; then
+# ---- under loss: fio with verification, reconnects, duplicates (issue 18 item 7) ------
+if loss; then
+    secs=${LP_LOSS_SECS:-30}
+    counter() { cat /sys/class/infiniband/rxe0/ports/1/hw_counters/"$1" 2>/dev/null || echo 0; }
+    dup0=$(counter duplicate_request) rcv0=$(counter rcvd_pkts)
+    rec0=$(dmesg | grep -cE 'nvme nvme[0-9]+: (Reconnecting|starting error recovery|I/O .*timeout)')
+    json="$LP_OUT/fio-4k-qd16-loss.json"
+    timeout $((secs + 240)) fio --name=fio-4k-qd16-loss --filename=$DEV --direct=1 \
+        --ioengine=libaio --rw=randrw --bs=4k --iodepth=16 --size=16M --time_based \
+        --runtime="$secs" --verify=crc32c --verify_backlog=256 --verify_fatal=1 \
+        --output-format=json --output="$json" > "$LP_OUT/fio-4k-qd16-loss.stderr" 2>&1
+    rc=$?
+    errs=$(grep -oE -m1 '"error" *: *[0-9]+' "$json" 2>/dev/null | head -1 | tr -dc '0-9')
+    rios=$(grep -oE '"total_ios" *: *[0-9]+' "$json" 2>/dev/null | sed -n 1p | tr -dc '0-9')
+    wios=$(grep -oE '"total_ios" *: *[0-9]+' "$json" 2>/dev/null | sed -n 2p | tr -dc '0-9')
+    if [ $rc = 0 ] && [ "$errs" = 0 ]; then
+        cell fio-4k-qd16-loss PASS "randrw 4k iodepth=16 16M ${secs}s, verify=crc32c, ${LP_LOSS_PCT:-?}% of the target's packets dropped: ${rios:-?} reads, ${wios:-?} writes, 0 errors"
+    else
+        cell fio-4k-qd16-loss FAIL "fio exit status $rc, error '$errs': $(grep -m3 -iE 'verify|error|bad' "$LP_OUT/fio-4k-qd16-loss.stderr" | tr '\n' ' ')"
+    fi
+    rec=$(( $(dmesg | grep -cE 'nvme nvme[0-9]+: (Reconnecting|starting error recovery|I/O .*timeout)') - rec0 ))
+    if [ "$rec" = 0 ]; then
+        cell no-reconnect PASS "no error recovery, I/O timeout or reconnect in the host's log"
+    else
+        cell no-reconnect FAIL "$rec error recovery / timeout / reconnect lines: $(dmesg | grep -m3 -E 'nvme nvme[0-9]+: (Reconnecting|starting error recovery|I/O .*timeout)' | tr '\n' ' ')"
+    fi
+    dup=$(( $(counter duplicate_request) - dup0 )) rcv=$(( $(counter rcvd_pkts) - rcv0 ))
+    # At most twice the loss rate (the issue's goal): dup / rcv <= 2 x pct / 100.
+    if [ "$rcv" -gt 0 ] && [ $(( dup * 100 * 100 )) -le $(( 2 * ${LP_LOSS_PCT:-1} * 100 * rcv )) ]; then
+        cell duplicates PASS "$dup duplicate requests of $rcv packets received ($(awk -v d="$dup" -v r="$rcv" 'BEGIN{printf "%.2f", 100*d/r}')%, at most $((2 * ${LP_LOSS_PCT:-1}))%)"
+    else
+        cell duplicates FAIL "$dup duplicate requests of $rcv packets received ($(awk -v d="$dup" -v r="$rcv" 'BEGIN{printf "%.2f", r ? 100*d/r : 0}')%, more than $((2 * ${LP_LOSS_PCT:-1}))%)"
+    fi
+    echo "fio-loss-region 0 $((16 * MiB)) $(sha_region 0 16)" >> "$DATA"
+elif ! full; then
     echo "fio-regions 0 $((24 * MiB)) $(sha_region 0 24)" >> "$DATA"
 else
 # ---- flush ------------------------------------------------------------------------

@@ -16,6 +16,9 @@
 #                    the loop device is detached after the target exits
 #   INTEROP_READY    the name under out/ whose ready file it touches (default A; the
 #                    nvme-cli group uses "ours", VM A being Linux nvmet there)
+#   INTEROP_LOSS_PCT drop this percentage of our RoCE packets (UDP to 4791) on their
+#                    way out, at random (nftables numgen; this kernel has no netem);
+#                    the table with its counters is left in $LP_SHARE/nft-loss.txt
 # Touches $LP_SHARE/out/A/ready once the target listens; stops the target (SIGTERM)
 # when $LP_SHARE/out/stop appears, and writes its exit status to
 # $LP_SHARE/target.rc. The target's log is $LP_SHARE/target.log.
@@ -33,6 +36,17 @@ if [ "${INTEROP_LOOP:-0}" = 1 ]; then
     loopdev=$(losetup --find --show "$INTEROP_IMG") || { echo "$(date +%T) losetup failed"; exit 1; }
     ns=("$loopdev" --direct)
 fi
+if [ -n "${INTEROP_LOSS_PCT:-}" ]; then
+    nft -f - <<NFT || { echo "$(date +%T) nft could not install the loss rule"; exit 1; }
+table inet nvmf_loss {
+    chain out {
+        type filter hook output priority 0; policy accept;
+        udp dport 4791 counter numgen random mod 100 < $INTEROP_LOSS_PCT counter drop
+    }
+}
+NFT
+    echo "$(date +%T) dropping $INTEROP_LOSS_PCT% of our RoCE packets on their way out"
+fi
 echo "$(date +%T) starting $NVMF_TARGET_BIN on $ip:4420 ($INTEROP_NQN, ${ns[*]} over $INTEROP_IMG, $INTEROP_NS_SIZE)"
 NO_COLOR=1 RUST_LOG="${INTEROP_TARGET_LOG:-info}" "$NVMF_TARGET_BIN" --addr "$ip" --port 4420 \
     --nqn "$INTEROP_NQN" --size "$INTEROP_NS_SIZE" --file "${ns[@]}" >"$log" 2>&1 &
@@ -46,6 +60,10 @@ stop_target() {
     wait "$pid" 2>/dev/null
     echo $? >"$LP_SHARE/target.rc"
     [ -n "$loopdev" ] && losetup -d "$loopdev"
+    if [ -n "${INTEROP_LOSS_PCT:-}" ]; then
+        nft list table inet nvmf_loss >"$LP_SHARE/nft-loss.txt" 2>&1
+        nft delete table inet nvmf_loss
+    fi
     echo "$(date +%T) target exited with status $(cat "$LP_SHARE/target.rc")"
 }
 trap 'stop_target; exit 0' TERM INT
