@@ -33,12 +33,25 @@
 #                   field by field (nvme-cli-diff.py): a cell fails on a difference
 #                   not listed there with its reason. Not a default group:
 #                   INTEROP_GROUPS=nvme-cli (.ci/run runs it).
+#   perftest/*      issue 17 item 1: our rdma-perf (soft provider on the bridge) against
+#                   Linux's perftest on rxe0 in VM A, one boot: ours-client/{write_bw,
+#                   read_bw,send_lat} (ib_* serving in the guest), guest-client/{...}
+#                   (ib_* in the guest against our rdma-perf server), icrc (every RoCEv2
+#                   packet of the capture, icrc_check.py); with RDMA_PERF_VERBS_BIN
+#                   also verbs-client/{write_bw,send_lat} (that rdma-perf, built with
+#                   --features verbs, on rxe0 in the guest against our soft server).
+#                   hooks/our-perftest.sh, guest/perftest-cells.sh. Not a default
+#                   group: INTEROP_GROUPS=perftest (.ci/run runs it in its verbs
+#                   section, with the verbs build).
 #   tshark/*        tshark's verdict on the capture of each run (check-capture.sh).
 # Exit status: 0 all cells passed, 1 a cell failed, 2 the matrix cannot run here (no
 # root, no network namespaces, no QEMU/tcpdump/tshark, no guest image) - with the reason.
 #
 # Env (all optional):
 #   NVMF_TARGET_BIN, NVMF_BENCH_BIN  executables (default build/debug/{nvmf-target,nvmf-bench})
+#   RDMA_PERF_BIN  rdma-perf for the perftest group (default build/debug/rdma-perf)
+#   RDMA_PERF_VERBS_BIN  rdma-perf built with `--features verbs`: the perftest group's
+#               verbs-client cells run it in the guest (none without it)
 #   NVMF_TARGET_VERBS_BIN  nvmf-target built with `--features verbs` for verbs-target
 #               (default: built here, `cargo build --release -p nvmf-target --features verbs`)
 #   LP_DIR      the linux-peer harness (default ../shared/linux-peer beside the repository)
@@ -63,6 +76,7 @@ OUT="$INTEROP_OUT"
 GROUPS_="${INTEROP_GROUPS:-linux-host linux-target linux-host-ipv6 linux-target-ipv6}"
 export NVMF_TARGET_BIN="${NVMF_TARGET_BIN:-$REPO/build/debug/nvmf-target}"
 export NVMF_BENCH_BIN="${NVMF_BENCH_BIN:-$REPO/build/debug/nvmf-bench}"
+export RDMA_PERF_BIN="${RDMA_PERF_BIN:-$REPO/build/debug/rdma-perf}"
 export INTEROP_NQN=nqn.2026-11.io.nvmf-rdma:interop
 export INTEROP_NS_SIZE=64M
 NS_BYTES=$((64 << 20))
@@ -92,6 +106,10 @@ esac
 case " $GROUPS_ " in
     *" linux-host-loss "*) command -v nft >/dev/null ||
         cannot "'nft' not installed (the loss group drops packets with nftables; Debian: apt-get install nftables)" ;;
+esac
+case " $GROUPS_ " in
+    *" perftest "*)
+        [ -x "$RDMA_PERF_BIN" ] || cannot "$RDMA_PERF_BIN not built (cargo build -p rdma-tools --bin rdma-perf)" ;;
 esac
 mkdir -p "$OUT"
 OUT="$(realpath "$OUT")"
@@ -267,6 +285,40 @@ run_verbs_target() {
     cat "$d/out/B/cells.txt" "$d/out/A/cells.txt" >"$OUT/$g.cells" 2>/dev/null
 }
 
+# ---- group 5: our rdma-perf <-> Linux's perftest in VM A, both roles, one boot ----------
+run_perftest() {
+    local g=$1 d="$OUT/$1"
+    mkdir -p "$d"
+    export LP_PERF_BW=65536:200 LP_PERF_LAT=64:200
+    rm -rf "$d/bin"
+    if [ -n "${RDMA_PERF_VERBS_BIN:-}" ]; then
+        mkdir -p "$d/bin" && cp "$RDMA_PERF_VERBS_BIN" "$d/bin/rdma-perf"
+        PERFTEST_CELLS="$PERFTEST_CELLS verbs-client/write_bw verbs-client/send_lat"
+    fi
+    say "$g: our rdma-perf (192.168.77.1) <-> perftest on rxe0 in VM A (192.168.77.10)"
+    local t0
+    t0=$(date +%s)
+    "$LP/run.sh" -t 600 -o "$d" -c "$OUT/$g.pcap" -f "udp port 4791 or tcp port 18515" \
+        -a perf_bw=$LP_PERF_BW -a perf_lat=$LP_PERF_LAT -H "$HERE/hooks/our-perftest.sh" \
+        A:192.168.77.10:perftest-cells.sh >"$OUT/$g.log" 2>&1
+    say "$g: run.sh exit status $? after $(( $(date +%s) - t0 )) s"
+    cp "$d/cells-perftest.txt" "$OUT/$g.cells" 2>/dev/null || : >"$OUT/$g.cells"
+    if [ -s "$OUT/$g.pcap" ]; then
+        local icrc
+        icrc=$(python3 "$LP_DIR/icrc_check.py" "$OUT/$g.pcap" 2>&1 | tail -1)
+        # "N ICRC ok, M bad (...)": every packet, both directions, correct
+        if echo "$icrc" | awk '$2 == "ICRC" && $1 > 0 && $4 == 0 { f = 1 } END { exit !f }'; then
+            echo "cell icrc PASS $icrc" >>"$OUT/$g.cells"
+        else
+            echo "cell icrc FAIL $icrc" >>"$OUT/$g.cells"
+        fi
+    else
+        echo "cell icrc FAIL no capture $OUT/$g.pcap" >>"$OUT/$g.cells"
+    fi
+}
+
+PERFTEST_CELLS="ours-client/write_bw ours-client/read_bw ours-client/send_lat
+            guest-client/write_bw guest-client/read_bw guest-client/send_lat icrc"
 HOST_CELLS="discover connect list id-ctrl id-ns fio-4k-qd1 fio-4k-qd32 fio-128k-qd1 fio-128k-qd32
             fio-1m-write-qd8 flush readback discard disconnect data-intact slow-peer target-exit"
 HOST6_CELLS="discover connect fio-4k-qd32 fio-128k-qd32 disconnect data-intact slow-peer target-exit"
@@ -289,6 +341,7 @@ for g in $GROUPS_; do
         linux-target | linux-target-ipv6) fn=run_linux_target ;;
         verbs-target) fn=run_verbs_target ;;
         nvme-cli) fn=run_nvme_cli ;;
+        perftest) fn=run_perftest ;;
         *) cannot "unknown group '$g' in INTEROP_GROUPS" ;;
     esac
     if [ "${INTEROP_PARALLEL:-0}" = 1 ]; then $fn "$g" & pids+=($!); else $fn "$g"; fi
@@ -308,6 +361,8 @@ for g in $GROUPS_; do
         verbs-target) add_cells $g "$OUT/$g.cells" $VERBS_TARGET_CELLS; continue ;;
         # Two Linux-side runs compared: no capture.
         nvme-cli) add_cells $g "$OUT/$g.cells" $NVME_CLI_CELLS; continue ;;
+        # Its capture's check is its icrc cell (tshark has no perftest dissector).
+        perftest) add_cells $g "$OUT/$g.cells" $PERFTEST_CELLS; continue ;;
     esac
     if [ -s "$OUT/$g.pcap" ]; then
         "$HERE/check-capture.sh" "$g" "$OUT/$g.pcap" "$ours" "$ref" >"$OUT/tshark-$g.txt" 2>&1

@@ -8,9 +8,13 @@
 //!   4791, DCB), optionally against a peer, each finding with what it means and the
 //!   command that fixes it.
 //!
+//! - `rdma-perf` ([`perf`]): perftest's bandwidth and latency tests, wire-compatible
+//!   with perftest (TCP 18515 exchange and data phase), over either provider.
+//!
 //! [`netif`] reads the host's interfaces (addresses, MTU, state) for both.
 #![warn(missing_docs)]
 
 pub mod doctor;
 pub mod info;
 pub mod netif;
+pub mod perf;
