@@ -201,4 +201,68 @@ mod tests {
             ]
         );
     }
+
+    #[test]
+    fn a_linked_port_lists_itself_its_subsystems_and_its_referrals() {
+        let sub = |nqn: &str| Arc::new(Subsystem::new(nqn.into(), None, true, vec![], vec![]));
+        let only = |nqns: &[&str]| Some(nqns.iter().map(|n| n.to_string()).collect());
+        let referral = crate::subsystem::Referral {
+            traddr: "192.168.77.20".parse().unwrap(),
+            trsvcid: 4420,
+            portid: 9,
+        };
+        let ports = vec![
+            PortInfo {
+                portid: 5,
+                subsystems: only(&[REF_NQN]),
+                referrals: vec![referral],
+                ..PortInfo::new("192.168.77.10".parse().unwrap(), 4420)
+            },
+            PortInfo {
+                portid: 6,
+                subsystems: only(&[RESTRICTED_NQN, REF_NQN]),
+                ..PortInfo::new("192.168.77.10".parse().unwrap(), 4421)
+            },
+        ];
+        let reg = Registry::with_ports(
+            vec![sub(REF_NQN), sub(RESTRICTED_NQN)],
+            ports,
+            Limits::default(),
+            true,
+        );
+        let listed = |port| {
+            let page = discovery_log_page(&reg, port, HOST);
+            let (_, entries) = parse_discovery_log(&page).unwrap();
+            entries
+                .iter()
+                .map(|e| {
+                    (
+                        e.subtype,
+                        e.portid.get(),
+                        format!("{}:{}", e.traddr().unwrap(), e.trsvcid().unwrap()),
+                        e.subnqn().unwrap().to_string(),
+                    )
+                })
+                .collect::<Vec<_>>()
+        };
+        let d = NVMF_DISCOVERY_NQN.to_string();
+        let a = |p: &str| format!("192.168.77.{p}");
+        assert_eq!(
+            listed(0),
+            vec![
+                (3, 5, a("10:4420"), d.clone()),
+                (2, 5, a("10:4420"), REF_NQN.to_string()),
+                (1, 9, a("20:4420"), d.clone()),
+            ]
+        );
+        // In configuration order of the subsystems, not of the links.
+        assert_eq!(
+            listed(1),
+            vec![
+                (3, 6, a("10:4421"), d),
+                (2, 6, a("10:4421"), REF_NQN.to_string()),
+                (2, 6, a("10:4421"), RESTRICTED_NQN.to_string()),
+            ]
+        );
+    }
 }

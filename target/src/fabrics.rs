@@ -624,4 +624,33 @@ pub(crate) mod tests {
         );
         let _ = Cc(0);
     }
+
+    #[test]
+    fn a_subsystem_not_linked_to_the_port_is_unknown_there() {
+        let on = registry_with(vec![]);
+        let mut ports = on.ports.clone();
+        ports[0].subsystems = Some(vec![RESTRICTED_NQN.to_string()]);
+        ports.push(crate::subsystem::PortInfo::new(ports[0].traddr, 4421));
+        let reg = Registry::with_ports(on.subsystems.clone(), ports, on.limits, true);
+        let sqe = Sqe::connect(0, 0, 31, 0);
+        let data = connect_data(0xFFFF, REF_NQN, HOST);
+        // Port 0 links only the restricted subsystem: as an unknown NQN (nvmet's
+        // answer for a subsystem not linked to the port), status 0x8304, DW0 00010100h.
+        assert_eq!(
+            refused(connect(&reg, 0, &sqe, &data, Instant::now())),
+            (0x8304, 0x0001_0100)
+        );
+        // Port 1 serves every subsystem; the controller remembers its port.
+        let ConnectOutcome::Accepted { ctrl, .. } = connect(&reg, 1, &sqe, &data, Instant::now())
+        else {
+            panic!("refused on the port that serves it");
+        };
+        assert_eq!(ctrl.port, 1);
+        // The discovery subsystem is on every port.
+        let disc = connect_data(0xFFFF, NVMF_DISCOVERY_NQN, HOST);
+        assert!(matches!(
+            connect(&reg, 0, &sqe, &disc, Instant::now()),
+            ConnectOutcome::Accepted { .. }
+        ));
+    }
 }

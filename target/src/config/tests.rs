@@ -397,3 +397,183 @@ fn file_errors_name_the_file() {
     assert!(matches!(e, ConfigError::Parse { .. }));
     assert!(e.to_string().starts_with(&bad.display().to_string()), "{e}");
 }
+
+/// Two ports, the second linking only `b`, with a referral; the namespace keys.
+const LINKED: &str = r#"
+[[listen]]
+addr = "10.0.0.1"
+portid = 7
+subsystems = ["nqn.x:a", "nqn.x:b"]
+[[listen.referrals]]
+addr = "10.0.0.9"
+portid = 3
+[[listen]]
+addr = "10.0.0.1"
+trsvcid = 4421
+subsystems = ["nqn.x:b"]
+[[hosts]]
+nqn = "nqn.x:host"
+[[subsystems]]
+nqn = "nqn.x:a"
+model = "Linux"
+firmware = "6.12.0"
+ieee_oui = 0x123456
+version = "1.4"
+cntlid_min = 10
+cntlid_max = 20
+qid_max = 4
+[[subsystems.namespaces]]
+nsid = 1
+path = "a.img"
+nguid = "ef90689c-6c46-d44c-89c1-4067801309a8"
+uuid = "6f2c8ab1-1f0e-4c47-9d43-0c1a5e0b7a11"
+eui64 = "002538b1c1004a1e"
+[[subsystems.namespaces]]
+nsid = 2
+path = "b.img"
+enable = false
+[[subsystems]]
+nqn = "nqn.x:b"
+allow_any_host = false
+hosts = ["nqn.x:host"]
+"#;
+
+#[test]
+fn port_links_referrals_and_identity_keys_are_read() {
+    let c = TargetConfig::from_toml_str(LINKED).unwrap();
+    let (p0, p1) = (&c.listen[0], &c.listen[1]);
+    assert_eq!((p0.portid, p1.portid), (Some(7), None));
+    assert_eq!(p1.subsystems.as_deref(), Some(&["nqn.x:b".to_string()][..]));
+    assert_eq!(
+        p0.referrals,
+        [ReferralConfig {
+            addr: "10.0.0.9".parse().unwrap(),
+            trsvcid: 4420,
+            portid: 3,
+            enable: true
+        }]
+    );
+    assert_eq!(c.hosts[0].nqn, "nqn.x:host");
+    let a = &c.subsystems[0];
+    assert_eq!(a.model.as_deref(), Some("Linux"));
+    assert_eq!(a.firmware.as_deref(), Some("6.12.0"));
+    assert_eq!(a.ieee_oui, 0x123456);
+    assert_eq!(a.version_vs().unwrap(), nvme::properties::Vs::V1_4);
+    assert_eq!((a.cntlid_min, a.cntlid_max, a.qid_max), (10, 20, Some(4)));
+    let n = &a.namespaces[0];
+    assert_eq!(n.nguid.unwrap().0[..2], [0xef, 0x90]);
+    assert_eq!(
+        n.uuid.unwrap().to_string(),
+        "6f2c8ab1-1f0e-4c47-9d43-0c1a5e0b7a11"
+    );
+    assert_eq!(n.eui64.unwrap().to_string(), "002538b1c1004a1e");
+    assert!(n.enable && !a.namespaces[1].enable);
+    // Without links (today's files): every subsystem on every port.
+    let c = TargetConfig::from_toml_str(MINIMAL).unwrap();
+    assert_eq!(c.listen[0].subsystems, None);
+    // It survives a TOML round trip.
+    let c = TargetConfig::from_toml_str(LINKED).unwrap();
+    let text = ::toml::to_string(&c).unwrap();
+    assert_eq!(TargetConfig::from_toml_str(&text).unwrap(), c);
+}
+
+#[test]
+fn link_and_identity_errors_name_the_item() {
+    let cases = [
+        (
+            "subsystems = [\"nqn.x:b\"]\n",
+            "",
+            "listen[1] (10.0.0.1:4421) names no subsystems while listen[0] does",
+        ),
+        (
+            "subsystems = [\"nqn.x:b\"]\n",
+            "subsystems = [\"nqn.x:c\"]\n",
+            "listen[1] (10.0.0.1:4421): subsystems[0] \"nqn.x:c\" is not a configured subsystem",
+        ),
+        (
+            "subsystems = [\"nqn.x:b\"]\n",
+            "subsystems = []\n",
+            "listen[1] (10.0.0.1:4421): subsystems is empty",
+        ),
+        (
+            "subsystems = [\"nqn.x:b\"]\n",
+            "subsystems = [\"nqn.x:b\", \"nqn.x:b\"]\n",
+            "subsystems[1] \"nqn.x:b\" is linked twice",
+        ),
+        (
+            "trsvcid = 4421\n",
+            "trsvcid = 4421\nportid = 7\n",
+            "listen[1] (10.0.0.1:4421): portid 7 is used",
+        ),
+        (
+            "model = \"Linux\"",
+            "model = \"\"",
+            "subsystems[0] (nqn.x:a): model \"\" must be 1 to 40",
+        ),
+        (
+            "firmware = \"6.12.0\"",
+            "firmware = \"6.12.0-rc1\"",
+            "firmware \"6.12.0-rc1\" must be 1 to 8",
+        ),
+        (
+            "ieee_oui = 0x123456",
+            "ieee_oui = 0x1234567",
+            "ieee_oui 0x1234567",
+        ),
+        (
+            "version = \"1.4\"",
+            "version = \"1.x\"",
+            "version \"1.x\" must be",
+        ),
+        (
+            "cntlid_min = 10",
+            "cntlid_min = 30",
+            "cntlid_min 30 / cntlid_max 20",
+        ),
+        (
+            "qid_max = 4",
+            "qid_max = 0",
+            "qid_max 0 must be from 1 to 128",
+        ),
+        (
+            "allow_any_host = false\n",
+            "",
+            "allow_any_host = true with hosts",
+        ),
+        (
+            "[[hosts]]\nnqn = \"nqn.x:host\"\n",
+            "[[hosts]]\nnqn = \"host\"\n",
+            "hosts[0]: NQN \"host\"",
+        ),
+        (
+            "portid = 3\n",
+            "portid = 3\ntrsvcid = 0\n",
+            "referrals[0] (10.0.0.9): trsvcid 0",
+        ),
+    ];
+    for (from, to, want) in cases {
+        assert!(LINKED.contains(from), "{from}");
+        let r = invalid(&LINKED.replacen(from, to, 1));
+        assert!(r.contains(want), "{want}\n  got: {r}");
+    }
+    for (from, to, key) in [
+        ("nsid = 1\n", "nsid = 1\nnguid = \"12\"\n", "invalid NGUID"),
+        (
+            "uuid = \"6f2c8ab1-1f0e-4c47-9d43-0c1a5e0b7a11\"",
+            "uuid = \"6f2c8ab1\"",
+            "uuid = \"6f2c8ab1\"",
+        ),
+        (
+            "eui64 = \"002538b1c1004a1e\"",
+            "eui64 = \"0025\"",
+            "invalid EUI-64",
+        ),
+    ] {
+        let text = LINKED
+            .replacen(from, to, 1)
+            .replace("nguid = \"ef90689c-6c46-d44c-89c1-4067801309a8\"\n", "");
+        let e = TargetConfig::from_toml_str(&text).unwrap_err();
+        assert!(matches!(e, ConfigError::Parse { .. }), "{e}");
+        assert!(e.to_string().contains(key), "{key}: {e}");
+    }
+}
