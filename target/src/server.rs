@@ -10,7 +10,9 @@
 //! device, connection manager and `poll_groups` poll groups (an idle poll group sleeps
 //! on its CQ's completion events); several `trsvcid`s on one address are several CM
 //! listens. The subsystems, controllers and Keep Alive are shared by all, in one
-//! [`Registry`] and one control thread.
+//! [`Registry`] and one control thread; a queue knows the port (address and
+//! `trsvcid`) it connected through, and its Connect reaches only the subsystems that
+//! port serves.
 use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
