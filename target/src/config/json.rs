@@ -255,6 +255,13 @@ fn read(root: &Value) -> Result<TargetConfig, String> {
             )?;
         }
     }
+    if cfg.listen.is_empty() {
+        return Err(
+            "ports: none; at least one port (with the subsystems it serves linked) \
+                    is needed"
+                .into(),
+        );
+    }
     if let Some((_, n)) = inline {
         cfg.inline_data_size = n;
     }

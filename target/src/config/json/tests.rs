@@ -299,4 +299,6 @@ fn not_json_is_a_parse_error_naming_the_line() {
     assert!(e.to_string().contains("line 3"), "{e}");
     let e = TargetConfig::from_nvmetcli_json_str("[]").unwrap_err();
     assert!(e.to_string().contains("expected an object"), "{e}");
+    let r = refused(r#"{"hosts": [], "ports": [], "subsystems": []}"#);
+    assert!(r.starts_with("ports: none"), "{r}");
 }
