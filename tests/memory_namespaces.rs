@@ -18,13 +18,9 @@ const BLOCK: usize = 512;
 
 fn memory_ns(nsid: u32, backend: NamespaceBackend) -> NamespaceConfig {
     NamespaceConfig {
-        nsid,
         backend,
-        path: Default::default(),
         size: Some("16M".into()),
-        block_size: None,
-        direct: false,
-        read_only: false,
+        ..NamespaceConfig::new(nsid)
     }
 }
 

@@ -107,11 +107,7 @@ fn a_listen_ports_tos_is_on_its_queues_with_ect0() {
     // Port 4420 with DSCP 24 (ToS 0x60), port 4421 without.
     let t = start_target_with(175, 1 << 20, |c| {
         c.listen[0].tos = Some(0x60);
-        c.listen.push(ListenAddr {
-            addr: ip(175),
-            trsvcid: 4421,
-            tos: None,
-        });
+        c.listen.push(ListenAddr::new(ip(175), 4421));
     });
     let before = send_socket_tos(ip(175));
     assert!(before.is_empty(), "{before:?}");

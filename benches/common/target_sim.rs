@@ -77,10 +77,7 @@ pub fn connected() -> Target {
     );
     let reg = Registry::new(
         vec![Arc::new(sub)],
-        PortInfo {
-            traddr: IpAddr::V4(Ipv4Addr::LOCALHOST),
-            trsvcid: 4420,
-        },
+        PortInfo::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 4420),
         Limits::default(),
     );
     let mut sim = Sim::new(SimConfig::default(), reg).expect("simulated poll group");

@@ -99,10 +99,7 @@ fn registry(ns: Arc<Backend>) -> Arc<Registry> {
     );
     Registry::new(
         vec![Arc::new(open), Arc::new(restricted)],
-        PortInfo {
-            traddr: IpAddr::V4(Ipv4Addr::new(127, 0, 0, 1)),
-            trsvcid: 4420,
-        },
+        PortInfo::new(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 1)), 4420),
         Limits::default(),
     )
 }

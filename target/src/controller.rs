@@ -108,6 +108,9 @@ pub struct Controller {
     pub hostid: [u8; 16],
     /// I/O or discovery controller.
     pub kind: ControllerKind,
+    /// The port (index in [`crate::subsystem::Registry::ports`]) its admin queue
+    /// connected through: its discovery log page is that port's ([`Controller::on_port`]).
+    pub port: usize,
     limits: Limits,
     /// Volatile Write Cache enabled (feature 06h WCE); read by every write.
     vwc_enabled: AtomicBool,
@@ -161,6 +164,11 @@ impl Controller {
             hostnqn = %hostnqn,
             subnqn = %subsys.nqn
         );
+        // A subsystem's qid_max lowers the I/O queues its controllers are granted.
+        let mut limits = *limits;
+        if let Some(q) = subsys.qid_max {
+            limits.max_io_queues = limits.max_io_queues.min(q);
+        }
         Controller {
             span,
             cntlid,
@@ -168,7 +176,8 @@ impl Controller {
             hostnqn,
             hostid,
             kind,
-            limits: *limits,
+            port: 0,
+            limits,
             vwc_enabled: AtomicBool::new(true),
             traffic_seen: AtomicBool::new(false),
             state: Mutex::new(State {
@@ -188,7 +197,15 @@ impl Controller {
         }
     }
 
-    /// The limits this controller was created with.
+    /// The controller of a host connected through port `port` (an index in
+    /// [`crate::subsystem::Registry::ports`]; 0 unless set).
+    pub fn on_port(mut self, port: usize) -> Self {
+        self.port = port;
+        self
+    }
+
+    /// The limits this controller was created with (the I/O queues lowered to its
+    /// subsystem's `qid_max`).
     pub fn limits(&self) -> &Limits {
         &self.limits
     }

@@ -1,20 +1,24 @@
 //! The Discovery log page (LID 70h) a discovery controller returns (NVMe Base 2.x
 //! §5.16.1.23, NVMe over Fabrics 1.1 §5.3), built as Linux nvmet's
 //! `nvmet_execute_disc_get_log_page` does: the current discovery subsystem first
-//! (SUBTYPE 3), then every NVM subsystem the host may connect to (SUBTYPE 2), each an
-//! RDMA entry. With several listen addresses every subsystem is reachable on each, so
-//! each gets one entry per address (PORTID 1, 2, ... in configuration order), as SPDK
-//! lists every listener; nvmet lists only the port the host asked through, because its
-//! subsystems are linked to ports one by one.
+//! (SUBTYPE 3), then every NVM subsystem the host may connect to (SUBTYPE 2), then the
+//! port's referrals (SUBTYPE 1), each an RDMA entry.
+//!
+//! Which ports: a port that links its subsystems (nvmet's `ports/N/subsystems`) lists
+//! only itself, its linked subsystems and its referrals, as nvmet lists only the port
+//! the host asked through. When ports link none (every subsystem on every port, the
+//! TOML without `subsystems`), the page read on any lists every such port, each
+//! subsystem once per port (PORTID in configuration order), as SPDK lists every
+//! listener.
 
 use std::net::IpAddr;
 
 use nvme::log::{
     discovery_log_page as build_page, AddressFamily, DiscoveryLogEntry, SubsystemType,
 };
-use nvme::NVME_AQ_DEPTH;
+use nvme::{NVME_AQ_DEPTH, NVMF_DISCOVERY_NQN};
 
-use crate::subsystem::{PortInfo, Registry, PORT_ID};
+use crate::subsystem::{PortInfo, Registry};
 
 /// Address family of `addr` for ADRFAM: IPv4 (1) or IPv6 (2).
 pub fn address_family(addr: IpAddr) -> AddressFamily {
@@ -24,48 +28,69 @@ pub fn address_family(addr: IpAddr) -> AddressFamily {
     }
 }
 
-/// One entry for subsystem `nqn` of type `subtype` on `port` (PORTID `portid`): TRTYPE
-/// RDMA, TREQ 04h, CNTLID FFFFh, ASQSZ 32, TRSVCID the decimal port and TRADDR the
-/// address in text form (both NUL padded), TSAS connected / not specified / RDMA CM,
-/// P_Key 0. `None` for an NQN too long for the field (not listable).
+/// One entry for subsystem `nqn` of type `subtype` at `traddr`:`trsvcid` (PORTID
+/// `portid`): TRTYPE RDMA, TREQ 04h, CNTLID FFFFh, ASQSZ 32, TRSVCID the decimal port
+/// and TRADDR the address in text form (both NUL padded), TSAS connected / not
+/// specified / RDMA CM, P_Key 0. `None` for an NQN too long for the field (not
+/// listable).
 fn entry(
-    port: &PortInfo,
-    portid: u16,
+    (traddr, trsvcid, portid): (IpAddr, u16, u16),
     subtype: SubsystemType,
     nqn: &str,
 ) -> Option<DiscoveryLogEntry> {
     DiscoveryLogEntry::rdma(
-        address_family(port.traddr),
+        address_family(traddr),
         subtype,
         portid,
         NVME_AQ_DEPTH,
-        &port.trsvcid.to_string(),
+        &trsvcid.to_string(),
         nqn,
-        &port.traddr.to_string(),
+        &traddr.to_string(),
     )
     .ok()
 }
 
-/// The whole Discovery log page for host `hostnqn`: a 1024-byte header (GENCTR from
-/// the registry, NUMREC, RECFMT 0) followed by 1024-byte entries: for each listen
-/// address, the discovery subsystem itself; then, for each NVM subsystem whose host
-/// list admits `hostnqn` (in configuration order), one entry per listen address.
-/// `(NUMREC + 1) x 1024` bytes; the caller applies the Get Log Page offset and length.
-pub fn discovery_log_page(reg: &Registry, hostnqn: &str) -> Vec<u8> {
-    let ports = || (PORT_ID..).zip(reg.ports.iter());
-    let mut entries = Vec::with_capacity((reg.subsystems.len() + 1) * reg.ports.len());
-    for (id, port) in ports() {
+fn at(p: &PortInfo) -> (IpAddr, u16, u16) {
+    (p.traddr, p.trsvcid, p.portid)
+}
+
+/// The whole Discovery log page for host `hostnqn` connected through port `port` (an
+/// index in [`Registry::ports`]): a 1024-byte header (GENCTR from the registry, NUMREC,
+/// RECFMT 0) followed by 1024-byte entries: the discovery subsystem on each listed
+/// port; for each NVM subsystem whose host list admits `hostnqn` (in configuration
+/// order), one entry per listed port that serves it; then the referrals of `port`.
+/// The listed ports are `port` alone when it links its subsystems, else every port
+/// that links none (see the module docs). `(NUMREC + 1) x 1024` bytes; the caller
+/// applies the Get Log Page offset and length.
+pub fn discovery_log_page(reg: &Registry, port: usize, hostnqn: &str) -> Vec<u8> {
+    let here = reg.ports.get(port);
+    let listed: Vec<&PortInfo> = match here {
+        Some(p) if p.subsystems.is_some() => vec![p],
+        _ => reg
+            .ports
+            .iter()
+            .filter(|p| p.subsystems.is_none())
+            .collect(),
+    };
+    let mut entries = Vec::with_capacity((reg.subsystems.len() + 1) * listed.len());
+    for p in &listed {
         entries.extend(entry(
-            port,
-            id,
+            at(p),
             SubsystemType::CurrentDiscovery,
             &reg.discovery.nqn,
         ));
     }
     for s in reg.subsystems.iter().filter(|s| s.host_allowed(hostnqn)) {
-        for (id, port) in ports() {
-            entries.extend(entry(port, id, SubsystemType::Nvm, &s.nqn));
+        for p in listed.iter().filter(|p| p.serves(&s.nqn)) {
+            entries.extend(entry(at(p), SubsystemType::Nvm, &s.nqn));
         }
+    }
+    for r in here.map_or(&[][..], |p| &p.referrals) {
+        entries.extend(entry(
+            (r.traddr, r.trsvcid, r.portid),
+            SubsystemType::Referral,
+            NVMF_DISCOVERY_NQN,
+        ));
     }
     build_page(reg.genctr(), &entries)
 }
@@ -82,7 +107,7 @@ mod tests {
     #[test]
     fn log_matches_the_capture_layout() {
         let reg = registry_with(vec![]);
-        let page = discovery_log_page(&reg, HOST);
+        let page = discovery_log_page(&reg, 0, HOST);
         // The host may see the discovery subsystem and `ref`, not `restricted`.
         assert_eq!(page.len(), 3 * 1024);
         assert_eq!(&page[8..16], &2u64.to_le_bytes(), "NUMREC");
@@ -113,7 +138,7 @@ mod tests {
         assert_eq!(entries[1].trsvcid(), Ok("4420"));
 
         // The allowed host sees the restricted subsystem as well.
-        let page = discovery_log_page(&reg, ALLOWED_HOST);
+        let page = discovery_log_page(&reg, 0, ALLOWED_HOST);
         let (hdr, entries) = parse_discovery_log(&page).unwrap();
         assert_eq!(hdr.numrec.get(), 3);
         assert_eq!(entries[2].subnqn(), Ok(RESTRICTED_NQN));
@@ -124,13 +149,10 @@ mod tests {
         let s = Subsystem::new(REF_NQN.into(), "sn".to_string(), true, vec![], vec![]);
         let reg = Registry::new(
             vec![Arc::new(s)],
-            PortInfo {
-                traddr: "fd77::10".parse().unwrap(),
-                trsvcid: 4420,
-            },
+            PortInfo::new("fd77::10".parse().unwrap(), 4420),
             Limits::default(),
         );
-        let page = discovery_log_page(&reg, HOST);
+        let page = discovery_log_page(&reg, 0, HOST);
         let (_, entries) = parse_discovery_log(&page).unwrap();
         // linux-nvme-rdma-rxe-ipv6.pcap: ADRFAM 2, TRADDR "fd77::10" NUL padded.
         assert_eq!(entries[1].adrfam, 2);
@@ -142,17 +164,14 @@ mod tests {
     fn every_listen_address_is_listed() {
         let s = Subsystem::new(REF_NQN.into(), "sn".to_string(), true, vec![], vec![]);
         let ports = vec![
+            PortInfo::new("192.168.77.10".parse().unwrap(), 4420),
             PortInfo {
-                traddr: "192.168.77.10".parse().unwrap(),
-                trsvcid: 4420,
-            },
-            PortInfo {
-                traddr: "fd77::10".parse().unwrap(),
-                trsvcid: 4421,
+                portid: 2,
+                ..PortInfo::new("fd77::10".parse().unwrap(), 4421)
             },
         ];
         let reg = Registry::with_ports(vec![Arc::new(s)], ports, Limits::default(), true);
-        let page = discovery_log_page(&reg, HOST);
+        let page = discovery_log_page(&reg, 0, HOST);
         let (hdr, entries) = parse_discovery_log(&page).unwrap();
         assert_eq!(hdr.numrec.get(), 4);
         let got: Vec<_> = entries
@@ -179,6 +198,70 @@ mod tests {
                 (3, 2, 2, v6(), "4421".into(), d),
                 (2, 1, 1, v4(), "4420".into(), r.clone()),
                 (2, 2, 2, v6(), "4421".into(), r),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_linked_port_lists_itself_its_subsystems_and_its_referrals() {
+        let sub = |nqn: &str| Arc::new(Subsystem::new(nqn.into(), None, true, vec![], vec![]));
+        let only = |nqns: &[&str]| Some(nqns.iter().map(|n| n.to_string()).collect());
+        let referral = crate::subsystem::Referral {
+            traddr: "192.168.77.20".parse().unwrap(),
+            trsvcid: 4420,
+            portid: 9,
+        };
+        let ports = vec![
+            PortInfo {
+                portid: 5,
+                subsystems: only(&[REF_NQN]),
+                referrals: vec![referral],
+                ..PortInfo::new("192.168.77.10".parse().unwrap(), 4420)
+            },
+            PortInfo {
+                portid: 6,
+                subsystems: only(&[RESTRICTED_NQN, REF_NQN]),
+                ..PortInfo::new("192.168.77.10".parse().unwrap(), 4421)
+            },
+        ];
+        let reg = Registry::with_ports(
+            vec![sub(REF_NQN), sub(RESTRICTED_NQN)],
+            ports,
+            Limits::default(),
+            true,
+        );
+        let listed = |port| {
+            let page = discovery_log_page(&reg, port, HOST);
+            let (_, entries) = parse_discovery_log(&page).unwrap();
+            entries
+                .iter()
+                .map(|e| {
+                    (
+                        e.subtype,
+                        e.portid.get(),
+                        format!("{}:{}", e.traddr().unwrap(), e.trsvcid().unwrap()),
+                        e.subnqn().unwrap().to_string(),
+                    )
+                })
+                .collect::<Vec<_>>()
+        };
+        let d = NVMF_DISCOVERY_NQN.to_string();
+        let a = |p: &str| format!("192.168.77.{p}");
+        assert_eq!(
+            listed(0),
+            vec![
+                (3, 5, a("10:4420"), d.clone()),
+                (2, 5, a("10:4420"), REF_NQN.to_string()),
+                (1, 9, a("20:4420"), d.clone()),
+            ]
+        );
+        // In configuration order of the subsystems, not of the links.
+        assert_eq!(
+            listed(1),
+            vec![
+                (3, 6, a("10:4421"), d),
+                (2, 6, a("10:4421"), REF_NQN.to_string()),
+                (2, 6, a("10:4421"), RESTRICTED_NQN.to_string()),
             ]
         );
     }

@@ -106,7 +106,8 @@ pub fn connect_precondition(queue_qid: u16, connected: bool, sqe: &Sqe) -> Optio
 }
 
 /// Handles a Connect command (NVMe Base 2.x §6.3) whose 1024-byte Connect data is
-/// `data`, at time `now`.
+/// `data`, received on a queue of port `port` (an index in [`Registry::ports`]), at
+/// time `now`.
 ///
 /// Admin queue (QID 0): CNTLID must be FFFFh (dynamic model); the subsystem must
 /// exist and admit the host; SQSIZE (0's based) in 1..=31 (NVME_AQ_DEPTH - 1). A new
@@ -123,7 +124,8 @@ pub fn connect_precondition(queue_qid: u16, connected: bool, sqe: &Sqe) -> Optio
 ///   Connect Invalid Parameters, IATTR 1, IPO 16 (as nvmet, also for a host NQN that
 ///   differs from the controller's);
 /// - unknown or malformed SUBNQN: Connect Invalid Parameters, DW0 00010100h (also the
-///   discovery NQN when the registry does not serve discovery, `discovery = false`);
+///   discovery NQN when the registry does not serve discovery, `discovery = false`, and
+///   a subsystem the port does not serve, as nvmet for one not linked to the port);
 /// - malformed HOSTNQN: Connect Invalid Parameters, DW0 00010200h;
 /// - host not allowed: Connect Invalid Host (SC 84h), DW0 00010200h;
 /// - QID above the granted I/O queues (or any on the discovery subsystem): Connect
@@ -131,8 +133,14 @@ pub fn connect_precondition(queue_qid: u16, connected: bool, sqe: &Sqe) -> Optio
 /// - I/O queue to a controller that is not enabled, or a QID already connected:
 ///   Command Sequence Error;
 /// - SQSIZE 0 or too large: Connect Invalid Parameters, IATTR 0, IPO 44;
-/// - no free CNTLID: Connect Controller Busy.
-pub fn connect(reg: &Registry, sqe: &Sqe, data: &[u8], now: Instant) -> ConnectOutcome {
+/// - no free CNTLID in the subsystem's range: Connect Controller Busy.
+pub fn connect(
+    reg: &Registry,
+    port: usize,
+    sqe: &Sqe,
+    data: &[u8],
+    now: Instant,
+) -> ConnectOutcome {
     let Ok(cmd) = ConnectCommand::from_sqe(sqe) else {
         return ConnectOutcome::status(Status::generic(GenericStatus::InvalidField).with_dnr());
     };
@@ -150,14 +158,15 @@ pub fn connect(reg: &Registry, sqe: &Sqe, data: &[u8], now: Instant) -> ConnectO
         );
     }
     if cmd.qid() == 0 {
-        connect_admin(reg, cmd, &d, now)
+        connect_admin(reg, port, cmd, &d, now)
     } else {
-        connect_io(reg, cmd, &d)
+        connect_io(reg, port, cmd, &d)
     }
 }
 
 fn connect_admin(
     reg: &Registry,
+    port: usize,
     cmd: &ConnectCommand,
     d: &ConnectData,
     now: Instant,
@@ -165,7 +174,7 @@ fn connect_admin(
     if d.cntlid() != CNTLID_DYNAMIC {
         return ConnectOutcome::invalid(ConnectInvalidParameter::CNTLID);
     }
-    let Some(subsys) = d.subnqn().ok().and_then(|nqn| reg.lookup(nqn)) else {
+    let Some(subsys) = d.subnqn().ok().and_then(|nqn| reg.lookup_on(port, nqn)) else {
         return ConnectOutcome::invalid(ConnectInvalidParameter::SUBNQN);
     };
     let Ok(hostnqn) = d.hostnqn() else {
@@ -180,7 +189,7 @@ fn connect_admin(
     if cmd.sqsize() == 0 || cmd.sqsize() > NVME_AQ_DEPTH - 1 {
         return ConnectOutcome::invalid(ConnectInvalidParameter::SQSIZE);
     }
-    let made = reg.add_controller(|cntlid| {
+    let made = reg.add_controller(subsys.cntlids.clone(), |cntlid| {
         Controller::new(
             cntlid,
             subsys.clone(),
@@ -190,6 +199,7 @@ fn connect_admin(
             &reg.limits,
             now,
         )
+        .on_port(port)
     });
     match made {
         Ok(ctrl) => {
@@ -200,8 +210,13 @@ fn connect_admin(
     }
 }
 
-fn connect_io(reg: &Registry, cmd: &ConnectCommand, d: &ConnectData) -> ConnectOutcome {
-    let Some(subsys) = d.subnqn().ok().and_then(|nqn| reg.lookup(nqn)) else {
+fn connect_io(
+    reg: &Registry,
+    port: usize,
+    cmd: &ConnectCommand,
+    d: &ConnectData,
+) -> ConnectOutcome {
+    let Some(subsys) = d.subnqn().ok().and_then(|nqn| reg.lookup_on(port, nqn)) else {
         return ConnectOutcome::invalid(ConnectInvalidParameter::SUBNQN);
     };
     let Ok(hostnqn) = d.hostnqn() else {
@@ -267,7 +282,7 @@ pub fn property_get(ctrl: Option<&Controller>, sqe: &Sqe) -> Result<u64, Status>
     let eight = cmd.attrib() & 1 != 0;
     match (eight, cmd.property()) {
         (true, Some(Property::Cap)) => Ok(capabilities(ctrl.limits()).0),
-        (false, Some(Property::Vs)) => Ok(u64::from(VERSION.0)),
+        (false, Some(Property::Vs)) => Ok(u64::from(ctrl.subsys.version.0)),
         (false, Some(Property::Cc)) => Ok(u64::from(ctrl.cc().0)),
         (false, Some(Property::Csts)) => Ok(u64::from(ctrl.csts().0)),
         _ => Err(invalid_field()),
@@ -324,6 +339,7 @@ pub(crate) mod tests {
         let sqe = Sqe::connect(0, 0, 31, 5000);
         connect(
             reg,
+            0,
             &sqe,
             &connect_data(0xFFFF, subnqn, hostnqn),
             Instant::now(),
@@ -364,14 +380,17 @@ pub(crate) mod tests {
         // I/O queue before enabling: Command Sequence Error.
         let io = Sqe::connect(0, 1, 127, 0);
         let data = connect_data(1, REF_NQN, HOST);
-        assert_eq!(refused(connect(&reg, &io, &data, Instant::now())).0, 0x8018);
+        assert_eq!(
+            refused(connect(&reg, 0, &io, &data, Instant::now())).0,
+            0x8018
+        );
 
         property_set(
             Some(&ctrl),
             &Sqe::property_set(1, Property::Cc, 0x0046_0061),
         )
         .unwrap();
-        match connect(&reg, &io, &data, Instant::now()) {
+        match connect(&reg, 0, &io, &data, Instant::now()) {
             ConnectOutcome::Accepted { ctrl: c, dw0 } => {
                 assert_eq!(dw0, 1);
                 assert!(Arc::ptr_eq(&c, &ctrl));
@@ -380,7 +399,7 @@ pub(crate) mod tests {
         }
         // The same QID twice: Command Sequence Error, DNR.
         assert_eq!(
-            refused(connect(&reg, &io, &data, Instant::now())),
+            refused(connect(&reg, 0, &io, &data, Instant::now())),
             (0x8018, 0)
         );
         // A second admin Connect gets the next CNTLID.
@@ -428,6 +447,7 @@ pub(crate) mod tests {
         let sqe = Sqe::connect(0, 0, 31, 0);
         let out = connect(
             &reg,
+            0,
             &sqe,
             &connect_data(0xFFFF, NVMF_DISCOVERY_NQN, HOST),
             Instant::now(),
@@ -447,7 +467,7 @@ pub(crate) mod tests {
         let data = connect_data(0xFFFF, NVMF_DISCOVERY_NQN, HOST);
         // As for an unknown subsystem (capture (a)): status 0x8304, DW0 00010100h.
         assert_eq!(
-            refused(connect(&reg, &sqe, &data, Instant::now())),
+            refused(connect(&reg, 0, &sqe, &data, Instant::now())),
             (0x8304, 0x0001_0100)
         );
         assert!(reg.controllers().is_empty());
@@ -462,16 +482,29 @@ pub(crate) mod tests {
         let reg = registry_with(vec![]);
         // Admin queue must ask for FFFFh.
         let sqe = Sqe::connect(0, 0, 31, 5000);
-        let out = connect(&reg, &sqe, &connect_data(1, REF_NQN, HOST), Instant::now());
+        let out = connect(
+            &reg,
+            0,
+            &sqe,
+            &connect_data(1, REF_NQN, HOST),
+            Instant::now(),
+        );
         assert_eq!(refused(out), (0x8304, 0x0001_0010));
         let ctrl = enabled_controller(&reg, REF_NQN);
         let io = Sqe::connect(0, 1, 127, 0);
         // Unknown controller.
-        let out = connect(&reg, &io, &connect_data(77, REF_NQN, HOST), Instant::now());
+        let out = connect(
+            &reg,
+            0,
+            &io,
+            &connect_data(77, REF_NQN, HOST),
+            Instant::now(),
+        );
         assert_eq!(refused(out), (0x8304, 0x0001_0010));
         // Right CNTLID, other subsystem.
         let out = connect(
             &reg,
+            0,
             &io,
             &connect_data(ctrl.cntlid, RESTRICTED_NQN, HOST),
             Instant::now(),
@@ -480,6 +513,7 @@ pub(crate) mod tests {
         // Right CNTLID, another host NQN: nvmet answers IPO 16 too.
         let out = connect(
             &reg,
+            0,
             &io,
             &connect_data(ctrl.cntlid, REF_NQN, ALLOWED_HOST),
             Instant::now(),
@@ -494,34 +528,43 @@ pub(crate) mod tests {
         let data = connect_data(0xFFFF, REF_NQN, HOST);
         // Admin SQSIZE 0 or above 31: IATTR 0, IPO 44.
         for sqsize in [0u16, 32] {
-            let out = connect(&reg, &Sqe::connect(0, 0, sqsize, 0), &data, now);
+            let out = connect(&reg, 0, &Sqe::connect(0, 0, sqsize, 0), &data, now);
             assert_eq!(refused(out), (0x8304, 44));
         }
         let ctrl = enabled_controller(&reg, REF_NQN);
         let io_data = connect_data(ctrl.cntlid, REF_NQN, HOST);
         for sqsize in [0u16, 128] {
-            let out = connect(&reg, &Sqe::connect(0, 1, sqsize, 0), &io_data, now);
+            let out = connect(&reg, 0, &Sqe::connect(0, 1, sqsize, 0), &io_data, now);
             assert_eq!(refused(out), (0x8304, 44));
         }
         assert!(matches!(
-            connect(&reg, &Sqe::connect(0, 1, 127, 0), &io_data, now),
+            connect(&reg, 0, &Sqe::connect(0, 1, 127, 0), &io_data, now),
             ConnectOutcome::Accepted { .. }
         ));
         // QID above the granted I/O queues: IPO 42.
-        let out = connect(&reg, &Sqe::connect(0, 9, 127, 0), &io_data, now);
+        let out = connect(&reg, 0, &Sqe::connect(0, 9, 127, 0), &io_data, now);
         assert_eq!(refused(out), (0x8304, 42));
         // RECFMT 1: Connect Incompatible Format (80h), DNR.
         let mut c = ConnectCommand::new(0, 0, 31, 0);
         c.set_recfmt(1);
-        assert_eq!(refused(connect(&reg, &c.to_sqe(), &data, now)), (0x8300, 0));
+        assert_eq!(
+            refused(connect(&reg, 0, &c.to_sqe(), &data, now)),
+            (0x8300, 0)
+        );
         // Short data: Data SGL Length Invalid (0Fh), DNR.
         assert_eq!(
-            refused(connect(&reg, &Sqe::connect(0, 0, 31, 0), &data[..512], now)),
+            refused(connect(
+                &reg,
+                0,
+                &Sqe::connect(0, 0, 31, 0),
+                &data[..512],
+                now
+            )),
             (0x801E, 0)
         );
         // Not a Connect.
         assert_eq!(
-            refused(connect(&reg, &Sqe::keep_alive(1), &data, now)).0,
+            refused(connect(&reg, 0, &Sqe::keep_alive(1), &data, now)).0,
             0x8004
         );
     }
@@ -580,5 +623,34 @@ pub(crate) mod tests {
             0x8018
         );
         let _ = Cc(0);
+    }
+
+    #[test]
+    fn a_subsystem_not_linked_to_the_port_is_unknown_there() {
+        let on = registry_with(vec![]);
+        let mut ports = on.ports.clone();
+        ports[0].subsystems = Some(vec![RESTRICTED_NQN.to_string()]);
+        ports.push(crate::subsystem::PortInfo::new(ports[0].traddr, 4421));
+        let reg = Registry::with_ports(on.subsystems.clone(), ports, on.limits, true);
+        let sqe = Sqe::connect(0, 0, 31, 0);
+        let data = connect_data(0xFFFF, REF_NQN, HOST);
+        // Port 0 links only the restricted subsystem: as an unknown NQN (nvmet's
+        // answer for a subsystem not linked to the port), status 0x8304, DW0 00010100h.
+        assert_eq!(
+            refused(connect(&reg, 0, &sqe, &data, Instant::now())),
+            (0x8304, 0x0001_0100)
+        );
+        // Port 1 serves every subsystem; the controller remembers its port.
+        let ConnectOutcome::Accepted { ctrl, .. } = connect(&reg, 1, &sqe, &data, Instant::now())
+        else {
+            panic!("refused on the port that serves it");
+        };
+        assert_eq!(ctrl.port, 1);
+        // The discovery subsystem is on every port.
+        let disc = connect_data(0xFFFF, NVMF_DISCOVERY_NQN, HOST);
+        assert!(matches!(
+            connect(&reg, 0, &sqe, &disc, Instant::now()),
+            ConnectOutcome::Accepted { .. }
+        ));
     }
 }

@@ -11,8 +11,9 @@
 //! poll groups' building blocks [`buffers`] (the registered data slab), [`memory`] (how
 //! much the poll groups pin, sized from `RLIMIT_MEMLOCK`), [`uring`] (io_uring),
 //! [`backend`] (namespaces on files and block devices, O_DIRECT or not) and [`config`]
-//! (the daemon's TOML configuration); [`oplog`] is what the target tells its operator,
-//! [`logging`] how log lines are written, [`metrics`] what it tells Prometheus.
+//! (the daemon's configuration: one model, read from TOML or nvmetcli JSON); [`oplog`]
+//! is what the target tells its operator, [`logging`] how log lines are written,
+//! [`metrics`] what it tells Prometheus.
 
 pub mod admin;
 pub mod backend;

@@ -10,7 +10,9 @@
 //! device, connection manager and `poll_groups` poll groups (an idle poll group sleeps
 //! on its CQ's completion events); several `trsvcid`s on one address are several CM
 //! listens. The subsystems, controllers and Keep Alive are shared by all, in one
-//! [`Registry`] and one control thread.
+//! [`Registry`] and one control thread; a queue knows the port (address and
+//! `trsvcid`) it connected through, and its Connect reaches only the subsystems that
+//! port serves.
 use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -31,7 +33,7 @@ use crate::provider::DefaultProvider;
 use crate::rdma::{
     GroupCmd, NewQueue, PollGroup, PollGroupConfig, PollGroupCounters, QpErrorReport,
 };
-use crate::subsystem::{Limits, NamespaceEntry, PortInfo, Registry, Subsystem};
+use crate::subsystem::{Limits, NamespaceEntry, PortInfo, Referral, Registry, Subsystem, PORT_ID};
 
 /// The most RDMA READs the target asks to keep in flight per queue (its ORD): the
 /// REP's Initiator Depth is `min(host IRD, this, device max_qp_init_rd_atom)`.
@@ -305,7 +307,8 @@ fn start_recording_created<P: Provider>(
     let mut subsystems = Vec::new();
     for s in &cfg.subsystems {
         let mut namespaces = Vec::new();
-        for n in &s.namespaces {
+        // A disabled namespace (`enable = false`) is configured, not served.
+        for n in s.namespaces.iter().filter(|n| n.enable) {
             let opts = n.options().map_err(TargetError::Config)?;
             let opened = match n.backend {
                 NamespaceBackend::File => Backend::open_with(&n.path, &opts),
@@ -330,20 +333,15 @@ fn start_recording_created<P: Provider>(
             }
             let file_index = files.len() as u32;
             files.push(ns.fd());
-            namespaces.push(NamespaceEntry::new(
-                n.nsid,
-                Arc::new(ns),
-                file_index,
-                &s.nqn,
-            ));
+            namespaces.push(
+                NamespaceEntry::new(n.nsid, Arc::new(ns), file_index, &s.nqn).with_ids(
+                    n.nguid.map(|g| g.0),
+                    n.uuid.map(|u| u.into_bytes()),
+                    n.eui64.map(|e| e.0),
+                ),
+            );
         }
-        subsystems.push(Arc::new(Subsystem::new(
-            s.nqn.clone(),
-            s.serial.clone().unwrap_or_else(|| "nvmf-rdma".to_string()),
-            s.allow_any_host,
-            s.hosts.clone(),
-            namespaces,
-        )));
+        subsystems.push(Arc::new(subsystem_of(s, namespaces)?));
     }
     let poll_groups = cfg.poll_groups.max(1) as u32;
     let mut gcfg = PollGroupConfig {
@@ -363,14 +361,7 @@ fn start_recording_created<P: Provider>(
         max_cmd: cfg.max_queue_size,
         discovery_kato_ms: cfg.kato_ms,
     };
-    let ports = cfg
-        .listen
-        .iter()
-        .map(|l| PortInfo {
-            traddr: l.addr,
-            trsvcid: l.trsvcid,
-        })
-        .collect();
+    let ports = cfg.listen.iter().enumerate().map(port_of).collect();
     let reg = Registry::with_ports(subsystems, ports, limits, cfg.discovery);
     if gcfg.data_slab_bytes < cfg.mdts_bytes as usize {
         return Err(TargetError::Config(format!(
@@ -462,6 +453,7 @@ fn start_recording_created<P: Provider>(
             .filter_map(|l| l.tos.map(|t| (l.trsvcid, t)))
             .collect();
         endpoints.push(Endpoint::<P> {
+            addr: ip,
             cm: cm.clone(),
             tos,
             events,
@@ -507,6 +499,50 @@ fn start_recording_created<P: Provider>(
     Ok(handle)
 }
 
+/// The subsystem configuration `s` with its opened `namespaces`: identity (serial,
+/// model, firmware, IEEE OUI, version), hosts, CNTLID range and `qid_max`.
+fn subsystem_of(
+    s: &crate::config::SubsystemConfig,
+    namespaces: Vec<NamespaceEntry>,
+) -> Result<Subsystem, TargetError> {
+    let mut sub = Subsystem::new(
+        s.nqn.clone(),
+        s.serial.clone().unwrap_or_else(|| "nvmf-rdma".to_string()),
+        s.allow_any_host,
+        s.hosts.clone(),
+        namespaces,
+    );
+    if let Some(m) = &s.model {
+        sub.model = m.clone();
+    }
+    if let Some(f) = &s.firmware {
+        sub.firmware = f.clone();
+    }
+    sub.ieee_oui = s.ieee_oui;
+    sub.version = s.version_vs().map_err(TargetError::Config)?;
+    sub.cntlids = s.cntlid_min..=s.cntlid_max;
+    sub.qid_max = s.qid_max;
+    Ok(sub)
+}
+
+/// Listen entry `i` as the registry's port: its PORTID (`i + 1` unless configured),
+/// the subsystems it links and its enabled referrals.
+fn port_of((i, l): (usize, &crate::config::ListenAddr)) -> PortInfo {
+    PortInfo {
+        portid: l.portid.unwrap_or(PORT_ID + i as u16),
+        subsystems: l.subsystems.clone(),
+        referrals: (l.referrals.iter())
+            .filter(|r| r.enable)
+            .map(|r| Referral {
+                traddr: r.addr,
+                trsvcid: r.trsvcid,
+                portid: r.portid,
+            })
+            .collect(),
+        ..PortInfo::new(l.addr, l.trsvcid)
+    }
+}
+
 /// What the metrics endpoint reads from `t`, whose poll groups poll the devices of
 /// `group_addrs` (one address per poll group, in order).
 fn metric_sources<P: Provider>(
@@ -544,6 +580,8 @@ fn metric_sources<P: Provider>(
 /// The control thread's view of one listen address: its CM agent, the event channel
 /// of each listened port, and its poll groups (global indices `first_group..`).
 struct Endpoint<P: Provider> {
+    /// The listen address.
+    addr: IpAddr,
     cm: CmOf<P>,
     /// The traffic class of each listened port that sets one (`tos`).
     tos: Vec<(u16, u8)>,
@@ -831,6 +869,13 @@ impl<P: Provider> Control<P> {
                 Err(status) => return self.reject(ep, id, status, from),
             };
         let qid = nvme_req.qid();
+        let addr = self.endpoints[ep].addr;
+        let Some(port) =
+            (self.reg.ports.iter()).position(|p| p.traddr == addr && p.trsvcid == req.local_port)
+        else {
+            tracing::warn!(host_addr = %remote_ip, qid, "a connection request to {addr}:{} which is no configured port", req.local_port);
+            return self.reject(ep, id, RdmaCmRejectStatus::NoResources, from);
+        };
         let e = &mut self.endpoints[ep];
         let port_tos = e.tos.iter().find(|(port, _)| *port == req.local_port);
         let tos = port_tos.map_or(req.traffic_class, |&(_, t)| t);
@@ -851,6 +896,7 @@ impl<P: Provider> Control<P> {
             qid,
             sq_size: sq_size as u16,
             ord,
+            port,
         };
         if self.groups[g].send(GroupCmd::NewQueue(nq, rtx)).is_err() {
             return self.reject(ep, id, RdmaCmRejectStatus::NoResources, from);

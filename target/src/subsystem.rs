@@ -8,10 +8,12 @@
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
+use std::ops::RangeInclusive;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
+use nvme::properties::Vs;
 use nvme::status::{CommandSpecificStatus, Status};
 use nvme::NVMF_DISCOVERY_NQN;
 use parking_lot::Mutex;
@@ -30,7 +32,8 @@ pub const CNTLID_MIN: u16 = 1;
 pub const CNTLID_MAX: u16 = 0xFFEF;
 
 /// Port ID (PORTID) of the first listen address in the discovery log page; listen
-/// address `i` (0-based, in configuration order) is port `PORT_ID + i`.
+/// address `i` (0-based, in configuration order) is port `PORT_ID + i` unless the
+/// configuration names its `portid`.
 pub const PORT_ID: u16 = 1;
 
 /// One namespace of a subsystem: its NSID, the backing file, and its identifiers.
@@ -45,8 +48,12 @@ pub struct NamespaceEntry {
     /// Namespace Globally Unique Identifier (Identify Namespace NGUID and the NIDT 2
     /// descriptor).
     pub nguid: [u8; 16],
-    /// Namespace UUID (the NIDT 3 descriptor), an RFC 9562 version 8 UUID.
+    /// Namespace UUID (the NIDT 3 descriptor), an RFC 9562 version 8 UUID unless
+    /// configured.
     pub uuid: [u8; 16],
+    /// IEEE Extended Unique Identifier (Identify Namespace EUI64 and the NIDT 1
+    /// descriptor); all zeros: none.
+    pub eui64: [u8; 8],
     /// What the poll groups served from it (the SMART / Health log's counters).
     pub stats: Arc<NamespaceStats>,
 }
@@ -63,8 +70,24 @@ impl NamespaceEntry {
             file_index,
             nguid,
             uuid,
+            eui64: [0; 8],
             stats: Arc::new(NamespaceStats::default()),
         }
+    }
+
+    /// The entry with the identifiers the configuration gives in place of the derived
+    /// ones (NGUID, UUID) and the absent one (EUI-64). An all-zero value is reported
+    /// as none: a zero field in Identify Namespace, no descriptor (as nvmet).
+    pub fn with_ids(
+        mut self,
+        nguid: Option<[u8; 16]>,
+        uuid: Option<[u8; 16]>,
+        eui64: Option<[u8; 8]>,
+    ) -> Self {
+        self.nguid = nguid.unwrap_or(self.nguid);
+        self.uuid = uuid.unwrap_or(self.uuid);
+        self.eui64 = eui64.unwrap_or(self.eui64);
+        self
     }
 }
 
@@ -104,6 +127,17 @@ pub struct Subsystem {
     pub serial: String,
     /// Model Number (Identify Controller MN, 40 ASCII characters at most).
     pub model: String,
+    /// Firmware Revision (Identify Controller FR, 8 ASCII characters at most).
+    pub firmware: String,
+    /// IEEE OUI Identifier (Identify Controller IEEE, 24 bits).
+    pub ieee_oui: u32,
+    /// The NVMe version reported (VS property, Identify Controller VER).
+    pub version: Vs,
+    /// Controller IDs its controllers get (nvmet's `cntlid_min`..=`cntlid_max`).
+    pub cntlids: RangeInclusive<u16>,
+    /// Most I/O queues a controller is granted (nvmet's `qid_max`); the target's
+    /// limit applies too. `None`: the target's limit.
+    pub qid_max: Option<u16>,
     /// Every host NQN may connect (nvmet's `attr_allow_any_host`).
     pub allow_any_host: bool,
     /// Host NQNs allowed when `allow_any_host` is false.
@@ -131,6 +165,11 @@ impl Subsystem {
             nqn,
             serial,
             model: DEFAULT_MODEL.to_string(),
+            firmware: crate::admin::FIRMWARE_REVISION.to_string(),
+            ieee_oui: 0,
+            version: crate::fabrics::VERSION,
+            cntlids: CNTLID_MIN..=CNTLID_MAX,
+            qid_max: None,
             allow_any_host,
             hosts,
             namespaces,
@@ -171,14 +210,53 @@ impl Subsystem {
     }
 }
 
-/// One address the target listens on: reported in the discovery log page (TRADDR,
-/// TRSVCID, ADRFAM).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// One address the target listens on (nvmet's port): reported in the discovery log
+/// page (TRADDR, TRSVCID, ADRFAM, PORTID), with the subsystems it serves and its
+/// referrals.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PortInfo {
     /// Transport address (IPv4 or IPv6).
     pub traddr: IpAddr,
     /// Transport service ID: the RDMA CM port (4420 by default).
     pub trsvcid: u16,
+    /// Port ID (PORTID).
+    pub portid: u16,
+    /// NQNs of the subsystems served here; `None`: every subsystem (and the
+    /// discovery log page then lists every port that also serves every subsystem).
+    pub subsystems: Option<Vec<String>>,
+    /// Discovery services the discovery log page read here refers hosts to.
+    pub referrals: Vec<Referral>,
+}
+
+/// A referral to another RDMA discovery service (Discovery Log Page Entry SUBTYPE 1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Referral {
+    /// Its address (TRADDR).
+    pub traddr: IpAddr,
+    /// Its RDMA CM port (TRSVCID).
+    pub trsvcid: u16,
+    /// Its port ID (PORTID).
+    pub portid: u16,
+}
+
+impl PortInfo {
+    /// Port [`PORT_ID`] on `traddr`:`trsvcid`, serving every subsystem, no referrals.
+    pub fn new(traddr: IpAddr, trsvcid: u16) -> PortInfo {
+        PortInfo {
+            traddr,
+            trsvcid,
+            portid: PORT_ID,
+            subsystems: None,
+            referrals: Vec::new(),
+        }
+    }
+
+    /// Whether subsystem `nqn` is served on this port.
+    pub fn serves(&self, nqn: &str) -> bool {
+        self.subsystems
+            .as_ref()
+            .is_none_or(|list| list.iter().any(|s| s == nqn))
+    }
 }
 
 /// Sizes the target advertises and enforces.
@@ -229,8 +307,8 @@ pub struct Registry {
     /// Whether the discovery subsystem is served: when false, [`Registry::lookup`]
     /// does not find it, so a Connect to it is refused as one to an unknown NQN.
     pub serve_discovery: bool,
-    /// The addresses the target listens on (at least one), in configuration order:
-    /// every subsystem is reachable on each, and the discovery log page lists each.
+    /// The addresses the target listens on (at least one), in configuration order;
+    /// a queue knows its port by index in this list.
     pub ports: Vec<PortInfo>,
     /// Advertised and enforced sizes.
     pub limits: Limits,
@@ -295,6 +373,15 @@ impl Registry {
         }
     }
 
+    /// [`Registry::lookup`] for a host connected through port `port` (an index in
+    /// [`Registry::ports`]): an NVM subsystem only when that port serves it (nvmet
+    /// looks the NQN up among the port's linked subsystems); the discovery subsystem
+    /// on every port.
+    pub fn lookup_on(&self, port: usize, nqn: &str) -> Option<&Arc<Subsystem>> {
+        let s = self.lookup(nqn)?;
+        (s.is_discovery() || self.ports.get(port).is_some_and(|p| p.serves(nqn))).then_some(s)
+    }
+
     /// The live controller `cntlid`.
     pub fn controller(&self, cntlid: u16) -> Option<Arc<Controller>> {
         self.controllers.lock().by_id.get(&cntlid).cloned()
@@ -321,20 +408,31 @@ impl Registry {
         self.genctr.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Allocates a free CNTLID in [`CNTLID_MIN`]..=[`CNTLID_MAX`] and registers the
+    /// Allocates a CNTLID in `range` (a subsystem's [`Subsystem::cntlids`], within
+    /// [`CNTLID_MIN`]..=[`CNTLID_MAX`]) that no live controller has, and registers the
     /// controller `make` builds for it.
     ///
-    /// Errors: Connect Controller Busy (SCT 1h, SC 81h) with DNR when every ID is
-    /// taken (nvmet answers the same).
+    /// Errors: Connect Controller Busy (SCT 1h, SC 81h) with DNR when every ID of the
+    /// range is taken (nvmet answers the same).
     pub fn add_controller(
         &self,
+        range: RangeInclusive<u16>,
         make: impl FnOnce(u16) -> Controller,
     ) -> Result<Arc<Controller>, Status> {
+        let (lo, hi) = (
+            (*range.start()).max(CNTLID_MIN),
+            (*range.end()).min(CNTLID_MAX),
+        );
+        let busy =
+            || Status::command_specific(CommandSpecificStatus::ConnectControllerBusy).with_dnr();
+        if lo > hi {
+            return Err(busy());
+        }
         let mut t = self.controllers.lock();
-        let span = u32::from(CNTLID_MAX - CNTLID_MIN) + 1;
-        let start = u32::from(t.next - CNTLID_MIN);
+        let span = u32::from(hi - lo) + 1;
+        let start = u32::from(t.next.clamp(lo, hi) - lo);
         let free = (0..span)
-            .map(|i| CNTLID_MIN + ((start + i) % span) as u16)
+            .map(|i| lo + ((start + i) % span) as u16)
             .find(|id| !t.by_id.contains_key(id));
         if let Some(id) = free {
             let ctrl = Arc::new(make(id));
@@ -342,7 +440,7 @@ impl Registry {
             t.next = if id == CNTLID_MAX { CNTLID_MIN } else { id + 1 };
             return Ok(ctrl);
         }
-        Err(Status::command_specific(CommandSpecificStatus::ConnectControllerBusy).with_dnr())
+        Err(busy())
     }
 }
 
@@ -380,10 +478,7 @@ pub(crate) mod tests {
         );
         Registry::new(
             vec![Arc::new(r), Arc::new(s)],
-            PortInfo {
-                traddr: IpAddr::V4(Ipv4Addr::new(192, 168, 77, 10)),
-                trsvcid: 4420,
-            },
+            PortInfo::new(IpAddr::V4(Ipv4Addr::new(192, 168, 77, 10)), 4420),
             Limits::default(),
         )
     }
@@ -409,10 +504,7 @@ pub(crate) mod tests {
     #[test]
     fn discovery_can_be_switched_off() {
         let sub = Arc::new(Subsystem::new(REF_NQN.into(), None, true, vec![], vec![]));
-        let port = PortInfo {
-            traddr: IpAddr::V4(Ipv4Addr::LOCALHOST),
-            trsvcid: 4420,
-        };
+        let port = PortInfo::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 4420);
         let reg = Registry::with_ports(vec![sub], vec![port], Limits::default(), false);
         assert!(reg.lookup(NVMF_DISCOVERY_NQN).is_none());
         assert!(reg.lookup(REF_NQN).is_some());
@@ -451,13 +543,26 @@ pub(crate) mod tests {
         let sub = reg.subsystem(REF_NQN).unwrap().clone();
         let now = Instant::now();
         let mk = |id| Controller::new(id, sub.clone(), HOST.into(), [0; 16], 0, &reg.limits, now);
-        let c1 = reg.add_controller(mk).unwrap();
-        let c2 = reg.add_controller(mk).unwrap();
+        let all = CNTLID_MIN..=CNTLID_MAX;
+        let c1 = reg.add_controller(all.clone(), mk).unwrap();
+        let c2 = reg.add_controller(all.clone(), mk).unwrap();
         assert_eq!((c1.cntlid, c2.cntlid), (1, 2));
         reg.remove_controller(1);
         assert!(reg.controller(1).is_none());
-        assert_eq!(reg.add_controller(mk).unwrap().cntlid, 3);
+        assert_eq!(reg.add_controller(all, mk).unwrap().cntlid, 3);
         assert_eq!(reg.controller(2).unwrap().cntlid, 2);
         assert_eq!(reg.controllers().len(), 2);
+        // A subsystem's own range (nvmet's cntlid_min/cntlid_max): its first free ID,
+        // then busy once the range is used up.
+        assert_eq!(reg.add_controller(10..=11, mk).unwrap().cntlid, 10);
+        assert_eq!(reg.add_controller(10..=11, mk).unwrap().cntlid, 11);
+        let busy = reg.add_controller(10..=11, mk).unwrap_err();
+        assert_eq!(
+            busy,
+            Status::command_specific(CommandSpecificStatus::ConnectControllerBusy).with_dnr()
+        );
+        // IDs are unique across subsystems: 2 and 3 are live, 1 is free again.
+        assert!(reg.add_controller(2..=3, mk).is_err());
+        assert_eq!(reg.add_controller(1..=3, mk).unwrap().cntlid, 1);
     }
 }

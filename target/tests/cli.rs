@@ -503,3 +503,53 @@ fn an_unwritable_directory_is_named() {
     }
     std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o755)).unwrap();
 }
+
+/// target/examples/nvmetcli.json (the shape `nvmetcli save` writes) with `from`
+/// replaced by `to`, in a file ending in .json.
+fn nvmetcli_file(dir: &std::path::Path, from: &str, to: &str) -> std::path::PathBuf {
+    let example = include_str!("../examples/nvmetcli.json");
+    assert!(example.contains(from), "{from}");
+    let path = dir.join("config.json");
+    std::fs::write(&path, example.replacen(from, to, 1)).unwrap();
+    path
+}
+
+#[test]
+fn nvmetcli_json_unsupported_values_and_unknown_keys_are_named_with_their_path() {
+    let dir = tempfile::tempdir().unwrap();
+    for (from, to, want) in [
+        (
+            r#""trtype": "rdma""#,
+            r#""trtype": "tcp""#,
+            r#"ports[0].addr.trtype = "tcp": only rdma is served"#,
+        ),
+        (
+            r#""pi_enable": "0""#,
+            r#""pi_enable": "1""#,
+            r#"ports[0].param.pi_enable = "1": protection information (T10 PI) is not served"#,
+        ),
+        (
+            r#""nsid": 1,"#,
+            r#""nsid": 1, "buffered_io": "1","#,
+            "subsystems[0].namespaces[0].buffered_io: not a key this target serves",
+        ),
+    ] {
+        let path = nvmetcli_file(dir.path(), from, to);
+        let p = path.to_str().unwrap();
+        let (code, err) = run(&["--config", p]);
+        assert_ne!(code, 0, "{err}");
+        assert!(
+            err.contains(&format!("{p}: {want}")),
+            "{want}\n  got: {err}"
+        );
+    }
+    // Not JSON at all: named with its line.
+    let path = dir.path().join("broken.json");
+    std::fs::write(&path, "{\n  \"hosts\": [\n").unwrap();
+    let (code, err) = run(&["--config", path.to_str().unwrap()]);
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("broken.json") && err.contains("line 3"),
+        "{err}"
+    );
+}

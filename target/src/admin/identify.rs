@@ -14,10 +14,9 @@ use zerocopy::{FromZeros, IntoBytes};
 
 use super::{
     copy_out, generic, invalid_field, AdminOutcome, Ctx, CMIC_MULTI_CONTROLLER, DLFEAT,
-    ERROR_LOG_ENTRIES, FIRMWARE_REVISION, KAS, LPA, NMIC_SHARED,
+    ERROR_LOG_ENTRIES, KAS, LPA, NMIC_SHARED,
 };
 use crate::controller::{Controller, ControllerKind, MAX_AER};
-use crate::fabrics::VERSION;
 use crate::subsystem::{Limits, NamespaceEntry, Registry};
 
 /// Identify (06h): the structure CNS names; a discovery controller answers CNS 01h
@@ -104,8 +103,9 @@ fn sgls(limits: &Limits) -> u32 {
 }
 
 /// The Identify Controller structure of `ctrl` (NVMe Base 2.x §5.17.2.1), with the
-/// values nvmet reports unless noted: VID/SSVID 0, SN, MN, FR, RAB 6, CMIC 02h,
-/// MDTS from the limits, CNTLID, VER 1.3, OAES Namespace Attribute Notices (discovery:
+/// values nvmet reports unless noted: VID/SSVID 0, SN, MN, FR, IEEE (little endian)
+/// and VER (1.3 unless configured) of the subsystem, RAB 6, CMIC 02h,
+/// MDTS from the limits, CNTLID, OAES Namespace Attribute Notices (discovery:
 /// Discovery Log Change), CTRATT 41h (128-bit host ID, Traffic Based Keep Alive),
 /// CNTRLTYPE, ACL 3, AERL 3, FRMW 03h, LPA 07h, ELPE 127, KAS 10, SQES 66h, CQES 44h,
 /// MAXCMD, NN = largest NSID, ONCS Compare (nvmet has no Compare; SPDK does) + DSM +
@@ -119,10 +119,10 @@ pub fn identify_controller(reg: &Registry, ctrl: &Controller) -> IdentifyControl
     // The helpers refuse only over-long or non-ASCII text, which ascii_field prevents.
     let _ = id.set_sn(&ascii_field(&subsys.serial, 20));
     let _ = id.set_mn(&ascii_field(&subsys.model, 40));
-    let _ = id.set_fr(&ascii_field(FIRMWARE_REVISION, 8));
+    let _ = id.set_fr(&ascii_field(&subsys.firmware, 8));
     let _ = id.set_subnqn(&subsys.nqn);
     id.cntlid = U16::new(ctrl.cntlid);
-    id.ver = U32::new(VERSION.0);
+    id.ver = U32::new(subsys.version.0);
     id.maxcmd = U16::new(limits.max_cmd);
     id.sgls = U32::new(sgls(limits));
     id.kas = U16::new(KAS);
@@ -134,6 +134,7 @@ pub fn identify_controller(reg: &Registry, ctrl: &Controller) -> IdentifyControl
         return id;
     }
     id.cntrltype = CNTRLTYPE_IO;
+    id.ieee.copy_from_slice(&subsys.ieee_oui.to_le_bytes()[..3]);
     id.rab = 6;
     id.cmic = CMIC_MULTI_CONTROLLER;
     id.mdts = mdts(limits.mdts_bytes);
@@ -164,13 +165,14 @@ pub fn identify_controller(reg: &Registry, ctrl: &Controller) -> IdentifyControl
 
 /// The Identify Namespace structure of `ns` (NVM Command Set 1.x §4.1.5.1):
 /// NSZE = NCAP = NUSE = blocks, one LBA format (LBADS = log2 of the block size),
-/// NMIC shared, DLFEAT 09h, NGUID; NSATTR bit 0 (write protected) for a read-only
-/// namespace, as nvmet sets it.
+/// NMIC shared, DLFEAT 09h, NGUID and EUI64 (zero when the namespace has none); NSATTR
+/// bit 0 (write protected) for a read-only namespace, as nvmet sets it.
 pub fn identify_namespace(ns: &NamespaceEntry) -> IdentifyNamespace {
     let mut id = IdentifyNamespace::new(ns.ns.nlb(), ns.ns.lbads());
     id.nmic = NMIC_SHARED;
     id.dlfeat = DLFEAT;
     id.nguid = ns.nguid;
+    id.eui64 = ns.eui64;
     if ns.ns.is_read_only() {
         id.nsattr |= NSATTR_WRITE_PROTECTED;
     }
@@ -181,13 +183,21 @@ pub fn identify_namespace(ns: &NamespaceEntry) -> IdentifyNamespace {
 /// 1.x §4.1.5.1).
 pub const NSATTR_WRITE_PROTECTED: u8 = 1;
 
-/// The Namespace Identification Descriptor list of `ns` (NVMe Base 2.x §5.17.2.3), in
-/// nvmet's order: UUID (NIDT 3), NGUID (NIDT 2), CSI 0 (NIDT 4); then zeros.
+/// The Namespace Identification Descriptor list of `ns` (NVMe Base 2.x §5.17.2.3):
+/// EUI-64 (NIDT 1), then in nvmet's order UUID (NIDT 3), NGUID (NIDT 2), each only
+/// when not all zeros (as nvmet skips an unset one), and CSI 0 (NIDT 4); then zeros.
 pub fn namespace_descriptors(ns: &NamespaceEntry) -> NsIdDescriptorList {
     let mut list = NsIdDescriptorList::new();
-    // Three short descriptors always fit in 4096 bytes.
-    let _ = list.push(NsIdDescriptor::Uuid(ns.uuid));
-    let _ = list.push(NsIdDescriptor::Nguid(ns.nguid));
+    // Four short descriptors always fit in 4096 bytes.
+    if ns.eui64 != [0; 8] {
+        let _ = list.push(NsIdDescriptor::Eui64(ns.eui64));
+    }
+    if ns.uuid != [0; 16] {
+        let _ = list.push(NsIdDescriptor::Uuid(ns.uuid));
+    }
+    if ns.nguid != [0; 16] {
+        let _ = list.push(NsIdDescriptor::Nguid(ns.nguid));
+    }
     let _ = list.push(NsIdDescriptor::Csi(0));
     list
 }

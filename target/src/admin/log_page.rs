@@ -78,7 +78,7 @@ pub static LOG_PAGES: &[LogPage] = &[
         lid: LogPageId::Discovery,
         io: false,
         discovery: true,
-        build: |c, _| Ok(discovery_log_page(c.reg, &c.ctrl.hostnqn)),
+        build: |c, _| Ok(discovery_log_page(c.reg, c.ctrl.port, &c.ctrl.hostnqn)),
     },
 ];
 

@@ -41,7 +41,7 @@ fn setup() -> (tempfile::TempDir, Arc<Registry>, Arc<Controller>) {
 fn discovery_controller(reg: &Registry) -> Arc<Controller> {
     let sqe = Sqe::connect(0, 0, 31, 0);
     let data = connect_data(0xFFFF, NVMF_DISCOVERY_NQN, HOST);
-    let ConnectOutcome::Accepted { ctrl, .. } = connect(reg, &sqe, &data, Instant::now()) else {
+    let ConnectOutcome::Accepted { ctrl, .. } = connect(reg, 0, &sqe, &data, Instant::now()) else {
         panic!("refused");
     };
     property_set(
@@ -486,7 +486,7 @@ fn linux_discover_sequence() {
     use nvme::{PropertyGetCommand, PropertySize};
     let reg = registry_with(vec![]);
     let data = connect_data(0xFFFF, NVMF_DISCOVERY_NQN, HOST);
-    let out = connect(&reg, &Sqe::connect(0, 0, 0x1f, 0), &data, Instant::now());
+    let out = connect(&reg, 0, &Sqe::connect(0, 0, 0x1f, 0), &data, Instant::now());
     let ConnectOutcome::Accepted { ctrl, dw0 } = out else {
         panic!("refused")
     };

@@ -1,7 +1,9 @@
 //! `nvmf-target`: exports files and block devices as NVMe namespaces over NVMe/RDMA
 //! (RoCEv2: the userspace soft provider, or with `--provider verbs` a kernel RDMA
-//! device). With `--config` it reads a TOML file (see target/examples/target.toml);
-//! without, it serves one subsystem on one file or block device.
+//! device). With `--config` it reads a TOML file (see target/examples/target.toml)
+//! or the JSON `nvmetcli save` writes for Linux nvmet (a name ending in `.json`; see
+//! target/examples/nvmetcli.json); without, it serves one subsystem on one file or
+//! block device.
 //!
 //! Flags and `--config`: the flags that describe the one default subsystem
 //! (`--addr`, `--port`, `--nqn`, `--file`, `--size`, `--block-size`) are refused with
@@ -42,8 +44,8 @@ const SUBSYSTEM_FLAGS: [&str; 8] = [
     name = "nvmf-target",
     version,
     about = "NVMe over Fabrics target on RDMA (RoCEv2: the userspace soft provider, or a kernel RDMA device with --provider verbs)",
-    after_help = "With --config FILE the file describes the subsystems, namespaces and listen \
-                  addresses: --addr, --port, --nqn, --file, --size and --block-size are refused \
+    after_help = "With --config FILE (TOML, or nvmetcli JSON when FILE ends in .json) the file \
+                  describes the subsystems, namespaces and listen addresses: --addr, --port, --nqn, --file, --size and --block-size are refused \
                   with it (put them in the file). --provider, --poll-groups, --mdts, --data-slab, \
                   --direct, --cpus, --shutdown-timeout-ms and --metrics override the file's values, \
                   each with a log line."
@@ -55,8 +57,9 @@ struct Args {
     /// `provider` [default: soft]
     #[arg(long, value_enum)]
     provider: Option<ProviderKind>,
-    /// TOML configuration file (subsystems, namespaces, listen addresses); see below
-    /// for the flags it replaces.
+    /// Configuration file (subsystems, namespaces, listen addresses): TOML, or the JSON
+    /// `nvmetcli save` writes (a name ending in .json, or text starting with `{`); see
+    /// below for the flags it replaces.
     #[arg(long, short)]
     config: Option<PathBuf>,
     /// Address to listen on (soft: RoCEv2 on UDP 4791 of this address; verbs: the RDMA
@@ -151,7 +154,8 @@ fn refuse_subsystem_flags(matches: &clap::ArgMatches, config: &std::path::Path) 
         format!(
             "{} cannot be given with --config {}: the configuration file describes the \
              subsystems, namespaces and listen addresses. Put them in the file (its `listen` \
-             and `subsystems` entries, see target/examples/target.toml), or drop --config",
+             and `subsystems` entries, see target/examples/target.toml; in nvmetcli JSON its \
+             `ports` and `subsystems`), or drop --config",
             flags.join(", "),
             config.display()
         )
@@ -374,7 +378,15 @@ fn serve_started<P: Provider>(
         }
     };
     for s in &cfg.subsystems {
-        for l in target.listen_addrs() {
+        // Each port serves the subsystems it links (all of them without links).
+        let served = |i: usize| {
+            cfg.listen
+                .get(i)
+                .and_then(|l| l.subsystems.as_ref())
+                .is_none_or(|links| links.contains(&s.nqn))
+        };
+        let namespaces = s.namespaces.iter().filter(|n| n.enable).count();
+        for (_, l) in (target.listen_addrs().iter().enumerate()).filter(|(i, _)| served(*i)) {
             let mtu = target
                 .devices()
                 .into_iter()
@@ -386,11 +398,11 @@ fn serve_started<P: Provider>(
                 subnqn = %s.nqn,
                 traddr = %l.ip(),
                 trsvcid = l.port(),
-                namespaces = s.namespaces.len(),
+                namespaces = namespaces,
                 provider = P::NAME,
                 "serving {} ({} namespace(s)) on rdma traddr={} trsvcid={} ({} provider, {}, path MTU {})",
                 s.nqn,
-                s.namespaces.len(),
+                namespaces,
                 l.ip(),
                 l.port(),
                 P::NAME,

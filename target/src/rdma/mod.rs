@@ -211,6 +211,8 @@ pub struct NewQueue {
     /// device's `max_qp_init_rd_atom` ([`AcceptToken::initiator_depth`] is the result,
     /// the queue's READ credits).
     pub ord: u8,
+    /// The port the request came to: an index in [`crate::subsystem::Registry::ports`].
+    pub port: usize,
 }
 
 /// A poll group's report that one of its QPs went to the error state (a work request

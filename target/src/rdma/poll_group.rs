@@ -787,6 +787,7 @@ impl<P: Provider> PollGroup<P> {
                 remote_qpn: q.req.remote_qpn,
                 send_depth,
                 ord: token.initiator_depth,
+                port: q.port,
             },
         );
         Ok(token)

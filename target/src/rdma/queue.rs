@@ -35,6 +35,10 @@ pub struct QueueParams {
     pub send_depth: u32,
     /// RDMA READs the queue may have in flight (its ORD, at least 1): the READ credits.
     pub ord: u8,
+    /// The port the host connected through: an index in
+    /// [`crate::subsystem::Registry::ports`] (its Connect may reach only what that
+    /// port serves).
+    pub port: usize,
 }
 
 /// One queue as the core keeps it.
@@ -52,6 +56,8 @@ pub struct Queue {
     pub sqhd: u16,
     /// The controller, after a successful Connect on this queue.
     pub ctrl: Option<Arc<Controller>>,
+    /// The port it connected through ([`QueueParams::port`]).
+    pub port: usize,
     remote: IpAddr,
     remote_qpn: u32,
     /// Commands received and not yet answered (no response posted).
@@ -85,6 +91,7 @@ impl Queue {
             sq_size: p.sq_size.max(1),
             sqhd: 0,
             ctrl: None,
+            port: p.port,
             remote: p.remote,
             remote_qpn: p.remote_qpn,
             outstanding: 0,
@@ -211,6 +218,7 @@ mod tests {
             remote_qpn: 0x11,
             send_depth,
             ord,
+            port: 0,
         }
     }
 

@@ -84,6 +84,7 @@ pub fn loopback_queue_params(qid: u16, sq_size: u16) -> QueueParams {
         remote_qpn: 0x20 + u32::from(qid),
         send_depth: 4 * u32::from(sq_size) + 16,
         ord: 16,
+        port: 0,
     }
 }
 

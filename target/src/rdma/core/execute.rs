@@ -117,7 +117,7 @@ impl RequestCore {
             self.set_state(i, ReqState::Completed);
             return Exec::Moved;
         };
-        let (qid, peer, ctrl) = (q.qid, q.peer(qpn), q.ctrl.clone());
+        let (qid, port, peer, ctrl) = (q.qid, q.port, q.peer(qpn), q.ctrl.clone());
         match r.kind {
             Kind::Connect => {
                 // The admin path may copy; the I/O path never does (the counter's doc).
@@ -129,7 +129,7 @@ impl RequestCore {
                 let outcome = match fabrics::connect_precondition(qid, ctrl.is_some(), &r.sqe) {
                     Some(refused) => refused,
                     None => {
-                        let outcome = fabrics::connect(&self.reg, &r.sqe, &data, now);
+                        let outcome = fabrics::connect(&self.reg, port, &r.sqe, &data, now);
                         let span = self.queues.get(&qpn).map(|q| q.span.clone());
                         let _span = span.map(tracing::Span::entered);
                         oplog::fabrics_connect(&peer, &r.sqe, &data, &outcome);

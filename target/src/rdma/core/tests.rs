@@ -36,6 +36,7 @@ fn params(qid: u16, sq_size: u16, send_depth: u32, ord: u8) -> QueueParams {
         remote_qpn: 0x11,
         send_depth,
         ord,
+        port: 0,
     }
 }
 
