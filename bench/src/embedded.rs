@@ -111,8 +111,9 @@ impl EmbeddedTarget {
     }
 
     /// Lays out a `size`-byte namespace file in `dir` (unlinked) and starts the target
-    /// on it, with a `data_slab`-byte data slab (`None`: sized from RLIMIT_MEMLOCK) and
-    /// `faults` injected on its device. `name` prefixes the layout message (the job
+    /// on it, with a `data_slab`-byte data slab (`None`: sized from RLIMIT_MEMLOCK),
+    /// `faults` injected on its device and its RoCE MTU `roce_mtu` (`None`: from the
+    /// interface). `name` prefixes the layout message (the job
     /// name, as fio's "Laying out IO file").
     ///
     /// Errors: a message naming what failed (file, layout, addresses, target).
@@ -122,6 +123,7 @@ impl EmbeddedTarget {
         name: &str,
         data_slab: Option<u64>,
         faults: Option<FaultConfig>,
+        roce_mtu: Option<transport::verbs::Mtu>,
         stop: Option<&AtomicBool>,
     ) -> Result<Self, String> {
         check_size(size)?;
@@ -152,6 +154,7 @@ impl EmbeddedTarget {
             }
             let mut cfg = TargetConfig::default_for(tip, EMBEDDED_NQN, &path, size);
             cfg.data_slab = data_slab;
+            cfg.roce_mtu = roce_mtu.map(transport::verbs::Mtu::bytes);
             if let Err(e) = cfg.validate_as("--data-slab") {
                 return Err(format!("embedded target: {e}"));
             }

@@ -102,6 +102,13 @@ fn plan(args: &BenchArgs, inv: &Invocation) -> Result<Plan, String> {
                 .into(),
         );
     }
+    if args.roce_mtu.is_some() && args.provider != ProviderKind::Soft {
+        return Err(
+            "--roce-mtu is an option of the soft provider: the verbs provider uses its RDMA \
+             port's active MTU (it follows the interface MTU)"
+                .into(),
+        );
+    }
     if args.packet_path != PacketPathKind::Udp && args.traddr.is_none() {
         return Err(
             "--packet-path af-xdp needs a remote target (--traddr): the embedded \
@@ -263,6 +270,7 @@ fn bench_soft(ctx: Ctx<'_>, plan: Plan) -> ExitCode {
                 &args.name,
                 args.data_slab,
                 faults,
+                args.roce_mtu,
                 Some(ctx.signals.flag()),
             ) {
                 Ok(e) => e,
@@ -284,6 +292,7 @@ fn bench_soft(ctx: Ctx<'_>, plan: Plan) -> ExitCode {
     let soft = SoftOptions {
         faults,
         packet_path,
+        roce_mtu: args.roce_mtu,
     };
     run_host::<SoftProvider>(soft, opts, run, |dev| Some(dev.counters().snapshot()))
 }

@@ -318,6 +318,12 @@ pub struct BenchArgs {
     #[arg(long, value_name = "IFACE")]
     pub interface: Option<String>,
 
+    /// Soft provider: the RoCE MTU in bytes, 256, 512, 1024, 2048 or 4096, of this
+    /// host's device and of the embedded target's; a queue runs at the smaller of the
+    /// two ends'. Default: from the interface MTU, as rxe derives it (4096 on loopback).
+    #[arg(long = "roce-mtu", alias = "roce_mtu", value_name = "BYTES", value_parser = parse_roce_mtu)]
+    pub roce_mtu: Option<transport::verbs::Mtu>,
+
     /// How the host waits for completions: poll (busy-poll the completion queues,
     /// lowest latency, takes a core) or event (sleep on completion events when
     /// nothing is ready; for Soft-RoCE in a small VM, where a busy poller starves the
@@ -686,6 +692,14 @@ impl BenchArgs {
         }
         v
     }
+}
+
+/// `--roce-mtu`: a RoCE MTU in bytes.
+fn parse_roce_mtu(s: &str) -> Result<transport::verbs::Mtu, String> {
+    s.parse::<u32>()
+        .ok()
+        .and_then(transport::verbs::Mtu::from_bytes)
+        .ok_or_else(|| format!("{s:?} is not a RoCE MTU: 256, 512, 1024, 2048 or 4096"))
 }
 
 #[cfg(test)]

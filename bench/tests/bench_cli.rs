@@ -941,3 +941,61 @@ fn sigint_against_a_dead_target_ends_within_a_second() {
     // The goal is 1 s; the bound catches the old 8 s without timing a loaded machine.
     assert!(took < Duration::from_secs(3), "{took:?}");
 }
+
+/// `--roce-mtu` sets the RoCE MTU of the host's device and of the embedded target's
+/// (issue 17 item 5): at 512 a 4 KiB read's data leaves the target as 8 RDMA WRITE
+/// packets, at the loopback default (4096) as one; a value that is not a RoCE MTU is
+/// refused, naming the ones that are.
+#[test]
+fn roce_mtu_sets_the_packets_per_read_and_bad_values_are_refused() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let per_io = |mtu: Option<&str>| {
+        let mut args = vec![
+            "--rw",
+            "randread",
+            "--bs",
+            "4k",
+            "--iodepth",
+            "1",
+            "--size",
+            "1M",
+            "--io_size",
+            "2M",
+            "--embedded-size",
+            "16M",
+        ];
+        if let Some(m) = mtu {
+            args.extend(["--roce-mtu", m]);
+        }
+        let (v, o) = json_run(dir.path(), &args);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let ios = v["jobs"][0]["read"]["total_ios"].as_u64().unwrap();
+        let sent = v["nvmf-bench"]["target_counters"]["sent_pkts"]
+            .as_u64()
+            .unwrap();
+        assert_eq!(ios, 512);
+        sent as f64 / ios as f64
+    };
+    let small = per_io(Some("512"));
+    let default = per_io(None);
+    // Per read: the data WRITEs, the response SEND, the ACK of the capsule.
+    assert!(
+        (10.0..11.0).contains(&small),
+        "{small} packets per read at 512"
+    );
+    assert!(
+        (3.0..4.0).contains(&default),
+        "{default} packets per read at 4096"
+    );
+    let o = bench()
+        .args(["--roce-mtu", "1500", "--runtime", "1"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(
+        err.contains("not a RoCE MTU: 256, 512, 1024, 2048 or 4096"),
+        "{err}"
+    );
+}

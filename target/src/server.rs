@@ -376,7 +376,12 @@ fn start_recording_created<P: Provider>(
     let mut counters = Vec::new();
     let mut group_addrs = Vec::new();
     for (ip, listen_ports) in listen_addresses(cfg) {
-        let dev = P::open(&device_config(ip, poll_groups)).map_err(|e| TargetError::Device {
+        let mut dev_cfg = device_config(ip, poll_groups);
+        if let Some(mtu) = cfg.roce_mtu.and_then(transport::verbs::Mtu::from_bytes) {
+            P::set_roce_mtu(&mut dev_cfg, mtu)
+                .map_err(|e| TargetError::Config(format!("roce_mtu: {e}")))?;
+        }
+        let dev = P::open(&dev_cfg).map_err(|e| TargetError::Device {
             addr: ip,
             provider: P::NAME,
             source: Box::new(e),

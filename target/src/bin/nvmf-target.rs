@@ -135,6 +135,11 @@ struct Args {
     /// Overrides a --config file's `metrics` [default: no endpoint]
     #[arg(long, value_name = "ADDR:PORT")]
     metrics: Option<SocketAddr>,
+    /// The RoCE MTU in bytes: 256, 512, 1024, 2048 or 4096 (soft provider); each queue
+    /// runs at the smaller of this and the host's. Overrides a --config file's
+    /// `roce_mtu` [default: from the interface MTU, as rxe derives it]
+    #[arg(long, value_name = "BYTES")]
+    roce_mtu: Option<u32>,
 }
 
 /// Whether `id` was given on the command line (not just defaulted).
@@ -275,6 +280,10 @@ fn main() -> ExitCode {
     if let Some(addr) = args.metrics {
         overrides("--metrics", &addr, "metrics");
         cfg.metrics = Some(addr);
+    }
+    if let Some(m) = args.roce_mtu {
+        overrides("--roce-mtu", &m, "roce_mtu");
+        cfg.roce_mtu = Some(m);
     }
     if let Some(list) = &args.cpus {
         match nvmf_target::cpus::CpuList::parse(list) {

@@ -169,6 +169,13 @@ pub struct TargetConfig {
     /// it to this machine. Absent (the default): no endpoint.
     #[serde(default)]
     pub metrics: Option<std::net::SocketAddr>,
+    /// The RoCE MTU in bytes (256, 512, 1024, 2048 or 4096) the soft provider's devices
+    /// offer; each queue runs at the smaller of this and the host's. Absent (the
+    /// default): derived from the interface MTU as rxe does (1024 on a 1500-byte
+    /// Ethernet, 4096 on loopback). Larger than the interface carries: refused at
+    /// start, naming the fix. The verbs provider uses its port's active MTU.
+    #[serde(default)]
+    pub roce_mtu: Option<u32>,
 }
 
 /// One listen address (NVMe over Fabrics 1.x Discovery Log Page Entry: TRADDR, TRSVCID).
@@ -472,6 +479,7 @@ impl TargetConfig {
             shutdown_timeout_ms: default_shutdown_timeout_ms(),
             cpus: None,
             metrics: None,
+            roce_mtu: None,
         }
     }
 }

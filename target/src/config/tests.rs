@@ -577,3 +577,13 @@ fn link_and_identity_errors_name_the_item() {
         assert!(e.to_string().contains(key), "{key}: {e}");
     }
 }
+
+#[test]
+fn roce_mtu_must_be_a_roce_mtu_and_is_the_soft_providers() {
+    let c = TargetConfig::from_toml_str(&format!("roce_mtu = 1024\n{MINIMAL}")).unwrap();
+    assert_eq!(c.roce_mtu, Some(1024));
+    let r = invalid(&format!("roce_mtu = 1500\n{MINIMAL}"));
+    assert!(r.contains("roce_mtu 1500 must be 256, 512, 1024, 2048 or 4096"), "{r}");
+    let r = invalid(&format!("provider = \"verbs\"\nroce_mtu = 1024\n{MINIMAL}"));
+    assert!(r.contains("port's active MTU") && r.contains("drop roce_mtu"), "{r}");
+}

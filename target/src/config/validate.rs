@@ -144,6 +144,22 @@ impl TargetConfig {
                 default_shutdown_timeout_ms()
             ));
         }
+        if let Some(m) = self.roce_mtu {
+            let Some(mtu) = transport::verbs::Mtu::from_bytes(m) else {
+                return Err(format!(
+                    "roce_mtu {m} must be 256, 512, 1024, 2048 or 4096 (a RoCE MTU: payload \
+                     bytes per packet)"
+                ));
+            };
+            if self.provider != ProviderKind::Soft {
+                return Err(format!(
+                    "roce_mtu {}: {}",
+                    mtu.bytes(),
+                    "the verbs provider uses its RDMA port's active MTU (it follows the \
+                     interface MTU: ip link set dev IFACE mtu N); drop roce_mtu"
+                ));
+            }
+        }
         if self.max_queue_size < 2 {
             return Err(format!(
                 "max_queue_size {} must be at least 2",

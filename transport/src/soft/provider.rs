@@ -80,6 +80,13 @@ impl Provider for SoftProvider {
         }
     }
 
+    /// [`DeviceConfig::roce_mtu`]; checked against the interface MTU when the device
+    /// opens.
+    fn set_roce_mtu(cfg: &mut DeviceConfig, mtu: crate::verbs::Mtu) -> Result<(), String> {
+        cfg.roce_mtu = Some(mtu);
+        Ok(())
+    }
+
     /// [`SoftDevice::open`].
     fn open(cfg: &DeviceConfig) -> Result<Arc<SoftDevice>, SocketError> {
         SoftDevice::open(cfg.clone())

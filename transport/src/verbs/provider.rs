@@ -98,6 +98,21 @@ pub trait Provider: Sized + Send + Sync + 'static {
         options: &Self::Options,
     ) -> Self::DeviceConfig;
 
+    /// Sets the RoCE MTU the device of `cfg` is to use (its active MTU; connections run
+    /// at the smaller of the two ends'), where the provider lets the user choose it.
+    ///
+    /// # Errors
+    /// A sentence naming why not: the default, for a provider whose MTU is its port's
+    /// (verbs: the kernel device's active MTU, set through the interface MTU).
+    fn set_roce_mtu(cfg: &mut Self::DeviceConfig, mtu: Mtu) -> Result<(), String> {
+        let _ = (cfg, mtu);
+        Err(format!(
+            "the {} provider uses its RDMA port's active MTU (it follows the interface \
+             MTU: ip link set dev IFACE mtu N); a RoCE MTU is chosen on the soft provider only",
+            Self::NAME
+        ))
+    }
+
     /// Opens the device of `cfg` (soft: binds `ip:4791`; verbs: the RDMA device whose
     /// RoCE v2 GID is `ip`).
     ///
