@@ -208,6 +208,10 @@ pub struct SubsystemConfig {
     /// Host NQNs allowed to connect when `allow_any_host` is false.
     #[serde(default)]
     pub hosts: Vec<String>,
+    /// In-band authentication (DH-HMAC-CHAP) per host: `[[subsystems.host_keys]]`
+    /// entries; a host with an entry must authenticate on every queue.
+    #[serde(default)]
+    pub host_keys: Vec<HostKeyConfig>,
     /// Identify Controller Serial Number: at most 20 printable ASCII characters. When
     /// absent the target derives one.
     #[serde(default)]
@@ -215,6 +219,68 @@ pub struct SubsystemConfig {
     /// Namespaces, with unique NSIDs.
     #[serde(default)]
     pub namespaces: Vec<NamespaceConfig>,
+}
+
+/// One host's DH-HMAC-CHAP secrets (NVMe Base 2.x §8.13.5; Linux nvmet's host
+/// attributes `dhchap_key`, `dhchap_ctrl_key`, `dhchap_hash`, `dhchap_dhgroup`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostKeyConfig {
+    /// The host's NQN; listed in `hosts` too when `allow_any_host` is false.
+    pub hostnqn: String,
+    /// The host's secret, `DHHC-1:xx:<base64>:` as `nvme gen-dhchap-key` prints it.
+    pub dhchap_key: String,
+    /// The controller's secret for bidirectional authentication (the host's
+    /// `--dhchap-ctrl-secret`); absent: the controller cannot be authenticated.
+    #[serde(default)]
+    pub dhchap_ctrl_key: Option<String>,
+    /// Hashes accepted, preferred first: `sha256`, `sha384`, `sha512` (default all three).
+    #[serde(default)]
+    pub dhchap_hash: Option<Vec<String>>,
+    /// DH groups accepted, preferred first: `null`, `ffdhe2048` .. `ffdhe8192`
+    /// (default all, null first, as Linux nvmet defaults to null).
+    #[serde(default)]
+    pub dhchap_dhgroup: Option<Vec<String>>,
+}
+
+impl HostKeyConfig {
+    /// The controller's policy for this host (secrets parsed, lists resolved).
+    ///
+    /// Errors: the key or list entry that does not parse, and why.
+    pub fn policy(&self) -> Result<dhchap::ControllerPolicy, String> {
+        let key = |what: &str, s: &str| {
+            s.parse::<dhchap::Secret>()
+                .map_err(|e| format!("{what}: {e}"))
+        };
+        let mut p = dhchap::ControllerPolicy::new(key("dhchap_key", &self.dhchap_key)?);
+        if let Some(c) = &self.dhchap_ctrl_key {
+            p.ctrl_key = Some(key("dhchap_ctrl_key", c)?);
+        }
+        if let Some(list) = &self.dhchap_hash {
+            p.hashes = list
+                .iter()
+                .map(|h| {
+                    dhchap::HashId::parse(h).ok_or_else(|| {
+                        format!("dhchap_hash: {h:?} is not sha256, sha384 or sha512")
+                    })
+                })
+                .collect::<Result<_, _>>()?;
+        }
+        if let Some(list) = &self.dhchap_dhgroup {
+            p.dhgroups = list
+                .iter()
+                .map(|g| {
+                    dhchap::DhGroupId::parse(g).ok_or_else(|| {
+                        format!("dhchap_dhgroup: {g:?} is not null or ffdhe2048..ffdhe8192")
+                    })
+                })
+                .collect::<Result<_, _>>()?;
+        }
+        if p.hashes.is_empty() || p.dhgroups.is_empty() {
+            return Err("dhchap_hash and dhchap_dhgroup may not be empty lists".into());
+        }
+        Ok(p)
+    }
 }
 
 /// What backs a namespace (`backend` of a namespace in the configuration).
@@ -484,6 +550,7 @@ impl TargetConfig {
                 nqn: nqn.to_string(),
                 allow_any_host: true,
                 hosts: Vec::new(),
+                host_keys: Vec::new(),
                 serial: None,
                 namespaces: vec![NamespaceConfig {
                     nsid: 1,
@@ -633,6 +700,23 @@ impl TargetConfig {
                 if let Some(p) = nqn_problem(host) {
                     return Err(format!("{at}: hosts[{h}]: {p}"));
                 }
+            }
+            let mut keyed = HashSet::new();
+            for (h, k) in s.host_keys.iter().enumerate() {
+                let at = format!("{at}: host_keys[{h}] ({})", k.hostnqn);
+                if let Some(p) = nqn_problem(&k.hostnqn) {
+                    return Err(format!("{at}: {p}"));
+                }
+                if !keyed.insert(k.hostnqn.as_str()) {
+                    return Err(format!("{at}: a second entry for the same host"));
+                }
+                if !s.allow_any_host && !s.hosts.contains(&k.hostnqn) {
+                    return Err(format!(
+                        "{at}: the host is not in `hosts` and allow_any_host is false, so \
+                         it could never connect; add it to `hosts`"
+                    ));
+                }
+                k.policy().map_err(|e| format!("{at}: {e}"))?;
             }
             if !s.allow_any_host && s.hosts.is_empty() {
                 return Err(format!(
@@ -907,6 +991,46 @@ nqn = "nqn.2026-11.io.example:a"
         // It survives a TOML round trip.
         let text = toml::to_string(&c).unwrap();
         assert_eq!(TargetConfig::from_toml_str(&text).unwrap(), c);
+    }
+
+    #[test]
+    fn host_keys_parse_and_bad_ones_are_named() {
+        const KEY: &str = "DHHC-1:00:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh+KfiaR:";
+        let good = format!(
+            "{MINIMAL}allow_any_host = false\nhosts = [\"nqn.h:1\"]\n\
+             [[subsystems.host_keys]]\nhostnqn = \"nqn.h:1\"\ndhchap_key = \"{KEY}\"\n\
+             dhchap_ctrl_key = \"{KEY}\"\ndhchap_hash = [\"sha384\", \"hmac(sha256)\"]\n\
+             dhchap_dhgroup = [\"ffdhe2048\", \"null\"]\n"
+        );
+        let c = TargetConfig::from_toml_str(&good).unwrap();
+        let p = c.subsystems[0].host_keys[0].policy().unwrap();
+        assert_eq!(p.hashes, [dhchap::HashId::Sha384, dhchap::HashId::Sha256]);
+        assert_eq!(
+            p.dhgroups,
+            [dhchap::DhGroupId::Ffdhe2048, dhchap::DhGroupId::Null]
+        );
+        assert!(p.ctrl_key.is_some());
+        let entry = |extra: &str| {
+            format!("{MINIMAL}[[subsystems.host_keys]]\nhostnqn = \"nqn.h:1\"\n{extra}")
+        };
+        let r = invalid(&entry("dhchap_key = \"DHHC-1:00:AAECAwQF:\"\n"));
+        assert!(
+            r.contains("host_keys[0]") && r.contains("32, 48 or 64"),
+            "{r}"
+        );
+        let r = invalid(&entry(&format!(
+            "dhchap_key = \"{KEY}\"\ndhchap_hash = [\"md5\"]\n"
+        )));
+        assert!(r.contains("dhchap_hash") && r.contains("md5"), "{r}");
+        let r = invalid(&entry(&format!(
+            "dhchap_key = \"{KEY}\"\ndhchap_dhgroup = [\"modp\"]\n"
+        )));
+        assert!(r.contains("dhchap_dhgroup"), "{r}");
+        let r = invalid(&format!(
+            "{MINIMAL}allow_any_host = false\nhosts = [\"nqn.h:2\"]\n\
+             [[subsystems.host_keys]]\nhostnqn = \"nqn.h:1\"\ndhchap_key = \"{KEY}\"\n"
+        ));
+        assert!(r.contains("not in `hosts`"), "{r}");
     }
 
     #[test]

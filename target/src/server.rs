@@ -334,13 +334,26 @@ fn start_recording_created<P: Provider>(
                 &s.nqn,
             ));
         }
-        subsystems.push(Arc::new(Subsystem::new(
-            s.nqn.clone(),
-            s.serial.clone().unwrap_or_else(|| "nvmf-rdma".to_string()),
-            s.allow_any_host,
-            s.hosts.clone(),
-            namespaces,
-        )));
+        let mut host_keys = std::collections::HashMap::new();
+        for k in &s.host_keys {
+            let policy = k.policy().map_err(|e| {
+                TargetError::Config(format!(
+                    "subsystem {}: host_keys ({}): {e}",
+                    s.nqn, k.hostnqn
+                ))
+            })?;
+            host_keys.insert(k.hostnqn.clone(), Arc::new(policy));
+        }
+        subsystems.push(Arc::new(
+            Subsystem::new(
+                s.nqn.clone(),
+                s.serial.clone().unwrap_or_else(|| "nvmf-rdma".to_string()),
+                s.allow_any_host,
+                s.hosts.clone(),
+                namespaces,
+            )
+            .with_host_keys(host_keys),
+        ));
     }
     let poll_groups = cfg.poll_groups.max(1) as u32;
     let mut gcfg = PollGroupConfig {
