@@ -118,9 +118,9 @@ fn the_right_secret_authenticates_every_queue_and_a_wrong_one_is_refused_at_once
         "refused in {:?}",
         started.elapsed()
     );
-    let e = SyncHost::connect(&options(&t, 153, Some(H1_WRONG_KEY), None))
-        .err()
-        .expect("refused");
+    let Err(e) = SyncHost::connect(&options(&t, 153, Some(H1_WRONG_KEY), None)) else {
+        panic!("a wrong secret connected");
+    };
     assert!(e.to_string().contains("host secret does not match"), "{e}");
     // No secret: the target asks (AUTHREQ) and the host says what is missing.
     match SyncHost::connect(&options(&t, 154, None, None)) {

@@ -699,6 +699,11 @@ impl BenchArgs {
     }
 }
 
+/// Parses a `DHHC-1:xx:<base64>:` secret for clap, the error naming what is wrong.
+fn parse_dhchap_secret(s: &str) -> Result<dhchap::Secret, String> {
+    s.parse().map_err(|e: dhchap::SecretError| e.to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -989,9 +994,4 @@ mod tests {
             Err(OptionsError::BlockTooSmallForVerify { .. })
         ));
     }
-}
-
-/// Parses a `DHHC-1:xx:<base64>:` secret for clap, the error naming what is wrong.
-fn parse_dhchap_secret(s: &str) -> Result<dhchap::Secret, String> {
-    s.parse().map_err(|e: dhchap::SecretError| e.to_string())
 }

@@ -314,7 +314,7 @@ impl ControllerAuth {
         s2: u32,
         dh_value: &[u8],
     ) -> Progress {
-        if response.len() != hash.len() {
+        if response.len() != hash.digest_len() {
             return self.failure1(
                 t_id,
                 FailureExplanation::IncorrectPayload,
@@ -401,7 +401,7 @@ impl ControllerAuth {
         let state = std::mem::replace(&mut self.state, State::AwaitNegotiate);
         let (msg, progress) = match state {
             State::SendChallenge { t_id, hash, group } => {
-                let mut c1 = vec![0u8; hash.len()];
+                let mut c1 = vec![0u8; hash.digest_len()];
                 self.rng.fill_bytes(&mut c1);
                 let s1 = self.next_seqnum();
                 let dh = match group {
@@ -429,7 +429,7 @@ impl ControllerAuth {
                 let bidirectional = r2.is_some();
                 let msg = AuthMessage::Success1 {
                     t_id,
-                    hl: hash.len() as u8,
+                    hl: hash.digest_len() as u8,
                     response: r2,
                 };
                 if bidirectional {

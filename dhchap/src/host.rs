@@ -8,7 +8,7 @@
 //! 3. Authentication Receive → [`HostAuth::on_success1`] → Send the Success2 it returns,
 //!    if any (bidirectional authentication).
 //!
-//! Any error is a [`HostAuthError`]; when [`HostAuthError::failure2`] has a message,
+//! Any error is a [`HostAuthError`]; when [`HostAuth::failure2`] has a message for it,
 //! the driver sends it (Authentication Send) before giving up, as Linux does.
 use nvme::auth::{AuthMessage, DhGroupId, FailureExplanation, HashId, FAILURE_REASON_FAILED};
 use rand::rngs::StdRng;
@@ -222,7 +222,7 @@ impl HostAuth {
                     format!("the controller chose hash ID {hash}, which the host did not offer"),
                 )
             })?;
-        if c1.len() != hash.len() {
+        if c1.len() != hash.digest_len() {
             return Err(HostAuthError::protocol(
                 FailureExplanation::HashUnusable,
                 format!("Challenge HL {} for {}", c1.len(), hash.name()),
@@ -269,7 +269,7 @@ impl HostAuth {
             &self.subnqn,
         );
         let c2 = self.secrets.ctrl_key.as_ref().map(|_| {
-            let mut c = vec![0u8; hash.len()];
+            let mut c = vec![0u8; hash.digest_len()];
             self.rng.fill_bytes(&mut c);
             ((self.rng.next_u32() >> 1) | 1, c)
         });
@@ -302,7 +302,7 @@ impl HostAuth {
                 "Success1 before a Challenge",
             )
         })?;
-        if usize::from(hl) != p.hash.len() {
+        if usize::from(hl) != p.hash.digest_len() {
             return Err(HostAuthError::protocol(
                 FailureExplanation::HashUnusable,
                 format!("Success1 HL {hl} for {}", p.hash.name()),

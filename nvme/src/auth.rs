@@ -67,7 +67,7 @@ wire_enum! {
 
 impl HashId {
     /// Digest length HL in bytes.
-    pub const fn len(self) -> usize {
+    pub const fn digest_len(self) -> usize {
         match self {
             HashId::Sha256 => 32,
             HashId::Sha384 => 48,

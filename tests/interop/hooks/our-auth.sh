@@ -49,7 +49,7 @@ bench() {
     secs=$(echo "$(date +%s.%N) - $t0" | bc)
     got=refused; [ $rc = 0 ] && got=ok
     if [ "$got" = "$expect" ]; then
-        cell "our-host/$name" PASS "expected $expect, got $got (exit $rc) in ${secs%???????} s; $(grep -m1 -iE 'authentic|error' "$log" | cut -c1-200)"
+        cell "our-host/$name" PASS "expected $expect, got $got (exit $rc) in ${secs%???????} s; $(grep -m1 '^nvmf-bench: ' "$log" | cut -c1-240)"
     else
         cell "our-host/$name" FAIL "expected $expect, got $got (exit $rc) in ${secs%???????} s: $(tail -3 "$log" | tr '\n' ' ' | cut -c1-300)"
     fi
@@ -116,7 +116,9 @@ rc=$(cat "$LP_SHARE/target.rc")
 r="$LP_SHARE/out/B/auth-results.txt"
 # nvme-auth-host.sh: "RESULT (b) H1 right secret: expected ok, got ok (nvme connect exit 0): PASS"
 if [ -s "$r" ]; then
-    sed -nE 's/^RESULT \(([a-e])\) ([^:]*): (.*): (PASS|FAIL)$/\1 \2|\4|\3/p' "$r" |
+    # also "RESULT (b) data read back matches: PASS" (no reason part)
+    sed -nE -e 's/^RESULT \(([a-e])\) ([^:]*): (.*): (PASS|FAIL)$/\1 \2|\4|\3/p;t' \
+        -e 's/^RESULT \(([a-e])\) ([^:]*): (PASS|FAIL)$/\1 \2|\3|as nvme-auth-host.sh checked it/p' "$r" |
         while IFS='|' read -r n v why; do
             cell "linux-host/$(echo "$n" | tr ' ' '-')" "$v" "$why"
         done
@@ -134,7 +136,7 @@ for c in "(c)" "(e)"; do
     fi
 done
 n_ok=$(grep -c 'host authenticated (DH-HMAC-CHAP)' "$log")
-n_bad=$(grep -c 'authentication (DH-HMAC-CHAP) failed' "$log")
+n_bad=$(grep -c 'authentication (DH-HMAC-CHAP) failed:' "$log")
 if [ "$rc" = 0 ] && ! grep -q panicked "$log"; then
     cell target-exit PASS "status 0; $n_ok queues authenticated, $n_bad transactions refused (target log)"
 else
