@@ -13,6 +13,11 @@
 //! The target is this test binary run again as `reconnect_target_helper` (the target
 //! library in its own process, so SIGKILL is a real process death). Real UDP sockets on
 //! 127.0.0.240 - 127.0.0.243, a real file namespace.
+
+// The tests serialise on a std Mutex held for their whole body, across awaits: each
+// test has its own runtime, so the guard never blocks a task the test awaits.
+#![allow(clippy::await_holding_lock)]
+
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
 use std::path::Path;

@@ -108,7 +108,7 @@ impl Drop for Helper {
 }
 
 fn start_target(ip: &str, file: &Path) -> Helper {
-    let mut child = limited(
+    let child = limited(
         Command::new(std::env::current_exe().unwrap())
             .args(["--exact", "target_helper", "--ignored", "--nocapture"])
             .env(HELPER_ENV, format!("{ip},{}", file.display()))
@@ -117,17 +117,18 @@ fn start_target(ip: &str, file: &Path) -> Helper {
     )
     .spawn()
     .expect("target helper process");
-    let mut out = BufReader::new(child.stdout.take().unwrap());
+    // Killed and reaped on drop, on every path out of here.
+    let mut helper = Helper { child, fixed: 0 };
+    let mut out = BufReader::new(helper.child.stdout.take().unwrap());
     let mut line = String::new();
     loop {
         line.clear();
         if out.read_line(&mut line).unwrap_or(0) == 0 {
-            let _ = child.kill();
             panic!("the target helper on {ip} ended before it was ready (its stderr is above)");
         }
         if let Some(n) = line.trim().strip_prefix("READY fixed=") {
-            let fixed = n.parse().unwrap();
-            return Helper { child, fixed };
+            helper.fixed = n.parse().unwrap();
+            return helper;
         }
     }
 }

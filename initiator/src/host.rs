@@ -409,7 +409,7 @@ impl<P: Provider> IoQueue<P> {
         }
         if let Some(t) = self.io_timeout {
             st.rounds = st.rounds.wrapping_add(1);
-            if st.rounds % TIMEOUT_CHECK_ROUNDS == 0 {
+            if st.rounds.is_multiple_of(TIMEOUT_CHECK_ROUNDS) {
                 self.check_timeouts(st, t);
             }
         }

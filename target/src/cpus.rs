@@ -70,7 +70,7 @@ impl CpuList {
                 }
             }
         }
-        CpuList::new(cpus).map_err(|reason| err(reason))
+        CpuList::new(cpus).map_err(err)
     }
 
     /// A list of `cpus` as given.

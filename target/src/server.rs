@@ -58,7 +58,10 @@ pub enum TargetError {
     /// The connection manager of a listen address could not be started or could not
     /// listen on a port.
     #[error("listen address {addr}: RDMA CM: {source}")]
-    Cm { addr: IpAddr, source: ConnError },
+    Cm {
+        addr: IpAddr,
+        source: Box<ConnError>,
+    },
     #[error("poll group {index}: {source}")]
     PollGroup {
         index: u32,
@@ -400,7 +403,10 @@ fn start_recording_created<P: Provider>(
             provider: P::NAME,
             source: Box::new(e),
         })?;
-        let cm_error = |source| TargetError::Cm { addr: ip, source };
+        let cm_error = |source| TargetError::Cm {
+            addr: ip,
+            source: Box::new(source),
+        };
         let cm = dev.cm().map_err(|e| cm_error(ConnError::Verbs(e)))?;
         let mut events = Vec::new();
         for port in listen_ports {

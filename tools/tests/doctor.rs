@@ -52,17 +52,19 @@ impl Drop for Listener {
 }
 
 fn listen(addr: &str, port: u16) -> Listener {
-    let c = Command::new(BIN)
-        .args([
-            "--listen",
-            "--addr",
-            addr,
-            "--doctor-port",
-            &port.to_string(),
-        ])
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let c = Listener(
+        Command::new(BIN)
+            .args([
+                "--listen",
+                "--addr",
+                addr,
+                "--doctor-port",
+                &port.to_string(),
+            ])
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
     // Until it answers.
     let s = UdpSocket::bind("127.0.0.1:0").unwrap();
     s.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
@@ -71,7 +73,7 @@ fn listen(addr: &str, port: u16) -> Listener {
     while start.elapsed() < Duration::from_secs(5) {
         let _ = s.send_to(b"RDQ1", (addr, port));
         if s.recv(&mut buf).is_ok() {
-            return Listener(c);
+            return c;
         }
     }
     panic!("rdma-doctor --listen on {addr}:{port} did not answer");

@@ -427,7 +427,7 @@ fn show_lat(out: &mut String, pct: &[f64], ranges: &[&str], msg: &str) {
 
 fn show_group_stats(out: &mut String, rs: &RunStats) {
     let _ = writeln!(out, "\nRun status group {} (all jobs):", rs.groupid);
-    for d in 0..DDIR_COUNT {
+    for (d, name) in GROUP_DDIR_NAMES.iter().enumerate().take(DDIR_COUNT) {
         if rs.max_run[d] == 0 {
             continue;
         }
@@ -435,7 +435,7 @@ fn show_group_stats(out: &mut String, rs: &RunStats) {
         let _ = writeln!(
             out,
             "{}: bw={} ({}), {}-{} ({}-{}), io={} ({}), run={}-{}msec",
-            GROUP_DDIR_NAMES[d],
+            name,
             s(rs.agg[d], true, N2sUnit::BytePerSec),
             s(rs.agg[d], false, N2sUnit::BytePerSec),
             s(rs.min_bw[d], true, N2sUnit::BytePerSec),
@@ -604,10 +604,9 @@ mod tests {
         );
         let j1 = block(&t, 1);
         assert!(j1[0].contains("pid=102"), "each job its own thread id");
-        assert!(j1
-            .iter()
-            .any(|l| *l
-                == "  write: IOPS=1000, BW=4000KiB/s (4096kB/s)(2000KiB/500msec); 0 zone resets"));
+        assert!(j1.contains(
+            &"  write: IOPS=1000, BW=4000KiB/s (4096kB/s)(2000KiB/500msec); 0 zone resets"
+        ));
     }
 
     #[test]

@@ -980,14 +980,14 @@ impl<'c> JobState<'c> {
             0
         };
         let mut runtime_ms = [0; DDIR_COUNT];
-        for d in 0..DDIR_COUNT {
+        for (d, ms) in runtime_ms.iter_mut().enumerate() {
             let bytes = if self.workload_end.is_some() {
                 self.workload_bytes[d]
             } else {
                 self.dirs[d].bytes
             };
             if bytes > 0 {
-                runtime_ms[d] = workload_ms.max(1);
+                *ms = workload_ms.max(1);
             }
         }
         if let Some(v) = self.verify_start {

@@ -26,8 +26,8 @@ type Exported<T> = (&'static str, &'static str, fn(&T) -> u64);
 
 /// The transport counters of a poll group's QPs that are exported, each as
 /// `nvmf_target_rdma_NAME_total` with rxe's name (Linux `rxe_hw_counters.c`) or, for
-/// the three that rxe lacks, the RC core's.
-const QP_COUNTERS: [Exported<QpCounters>; 17] = [
+/// the five that rxe lacks, the RC core's.
+const QP_COUNTERS: [Exported<QpCounters>; 19] = [
     ("sent_pkts", "RoCEv2 packets the QPs sent (requests, responses, ACKs)", |c| c.sent_pkts),
     ("rcvd_pkts", "RoCEv2 packets the QPs accepted", |c| c.rcvd_pkts),
     ("duplicate_request", "Responder: duplicate requests (re-ACKed or answered again, never executed twice)", |c| c.duplicate_request),
@@ -44,6 +44,8 @@ const QP_COUNTERS: [Exported<QpCounters>; 17] = [
     ("rdma_recvs", "Responder: RDMA WRITE and READ request packets executed", |c| c.rdma_recvs),
     ("ack_deferred", "Responder: ACKs merged into a later one", |c| c.ack_deferred),
     ("rto_timeouts", "Requester: adaptive retransmission timer expiries (not an rxe counter)", |c| c.rto_timeouts),
+    ("rto_probes", "Requester: tail loss probes, the last packet resent alone at a timer expiry (not an rxe counter)", |c| c.rto_probes),
+    ("spurious_rto", "Requester: timer expiries found spurious, the peer had stalled (not an rxe counter)", |c| c.spurious_rto),
     ("sr_retransmits", "Requester: packets resent alone after a selective NAK (not an rxe counter)", |c| c.sr_retransmits),
 ];
 

@@ -63,29 +63,6 @@ pub struct GroupSnapshot {
     pub qp: Option<QpCounters>,
 }
 
-/// Adds QP counters `b` to `a`.
-pub fn add_qp_counters(a: &mut QpCounters, b: &QpCounters) {
-    a.sent_pkts += b.sent_pkts;
-    a.rcvd_pkts += b.rcvd_pkts;
-    a.duplicate_request += b.duplicate_request;
-    a.out_of_seq_request += b.out_of_seq_request;
-    a.rcvd_rnr_err += b.rcvd_rnr_err;
-    a.send_rnr_err += b.send_rnr_err;
-    a.rcvd_seq_err += b.rcvd_seq_err;
-    a.ack_deferred += b.ack_deferred;
-    a.retry_exceeded_err += b.retry_exceeded_err;
-    a.retry_rnr_exceeded_err += b.retry_rnr_exceeded_err;
-    a.completer_retry_err += b.completer_retry_err;
-    a.send_err += b.send_err;
-    a.rdma_sends += b.rdma_sends;
-    a.rdma_recvs += b.rdma_recvs;
-    a.local_ack_timeout_err += b.local_ack_timeout_err;
-    a.sent_naks += b.sent_naks;
-    a.rto_timeouts += b.rto_timeouts;
-    a.sr_retransmits += b.sr_retransmits;
-    a.sr_buffered += b.sr_buffered;
-}
-
 /// One namespace in a [`Snapshot`].
 #[derive(Clone, Debug)]
 pub struct NamespaceSample {

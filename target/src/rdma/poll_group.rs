@@ -682,7 +682,7 @@ impl<P: Provider> PollGroup<P> {
         let mut qp = self.retired_qp;
         for &q in self.qps.values() {
             if let Some(c) = self.ctx.qp_counters(q) {
-                crate::metrics::add_qp_counters(qp.get_or_insert_with(QpCounters::default), &c);
+                *qp.get_or_insert_with(QpCounters::default) += &c;
             }
         }
         crate::metrics::GroupSnapshot {
@@ -842,10 +842,7 @@ impl<P: Provider> PollGroup<P> {
         let span = self.core.queue(qpn).map(|q| q.span.clone());
         let _span = span.map(tracing::Span::entered);
         if let Some(c) = self.ctx.qp_counters(qp) {
-            crate::metrics::add_qp_counters(
-                self.retired_qp.get_or_insert_with(QpCounters::default),
-                &c,
-            );
+            *self.retired_qp.get_or_insert_with(QpCounters::default) += &c;
             // What the QP's requester resent over its life (a slow or lossy peer shows
             // here before it ends a queue).
             tracing::info!(
@@ -855,6 +852,7 @@ impl<P: Provider> PollGroup<P> {
                 rdma_sends = c.rdma_sends,
                 go_back_n = c.completer_retry_err,
                 rto_timeouts = c.rto_timeouts,
+                spurious_rto = c.spurious_rto,
                 local_ack_timeouts = c.local_ack_timeout_err,
                 retry_exceeded = c.retry_exceeded_err,
                 "QP counters at queue end"

@@ -1,5 +1,5 @@
 //! `rdma-info`'s text: the device list in `ibv_devinfo`'s layout (`-v` adds the
-//! verbose port fields and the GID lines, `GID[  1]:		::ffff:192.168.77.10, RoCE v2`
+//! verbose port fields and the GID lines, `GID[  1]:<tab><tab>::ffff:192.168.77.10, RoCE v2`
 //! as rdma-core prints them), the GID table in Mellanox `show_gids`' tab-separated
 //! columns, and the counters.
 use std::fmt::Write as _;

@@ -8,7 +8,7 @@ use super::ops::{ack_timeout, classify, decode_syndrome, pos_of, rnr_timer, Kind
 use super::payload::scatter;
 use super::psn::{psn_add, psn_diff, psn_lt};
 use super::qp::RcQp;
-use super::requester::LostReads;
+use super::requester::{LostReads, TailProbe};
 
 impl RcQp {
     /// ACK, NAK and READ response processing.
@@ -84,6 +84,31 @@ impl RcQp {
         // resent at once) easing early causes spurious expiries while that window is
         // still queued (see `docs/reliability.md` §2.2), so there only a sample ends it.
         let paced = self.cfg.recovery_window_pkts > 0;
+        if let Some(tp) = r.probe.as_mut() {
+            // Evidence of a peer that stalled rather than lost something: an ACK after
+            // the expiry that leaves part of what was sent before it unacknowledged
+            // (it can only answer original packets: the probe, the last one, is
+            // acknowledged with everything before it); one that acknowledges a packet
+            // timed before the expiry, never resent, later than the timeout; or an
+            // answer to the probe itself that took longer than the timeout. Then the
+            // stall, as long as the expired timer had run, becomes the timeout's
+            // floor. The episode ends once everything sent before the expiry is
+            // acknowledged.
+            let late_timed = r
+                .timed
+                .filter(|&(p, _)| psn_lt(p, r.una))
+                .is_some_and(|(_, t)| now.since(t) >= tp.expired);
+            let late_probe =
+                !psn_lt(r.una, tp.high) && tp.sent_at.is_some_and(|t| now.since(t) >= tp.expired);
+            if !tp.spurious && (psn_lt(r.una, tp.high) || late_timed || late_probe) {
+                tp.spurious = true;
+                self.counters.spurious_rto += 1;
+                r.stall_floor = r.stall_floor.max(now.since(tp.armed_at));
+            }
+            if !psn_lt(r.una, tp.high) {
+                r.probe = None;
+            }
+        }
         match r.timed {
             Some((p, t)) if psn_lt(p, r.una) => {
                 r.rtt.sample(now.since(t));
@@ -142,6 +167,8 @@ impl RcQp {
         self.req.seek(psn, lost);
         self.req.rto_deadline = self.rto_now().map(|d| now + d);
         self.req.timed = None;
+        self.req.probe = None;
+        self.req.probe_send = None;
         self.req.rewound_at = Some(psn);
         if self.cfg.recovery_window_pkts > 0 {
             let before = psn_diff(psn, self.req.una).max(0) as u32;
@@ -149,6 +176,38 @@ impl RcQp {
             self.req.recover = self.req.psn_high;
         }
         self.counters.completer_retry_err += 1;
+    }
+
+    /// The first response to an adaptive timer expiry, a tail loss probe (RFC 8985
+    /// §7, with PSNs for sequence numbers): resend only the last packet sent (with
+    /// AckReq), move no cursor, and wait one more (backed-off) timeout. If the peer
+    /// had everything (it was merely slow, or an ACK was lost), the probe is a
+    /// duplicate it re-ACKs, and nothing else is resent; if the last packet was lost,
+    /// the probe repairs it; if an earlier one was lost, a go-back-N responder NAKs the
+    /// gap (or, if it already did and that NAK was lost, stays silent), and the next
+    /// expiry restarts go-back-N from `una` as before. Not used when the last packet
+    /// belongs to an RDMA READ (a READ asked again costs a whole replay of its data) or
+    /// while a go-back-N restart is still resending. `false` when no probe was sent.
+    fn tail_probe(&mut self, now: Timestamp, expired: std::time::Duration) -> bool {
+        let r = &self.req;
+        if psn_lt(r.psn_next, r.psn_high) || !psn_lt(r.una, r.psn_high) {
+            return false;
+        }
+        let last = psn_add(r.psn_high, 0xFF_FFFF); // psn_high - 1
+        match r.idx_containing(last) {
+            Some(idx) if !r.sq[idx].is_read() => {}
+            _ => return false,
+        }
+        self.req.probe = Some(TailProbe {
+            high: self.req.psn_high,
+            expired,
+            armed_at: Timestamp(now.0.saturating_sub(expired.as_nanos() as u64)),
+            sent_at: None,
+            spurious: false,
+        });
+        self.req.probe_send = Some(last);
+        self.req.rto_deadline = self.rto_now().map(|d| now + d);
+        true
     }
 
     /// Selective retransmission (negotiated peers only): the PSN sequence error NAK
@@ -290,6 +349,8 @@ impl RcQp {
     }
 
     fn on_nak(&mut self, now: Timestamp, p: u32, code: NakCode) {
+        // The peer reports a gap (or worse): a tail loss probe episode ends, unjudged.
+        self.req.probe = None;
         let (adv, target) = self.req.ack_up_to(p);
         if adv {
             self.progress(now);
@@ -354,6 +415,8 @@ impl RcQp {
             self.req.rto_deadline = None;
             return;
         }
+        let expired = self.rto_now().unwrap_or_default();
+        let first = self.req.rtt.backoff() == 0;
         self.req.rtt.back_off();
         if !ibta_due {
             self.counters.rto_timeouts += 1;
@@ -368,6 +431,11 @@ impl RcQp {
                 .is_some_and(|i| self.req.sq[i].is_read());
             if read_at_una && self.req.rewound_at == Some(una) {
                 self.req.rto_deadline = self.rto_now().map(|d| now + d);
+                return;
+            }
+            // Only the first expiry after a clean stretch (no back-off in force) probes:
+            // under sustained loss a probe would only delay go-back-N by a timeout.
+            if first && self.req.probe.is_none() && self.tail_probe(now, expired) {
                 return;
             }
             self.rewind_keep_timer(now, una, LostReads::Containing);

@@ -48,10 +48,45 @@ pub struct QpCounters {
     /// Requester: adaptive retransmission timer expiries (go-back-N before the IBTA
     /// local ACK timeout; no retry used up). Not an rxe counter.
     pub rto_timeouts: u64,
+    /// Requester: tail loss probes sent (the first response to an adaptive timer
+    /// expiry: the last packet sent, alone). Not an rxe counter.
+    pub rto_probes: u64,
+    /// Requester: adaptive timer expiries found to be a peer's stall rather than a loss
+    /// (packets sent before the expiry acknowledged after it, or the tail loss probe
+    /// answered later than the timeout); each raises the timeout's floor to the stall.
+    /// Not an rxe counter.
+    pub spurious_rto: u64,
     /// Requester: packets resent alone after a selective NAK (selective retransmission
     /// negotiated). Not an rxe counter.
     pub sr_retransmits: u64,
     /// Responder: out-of-order request packets kept for in-order execution (selective
     /// retransmission negotiated). Not an rxe counter.
     pub sr_buffered: u64,
+}
+
+/// Sums counters (a poll group's QPs, live and destroyed).
+impl std::ops::AddAssign<&QpCounters> for QpCounters {
+    fn add_assign(&mut self, b: &QpCounters) {
+        self.sent_pkts += b.sent_pkts;
+        self.rcvd_pkts += b.rcvd_pkts;
+        self.duplicate_request += b.duplicate_request;
+        self.out_of_seq_request += b.out_of_seq_request;
+        self.rcvd_rnr_err += b.rcvd_rnr_err;
+        self.send_rnr_err += b.send_rnr_err;
+        self.rcvd_seq_err += b.rcvd_seq_err;
+        self.ack_deferred += b.ack_deferred;
+        self.retry_exceeded_err += b.retry_exceeded_err;
+        self.retry_rnr_exceeded_err += b.retry_rnr_exceeded_err;
+        self.completer_retry_err += b.completer_retry_err;
+        self.send_err += b.send_err;
+        self.rdma_sends += b.rdma_sends;
+        self.rdma_recvs += b.rdma_recvs;
+        self.local_ack_timeout_err += b.local_ack_timeout_err;
+        self.sent_naks += b.sent_naks;
+        self.rto_timeouts += b.rto_timeouts;
+        self.rto_probes += b.rto_probes;
+        self.spurious_rto += b.spurious_rto;
+        self.sr_retransmits += b.sr_retransmits;
+        self.sr_buffered += b.sr_buffered;
+    }
 }

@@ -148,6 +148,30 @@ pub(crate) struct ReqState {
     pub(super) sr_resend: VecDeque<u32>,
     /// The last selective resend: PSN and time.
     pub(super) sr_last: Option<(u32, Timestamp)>,
+    /// A tail loss probe in progress (see `RcQp::tail_probe`).
+    pub(super) probe: Option<TailProbe>,
+    /// The probe's PSN, until it is transmitted.
+    pub(super) probe_send: Option<u32>,
+    /// The longest round trip that made the adaptive timer expire spuriously: a floor
+    /// under the timeout from then on, so a peer seen to stall that long (an emulated
+    /// or descheduled host) is not resent to when it stalls again. Zero until then.
+    pub(super) stall_floor: std::time::Duration,
+}
+
+/// A tail loss probe episode: from an adaptive timer expiry until everything sent
+/// before it is acknowledged, a NAK, or the next expiry.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct TailProbe {
+    /// `psn_high` at the expiry.
+    pub high: u32,
+    /// The timeout that expired.
+    pub expired: std::time::Duration,
+    /// When the expired timer was started (the expiry less the timeout).
+    pub armed_at: Timestamp,
+    /// When the probe left (`None` until it does).
+    pub sent_at: Option<Timestamp>,
+    /// The expiry was found spurious (counted once).
+    pub spurious: bool,
 }
 
 impl ReqState {
@@ -175,6 +199,9 @@ impl ReqState {
             una_seen: 0,
             sr_resend: VecDeque::new(),
             sr_last: None,
+            probe: None,
+            probe_send: None,
+            stall_floor: std::time::Duration::ZERO,
         }
     }
 
@@ -305,6 +332,10 @@ impl RcQp {
             }
             self.req.rnr_until = None;
         }
+        if let Some(pkt) = self.probe_transmit(now) {
+            self.arm_timers(now);
+            return Some(pkt);
+        }
         if let Some(pkt) = self.selective_resend(now) {
             self.arm_timers(now);
             return Some(pkt);
@@ -360,10 +391,32 @@ impl RcQp {
     }
 
     /// The adaptive retransmission timeout now (RFC 6298 estimate clamped to
-    /// `[RcConfig::min_rto, IBTA local ACK timeout]`); `None` with `timeout` 0.
+    /// `[max(RcConfig::min_rto, the longest spurious round trip seen), IBTA local ACK
+    /// timeout]`); `None` with `timeout` 0.
     pub(crate) fn rto_now(&self) -> Option<std::time::Duration> {
         let t = ack_timeout(self.a.timeout)?;
-        Some(self.req.rtt.rto(self.cfg.initial_rto, self.cfg.min_rto, t))
+        let floor = self.cfg.min_rto.max(self.req.stall_floor);
+        Some(self.req.rtt.rto(self.cfg.initial_rto, floor, t))
+    }
+
+    /// The tail loss probe, if one is due and still unacknowledged: the packet rebuilt
+    /// from its WR, with AckReq. Only the timed packet, if it is the one resent, stops
+    /// being timed (Karn); a sample of an earlier one stays valid.
+    fn probe_transmit(&mut self, now: Timestamp) -> Option<TxPacket> {
+        let p = self.req.probe_send.take()?;
+        if psn_lt(p, self.req.una) {
+            return None;
+        }
+        let idx = self.req.idx_containing(p)?;
+        let (pkt, _) = self.build(idx, p, true)?;
+        if self.req.timed.is_some_and(|(t, _)| t == p) {
+            self.req.timed = None;
+        }
+        self.counters.rto_probes += 1;
+        if let Some(tp) = self.req.probe.as_mut() {
+            tp.sent_at = Some(now);
+        }
+        Some(pkt)
     }
 
     /// The next queued selective resend that is still unacknowledged (SEND/WRITE

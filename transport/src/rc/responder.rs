@@ -598,9 +598,21 @@ impl RcQp {
         self.counters.rdma_recvs += 1;
     }
 
-    /// Queues an ACK for `psn`, merging it into a queued plain ACK (coalescing).
+    /// Queues an ACK for `psn`. Toward a peer that negotiated selective retransmission
+    /// (ours) it is merged into a queued plain ACK (coalescing, IBTA §9.7.5.1.2);
+    /// toward any other peer every packet that asks for an ACK gets its own, as Linux
+    /// rxe and nvmet do: a requester that resends only on its timer (rxe's is seconds)
+    /// then loses one ACK of a burst, not the burst's only one.
     fn queue_ack(&mut self, psn: u32) {
         let msn = self.resp.msn;
+        if !self.a.selective {
+            self.resp.out.push_back(RespItem::Ack {
+                psn,
+                syndrome: SYNDROME_ACK,
+                msn,
+            });
+            return;
+        }
         if let Some(RespItem::Ack {
             psn: q,
             syndrome: SYNDROME_ACK,

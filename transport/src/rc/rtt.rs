@@ -83,15 +83,18 @@ impl RttEstimator {
     }
 
     /// The retransmission timeout: `SRTT + max(G, 4 x RTTVAR)` (or `initial` before the
-    /// first sample), doubled per back-off step, clamped to `[floor, ceiling]`
+    /// first sample), raised to `floor`, doubled per back-off step, clamped to `ceiling`
     /// (`ceiling` wins when `floor > ceiling`), and never below 1 us.
     pub fn rto(&self, initial: Duration, floor: Duration, ceiling: Duration) -> Duration {
         let base = match self.srtt {
             None => initial,
             Some(s) => s + (self.rttvar * 4).max(GRANULARITY),
         };
-        let backed = base.saturating_mul(1u32 << self.backoff.min(16));
-        backed.max(floor).min(ceiling).max(GRANULARITY)
+        // RFC 6298 §5.5 doubles the timeout in force, floor included (a back-off of
+        // the bare estimate stays under a floor that exceeds it, and the timer would
+        // keep expiring at the floor).
+        let backed = base.max(floor).saturating_mul(1u32 << self.backoff.min(16));
+        backed.min(ceiling).max(GRANULARITY)
     }
 }
 

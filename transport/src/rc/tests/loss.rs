@@ -72,9 +72,20 @@ fn dropped_last_packet_recovers_by_timeout() {
     assert_eq!(ca.local_ack_timeout_err, 0);
     assert_eq!(ca.rcvd_seq_err, 0);
     assert_eq!(cb.out_of_seq_request, 0);
-    // Go-back-N from the oldest unacknowledged PSN: packets 0..3 (no AckReq, so never
-    // acknowledged) arrive again as duplicates and are re-ACKed, not re-executed.
-    assert_eq!(cb.duplicate_request, 4);
+    // The expiry's tail loss probe resends packet 4 alone, which repairs the loss:
+    // nothing arrives twice (before: go-back-N from the oldest unacknowledged PSN sent
+    // packets 0..3, never acknowledged for want of AckReq, again as duplicates).
+    assert_eq!(cb.duplicate_request, 0);
+    assert_eq!(
+        ca.sent_pkts,
+        1 + 5 + 1,
+        "warm-up, 5 packets, packet 4 again"
+    );
+    assert_eq!(ca.rto_probes, 1);
+    assert_eq!(
+        ca.spurious_rto, 0,
+        "packet 4 was lost: not a spurious expiry"
+    );
 }
 
 /// Before any round trip was measured the adaptive timer does not resend (RFC 6298
@@ -212,10 +223,16 @@ fn dead_peer_retry_exceeded_after_eight_timeouts() {
     assert_eq!(c.retry_exceeded_err, 1);
     // The adaptive timer resends in between (backing off to the IBTA timeout), without
     // using up retries: 3 packets at first, then one go-back-N round of 3 per expiry
-    // except the last IBTA one.
+    // except the last IBTA one; the first adaptive expiry resends only the last packet
+    // (a tail loss probe), the later ones, without progress since, all three.
     assert!(c.rto_timeouts > 0);
-    assert_eq!(c.sent_pkts - warm.sent_pkts, 3 * (1 + c.rto_timeouts + 7));
-    assert_eq!(c.completer_retry_err, c.rto_timeouts + 7);
+    assert_eq!(
+        c.sent_pkts - warm.sent_pkts,
+        3 * (1 + c.rto_timeouts + 7) - 2
+    );
+    assert_eq!(c.rto_probes, 1);
+    // The probe is no go-back-N restart; every other expiry is.
+    assert_eq!(c.completer_retry_err, c.rto_timeouts - 1 + 7);
     assert_eq!(n.a.qp.state(), QpState::Error);
     assert_eq!(n.a.qp.poll_timeout(), None);
 }
