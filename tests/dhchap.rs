@@ -19,7 +19,7 @@ use nvmf_target::config::HostKeyConfig;
 use transport::soft::{CmAgent, DeviceConfig, SoftDevice};
 
 const HOSTNQN: &str = "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-0000000000a1";
-/// The keys of linux-nvme-rdma-dhchap.pcap (../shared/captures/README.md).
+/// The keys of the Linux 6.12 capture linux-nvme-rdma-dhchap.pcap (listed in its README).
 const H1_KEY: &str = "DHHC-1:00:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh+KfiaR:";
 const H1_WRONG_KEY: &str = "DHHC-1:00:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHv/ynCwx:";
 const H2_KEY: &str =

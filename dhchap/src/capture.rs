@@ -1,5 +1,5 @@
 //! Messages of linux-nvme-rdma-dhchap.pcap (Linux 6.12 host and target), hex, as
-//! `../shared/linux-peer/dhchap_verify.py` reassembles them; frame numbers of the capture.
+//! the linux-peer harness's `dhchap_verify.py` reassembles them; frame numbers of the capture.
 
 /// Frame 27.
 pub const FRAME_27: &str = "000000000000000101000306010203000000000000000000000000000000000000000000000000000000000102030405000000000000000000000000000000000000000000000000";

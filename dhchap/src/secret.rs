@@ -142,7 +142,7 @@ impl fmt::Debug for Secret {
 mod tests {
     use super::*;
 
-    /// The keys of linux-nvme-rdma-dhchap.pcap (../shared/captures/README.md).
+    /// The keys of the Linux 6.12 capture linux-nvme-rdma-dhchap.pcap (listed in its README).
     pub(crate) const H1_KEY: &str = "DHHC-1:00:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh+KfiaR:";
     const H2_KEY: &str =
         "DHHC-1:02:QEFCQ0RFRkdISUpLTE1OT1BRUlNUVVZXWFlaW1xdXl9gYWJjZGVmZ2hpamtsbW5voBXMjQ==:";
