@@ -38,7 +38,7 @@ fn bench_capsule(c: &mut Criterion) {
     let (sqe, sgl) = decode(&bytes);
     assert!(matches!(sgl, Sgl::KeyedDataBlock { len: 4096, .. }));
     assert!(matches!(
-        classify(&sqe, qid, Some(&ctrl), MAX_IO_BYTES),
+        classify(&sqe, qid, Some(&ctrl), true, MAX_IO_BYTES),
         Ok((Kind::Io(_), _))
     ));
 
@@ -48,12 +48,12 @@ fn bench_capsule(c: &mut Criterion) {
         b.iter(|| decode(black_box(&bytes)))
     });
     g.bench_function("classify_read_4k", |b| {
-        b.iter(|| classify(black_box(&sqe), qid, Some(&ctrl), MAX_IO_BYTES))
+        b.iter(|| classify(black_box(&sqe), qid, Some(&ctrl), true, MAX_IO_BYTES))
     });
     g.bench_function("decode_and_classify_read_4k", |b| {
         b.iter(|| {
             let (sqe, sgl) = decode(black_box(&bytes));
-            (classify(&sqe, qid, Some(&ctrl), MAX_IO_BYTES), sgl)
+            (classify(&sqe, qid, Some(&ctrl), true, MAX_IO_BYTES), sgl)
         })
     });
     g.finish();

@@ -380,6 +380,8 @@ fn run_host<P: Provider>(
     if let Some(h) = &args.hostnqn {
         opts.hostnqn = h.clone();
     }
+    opts.dhchap_secret = args.dhchap_secret.clone();
+    opts.dhchap_ctrl_secret = args.dhchap_ctrl_secret.clone();
     opts.io_queues = early.len().min(usize::from(u16::MAX)) as u16;
     let depth = early.iter().map(|s| s.iodepth).max().unwrap_or(1);
     opts.queue_depth = (depth + 1).min(1024) as u16;

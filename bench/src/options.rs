@@ -335,6 +335,17 @@ pub struct BenchArgs {
     #[arg(long)]
     pub hostnqn: Option<String>,
 
+    /// DH-HMAC-CHAP host secret (`DHHC-1:xx:<base64>:`, as `nvme gen-dhchap-key`
+    /// prints it; nvme-cli's `--dhchap-secret`): used when the target asks for
+    /// in-band authentication (NVMe Base 2.x §8.13).
+    #[arg(long = "dhchap-secret", value_parser = parse_dhchap_secret)]
+    pub dhchap_secret: Option<dhchap::Secret>,
+
+    /// DH-HMAC-CHAP controller secret (nvme-cli's `--dhchap-ctrl-secret`): the host
+    /// also authenticates the controller (bidirectional); needs `--dhchap-secret`.
+    #[arg(long = "dhchap-ctrl-secret", value_parser = parse_dhchap_secret, requires = "dhchap_secret")]
+    pub dhchap_ctrl_secret: Option<dhchap::Secret>,
+
     /// Log lines on stderr (warnings, connection retries) as text or as one JSON
     /// object per line; level from RUST_LOG.
     #[arg(long = "log-format", alias = "log_format", value_enum, default_value_t = nvmf_target::logging::LogFormat::Text)]
@@ -700,6 +711,11 @@ fn parse_roce_mtu(s: &str) -> Result<transport::verbs::Mtu, String> {
         .ok()
         .and_then(transport::verbs::Mtu::from_bytes)
         .ok_or_else(|| format!("{s:?} is not a RoCE MTU: 256, 512, 1024, 2048 or 4096"))
+}
+
+/// Parses a `DHHC-1:xx:<base64>:` secret for clap, the error naming what is wrong.
+fn parse_dhchap_secret(s: &str) -> Result<dhchap::Secret, String> {
+    s.parse().map_err(|e: dhchap::SecretError| e.to_string())
 }
 
 #[cfg(test)]

@@ -67,6 +67,9 @@ pub struct ControllerOptions {
     pub connect_timeout: Duration,
     /// Timeout of one admin command.
     pub admin_timeout: Duration,
+    /// DH-HMAC-CHAP secrets, for a target that asks for authentication
+    /// ([`crate::auth`]).
+    pub dhchap: Option<dhchap::HostSecrets>,
 }
 
 impl From<&crate::HostOptions> for ControllerOptions {
@@ -79,6 +82,10 @@ impl From<&crate::HostOptions> for ControllerOptions {
             kato_ms: o.kato_ms,
             connect_timeout: o.connect_timeout,
             admin_timeout: o.admin_timeout,
+            dhchap: o
+                .dhchap_secret
+                .clone()
+                .map(|k| dhchap::HostSecrets::new(k, o.dhchap_ctrl_secret.clone())),
         }
     }
 }
@@ -203,9 +210,12 @@ pub fn run_command<P: Provider>(
 /// Sends the Fabrics Connect of `queue` (NVMe over Fabrics 1.1 §3.3): SQSIZE =
 /// `depth - 1`, `kato_ms`, Connect data with `cntlid`. The data goes in-capsule when
 /// the queue allows 1024 bytes of it (I/O queues of a controller with SGLS bit 20),
-/// otherwise by keyed SGL (the admin queue). Returns CQE DW0's controller ID.
+/// otherwise by keyed SGL (the admin queue). When the response asks for in-band
+/// authentication (AUTHREQ), the queue authenticates ([`crate::auth`]) before this
+/// returns. Returns CQE DW0's controller ID.
 ///
-/// Errors: [`HostError::ConnectRefused`] naming the offending field.
+/// Errors: [`HostError::ConnectRefused`] naming the offending field;
+/// [`HostError::AuthenticationRequired`] or [`HostError::Authentication`].
 pub fn fabrics_connect<P: Provider>(
     queue: &mut NvmeRdmaQueue<P>,
     opts: &ControllerOptions,
@@ -244,7 +254,10 @@ pub fn fabrics_connect<P: Provider>(
         return Err(HostError::InvalidArgument(e));
     }
     match r {
-        Ok((cqe, _)) => Ok(cqe.dw0() as u16),
+        Ok((cqe, _)) => {
+            crate::auth::authenticate_if_asked(queue, opts, cqe.dw0())?;
+            Ok(cqe.dw0() as u16)
+        }
         Err(HostError::Nvme { status, dw0, .. }) => {
             let detail = (status.as_command_specific()
                 == Some(CommandSpecificStatus::ConnectInvalidParameters))

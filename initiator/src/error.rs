@@ -165,6 +165,27 @@ pub enum HostError {
     /// The host was disconnected or its poll thread is gone.
     #[error("host disconnected")]
     Disconnected,
+    /// The target asked queue `qid` to authenticate (AUTHREQ in the Connect response,
+    /// NVMe Base 2.x §8.13.1) and the host has no secret for it.
+    #[error(
+        "the target requires in-band authentication (DH-HMAC-CHAP) on queue {qid}: give \
+         the host secret it has for this host NQN (HostOptions::dhchap_secret, \
+         --dhchap-secret DHHC-1:...)"
+    )]
+    AuthenticationRequired {
+        /// The queue ID.
+        qid: u16,
+    },
+    /// The DH-HMAC-CHAP transaction of queue `qid` failed: the controller refused the
+    /// host (wrong secret, no common hash or DH group), or the controller did not
+    /// prove the controller secret, or it broke the protocol (NVMe Base 2.x §8.13.5).
+    #[error("authentication of queue {qid} failed: {source}")]
+    Authentication {
+        /// The queue ID.
+        qid: u16,
+        /// The cause.
+        source: dhchap::HostAuthError,
+    },
 }
 
 /// A CM REJ of queue `qid`'s connection to `target` in words, with what to do: reason 8

@@ -55,6 +55,7 @@
 //!
 //! Errors are [`HostError`] values: NVMe statuses keep SCT/SC/DNR and print their
 //! specification names; transport failures keep the `IBV_WC_*` status.
+pub mod auth;
 pub mod capsule;
 pub mod controller;
 pub mod device;

@@ -220,6 +220,14 @@ pub struct HostOptions {
     /// the host asks the controller to Abort it, and, if that does not help, resets
     /// the controller (Linux's `io_timeout`, default 30 s; `None`: never).
     pub io_timeout: Option<Duration>,
+    /// The host's DH-HMAC-CHAP secret (`DHHC-1:xx:...:`, Linux's `--dhchap-secret`):
+    /// used when the target asks a queue to authenticate (NVMe Base 2.x §8.13); `None`
+    /// (the default): such a target is refused with
+    /// [`HostError::AuthenticationRequired`].
+    pub dhchap_secret: Option<dhchap::Secret>,
+    /// The controller's secret (`--dhchap-ctrl-secret`): when set, the host also
+    /// authenticates the controller (bidirectional); needs `dhchap_secret`.
+    pub dhchap_ctrl_secret: Option<dhchap::Secret>,
 }
 
 impl HostOptions {
@@ -249,6 +257,8 @@ impl HostOptions {
             ctrl_loss_tmo: Some(crate::lifecycle::DEFAULT_CTRL_LOSS_TMO),
             fast_io_fail_tmo: None,
             io_timeout: Some(crate::lifecycle::DEFAULT_IO_TIMEOUT),
+            dhchap_secret: None,
+            dhchap_ctrl_secret: None,
         }
     }
 

@@ -19,7 +19,7 @@
 //! Known bytes in the tests come from the Linux reference captures in
 //! `testdata/captures/` (frame numbers cited at each test).
 //!
-//! Modules: [`sqe`], [`sgl`], [`cqe`], [`status`], [`opcodes`], [`fabrics`],
+//! Modules: [`auth`] (DH-HMAC-CHAP messages), [`sqe`], [`sgl`], [`cqe`], [`status`], [`opcodes`], [`fabrics`],
 //! [`properties`], [`identify`], [`features`], [`rdma`], [`log`], [`dsm`],
 //! [`strings`]. The main types are re-exported at the crate root.
 
@@ -28,6 +28,7 @@
 #[macro_use]
 mod macros;
 
+pub mod auth;
 pub mod cqe;
 pub mod dsm;
 pub mod fabrics;

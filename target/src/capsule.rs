@@ -19,6 +19,10 @@ pub enum Kind {
     PropertySet,
     /// Fabrics Disconnect (I/O queues only): delete the queue it came on.
     Disconnect,
+    /// Fabrics Authentication Send (any queue): a DH-HMAC-CHAP message from the host.
+    AuthSend,
+    /// Fabrics Authentication Receive (any queue): the controller's next message.
+    AuthReceive,
     /// Any other command on the admin queue.
     Admin,
     /// An NVM command on an I/O queue, decoded and checked against its namespace.
@@ -26,7 +30,10 @@ pub enum Kind {
 }
 
 /// Classifies `sqe` received on queue `qid` whose controller is `ctrl` (none before
-/// Connect) and says which data it moves, or the status to answer it with:
+/// Connect), `authenticated` unless the queue still owes an in-band authentication
+/// (NVMe Base 2.x §8.13: until then only Fabrics commands run, anything else is
+/// answered Authentication Required, DNR, as nvmet's `nvmet_check_auth_status`), and
+/// says which data it moves, or the status to answer it with:
 /// PSDT other than SGL, or a fused command: Invalid Field (DNR); an unknown Fabrics
 /// command type: Invalid Opcode (DNR); a Disconnect on the admin queue: Invalid Queue
 /// Type (DNR); anything but Connect (and Disconnect) before Connect: Command
@@ -37,6 +44,7 @@ pub fn classify(
     sqe: &Sqe,
     qid: u16,
     ctrl: Option<&Controller>,
+    authenticated: bool,
     max_io_bytes: u32,
 ) -> Result<(Kind, DataDirection), Status> {
     if sqe.psdt() != nvme::sqe::PSDT_SGL_MPTR_CONTIG {
@@ -53,6 +61,7 @@ pub fn classify(
             Some(0x04) if qid == 0 => Ok((Kind::PropertyGet, DataDirection::None)),
             Some(0x00) if qid == 0 => Ok((Kind::PropertySet, DataDirection::None)),
             Some(0x08) if qid != 0 => Ok((Kind::Disconnect, DataDirection::None)),
+            Some(0x05 | 0x06) => auth_command(sqe, ctrl.is_some()),
             // NVMe Base 2.x §6.4: a Disconnect on the admin queue.
             Some(0x08) => Err(Status::command_specific(
                 nvme::status::CommandSpecificStatus::InvalidQueueType,
@@ -64,6 +73,12 @@ pub fn classify(
     let Some(ctrl) = ctrl else {
         return Err(Status::generic(GenericStatus::CommandSequenceError).with_dnr());
     };
+    if !authenticated {
+        return Err(Status::command_specific(
+            nvme::status::CommandSpecificStatus::AuthenticationRequired,
+        )
+        .with_dnr());
+    }
     if qid == 0 {
         return Ok((Kind::Admin, admin::data_direction(sqe)));
     }
@@ -91,4 +106,28 @@ pub fn classify(
         (_, c) => DataDirection::ControllerToHost(c as usize),
     };
     Ok((Kind::Io(cmd), dir))
+}
+
+/// Largest Authentication Receive buffer the target fills: an ffdhe8192 Challenge is
+/// 1,104 bytes; Linux asks for 4 KiB.
+pub const AUTH_RECEIVE_MAX: usize = 4096;
+
+/// An Authentication Send (its TL bytes come from the host) or Receive (at most AL,
+/// capped at [`AUTH_RECEIVE_MAX`], go to it): SECP, SPSP0/1 and a zero length are
+/// Invalid Field (DNR); before Connect, Command Sequence Error (DNR).
+fn auth_command(sqe: &Sqe, connected: bool) -> Result<(Kind, DataDirection), Status> {
+    use nvme::auth::AuthCommand;
+    if !connected {
+        return Err(Status::generic(GenericStatus::CommandSequenceError).with_dnr());
+    }
+    match AuthCommand::from_sqe(sqe) {
+        Ok(AuthCommand::Send { tl }) => {
+            Ok((Kind::AuthSend, DataDirection::HostToController(tl as usize)))
+        }
+        Ok(AuthCommand::Receive { al }) => Ok((
+            Kind::AuthReceive,
+            DataDirection::ControllerToHost((al as usize).min(AUTH_RECEIVE_MAX)),
+        )),
+        Err(_) => Err(Status::generic(GenericStatus::InvalidField).with_dnr()),
+    }
 }

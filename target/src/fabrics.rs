@@ -7,6 +7,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use nvme::auth::CONNECT_AUTHREQ_ATR;
 use nvme::fabrics::{
     connect_success_dw0, ConnectCommand, ConnectData, ConnectInvalidParameter, PropertyGetCommand,
     PropertySetCommand, CNTLID_DYNAMIC,
@@ -38,7 +39,8 @@ pub enum ConnectOutcome {
     /// The queue is connected to `ctrl`; complete with success and DW0 `dw0`
     /// (CNTLID in bits 15:0, AUTHREQ 0).
     Accepted {
-        /// The new (admin queue) or existing (I/O queue) controller.
+        /// The new (admin queue) or existing (I/O queue) controller; DW0 bit 17
+        /// (AUTHREQ.ATR) set when the host must authenticate the queue.
         ctrl: Arc<Controller>,
         /// Completion DW0.
         dw0: u32,
@@ -203,7 +205,7 @@ fn connect_admin(
     });
     match made {
         Ok(ctrl) => {
-            let dw0 = connect_success_dw0(ctrl.cntlid);
+            let dw0 = accepted_dw0(&ctrl);
             ConnectOutcome::Accepted { ctrl, dw0 }
         }
         Err(status) => ConnectOutcome::status(status),
@@ -244,8 +246,17 @@ fn connect_io(
     if let Err(status) = ctrl.connect_queue(qid) {
         return ConnectOutcome::status(status);
     }
-    let dw0 = connect_success_dw0(ctrl.cntlid);
+    let dw0 = accepted_dw0(&ctrl);
     ConnectOutcome::Accepted { ctrl, dw0 }
+}
+
+/// DW0 of an accepted Connect: the CNTLID, and AUTHREQ.ATR (bit 17) when the host must
+/// authenticate the queue with DH-HMAC-CHAP before anything but Fabrics commands
+/// (NVMe Base 2.x §6.3 Figure "Connect Response", §8.13.1), as nvmet's
+/// `nvmet_connect_result`.
+fn accepted_dw0(ctrl: &Controller) -> u32 {
+    let auth = ctrl.subsys.auth_policy(&ctrl.hostnqn).is_some();
+    connect_success_dw0(ctrl.cntlid) | if auth { CONNECT_AUTHREQ_ATR } else { 0 }
 }
 
 /// Checks a Fabrics Disconnect (NVMe Base 2.x §6.4) received on an I/O queue whose

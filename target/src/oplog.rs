@@ -86,6 +86,9 @@ pub enum QueueEnd {
     HostFabricsDisconnect,
     /// The target is shutting down (SIGTERM/SIGINT): its commands were answered first.
     TargetShutdown,
+    /// In-band authentication (DH-HMAC-CHAP) failed on the queue: the AUTH_Failure1
+    /// (or the CQE of the host's AUTH_Failure2) was sent, then the target disconnected.
+    AuthenticationFailed,
 }
 
 impl QueueEnd {
@@ -122,6 +125,10 @@ impl QueueEnd {
             QueueEnd::TargetShutdown => {
                 "the target is shutting down; the queue's commands were answered first"
             }
+            QueueEnd::AuthenticationFailed => {
+                "in-band authentication (DH-HMAC-CHAP) failed; the target answered, then \
+                 disconnected the queue"
+            }
         }
     }
 
@@ -131,6 +138,30 @@ impl QueueEnd {
             self,
             QueueEnd::HostDisconnected | QueueEnd::HostFabricsDisconnect | QueueEnd::TargetShutdown
         )
+    }
+}
+
+/// A queue's in-band authentication (DH-HMAC-CHAP, NVMe Base 2.x §8.13) ended:
+/// success at info, failure at warn with the cause and the fix (the Failure1
+/// explanation sent, or the host's Failure2). Nothing while it is under way.
+pub fn authentication(peer: &QueuePeer, progress: &dhchap::Progress) {
+    match progress {
+        dhchap::Progress::Pending => {}
+        dhchap::Progress::Authenticated => tracing::info!(
+            host_addr = %peer.host_addr,
+            qpn = %Hex(peer.qpn),
+            qid = peer.qid,
+            "host authenticated (DH-HMAC-CHAP)"
+        ),
+        dhchap::Progress::Failed(f) => tracing::warn!(
+            host_addr = %peer.host_addr,
+            qpn = %Hex(peer.qpn),
+            qid = peer.qid,
+            explanation = %f.explanation,
+            "authentication (DH-HMAC-CHAP) failed: {}; the queue is refused and disconnected \
+             (check the host's secret against this subsystem's host_keys entry)",
+            f.detail
+        ),
     }
 }
 

@@ -527,7 +527,17 @@ fn subsystem_of(
     sub.version = s.version_vs().map_err(TargetError::Config)?;
     sub.cntlids = s.cntlid_min..=s.cntlid_max;
     sub.qid_max = s.qid_max;
-    Ok(sub)
+    let mut host_keys = std::collections::HashMap::new();
+    for k in &s.host_keys {
+        let policy = k.policy().map_err(|e| {
+            TargetError::Config(format!(
+                "subsystem {}: host_keys ({}): {e}",
+                s.nqn, k.hostnqn
+            ))
+        })?;
+        host_keys.insert(k.hostnqn.clone(), Arc::new(policy));
+    }
+    Ok(sub.with_host_keys(host_keys))
 }
 
 /// Listen entry `i` as the registry's port: its PORTID (`i + 1` unless configured),

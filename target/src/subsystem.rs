@@ -6,7 +6,7 @@
 //! by CNTLID; the registry's controller table is the only shared mutable state, and
 //! it is touched on Connect, teardown and the Keep Alive sweep, never per I/O.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 use std::ops::RangeInclusive;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -142,6 +142,9 @@ pub struct Subsystem {
     pub allow_any_host: bool,
     /// Host NQNs allowed when `allow_any_host` is false.
     pub hosts: Vec<String>,
+    /// DH-HMAC-CHAP policy per host NQN: a host listed here must authenticate every
+    /// queue (NVMe Base 2.x §8.13; [`Subsystem::with_host_keys`]).
+    pub host_keys: HashMap<String, Arc<dhchap::ControllerPolicy>>,
     /// Namespaces in increasing NSID order.
     pub namespaces: Vec<NamespaceEntry>,
 }
@@ -172,8 +175,21 @@ impl Subsystem {
             qid_max: None,
             allow_any_host,
             hosts,
+            host_keys: HashMap::new(),
             namespaces,
         }
+    }
+
+    /// The subsystem with `keys`: the DH-HMAC-CHAP policy of each host that must
+    /// authenticate.
+    pub fn with_host_keys(mut self, keys: HashMap<String, Arc<dhchap::ControllerPolicy>>) -> Self {
+        self.host_keys = keys;
+        self
+    }
+
+    /// The authentication policy of `hostnqn`, if it must authenticate.
+    pub fn auth_policy(&self, hostnqn: &str) -> Option<Arc<dhchap::ControllerPolicy>> {
+        self.host_keys.get(hostnqn).cloned()
     }
 
     /// The well-known discovery subsystem (NQN [`NVMF_DISCOVERY_NQN`], NVMe over

@@ -43,6 +43,15 @@
 #                   hooks/our-perftest.sh, guest/perftest-cells.sh. Not a default
 #                   group: INTEROP_GROUPS=perftest (.ci/run runs it in its verbs
 #                   section, with the verbs build).
+#   dhchap/*        issue 16 item 5: in-band authentication (DH-HMAC-CHAP) with Linux 6.12
+#                   (guest image $LP_OUT_612, built with KVER=6.12 when missing), one boot
+#                   of two guests (hooks/our-auth.sh): our host (nvmf-bench
+#                   --dhchap-secret/--dhchap-ctrl-secret) -> Linux nvmet in VM A with
+#                   host and controller keys (right, bidirectional ffdhe2048, wrong
+#                   key, wrong controller key), then Linux's nvme connect in VM B ->
+#                   our nvmf-target (no secret, right, bidirectional, wrong controller
+#                   secret, wrong secret; the wrong ones refused at once). Not a default
+#                   group: INTEROP_GROUPS=dhchap (.ci/run runs it).
 #   tshark/*        tshark's verdict on the capture of each run (check-capture.sh).
 # Exit status: 0 all cells passed, 1 a cell failed, 2 the matrix cannot run here (no
 # root, no network namespaces, no QEMU/tcpdump/tshark, no guest image) - with the reason.
@@ -62,6 +71,7 @@
 #   INTEROP_GROUPS  which groups to run (default "linux-host linux-target
 #               linux-host-ipv6 linux-target-ipv6")
 #   INTEROP_PARALLEL=1  run the two VM groups at once (default: one after the other)
+#   LP_OUT_612  the Linux 6.12 guest image of the dhchap group (default /tmp/linux-peer-612)
 set -u
 REPO="$(cd "$(dirname "$0")/../.." && pwd)"
 HERE="$REPO/tests/interop"
@@ -98,7 +108,7 @@ ip netns add "$probe_ns" 2>/tmp/interop-netns.err ||
 ip netns del "$probe_ns"
 [ -x "$LP_DIR/run.sh" ] || cannot "linux-peer harness not found at $LP_DIR (set LP_DIR)"
 case " $GROUPS_ " in
-    *" linux-host"* | *" linux-target"* | *" nvme-cli "*)
+    *" linux-host"* | *" linux-target"* | *" nvme-cli "* | *" dhchap "*)
         for b in "$NVMF_TARGET_BIN" "$NVMF_BENCH_BIN"; do
             [ -x "$b" ] || cannot "$b not built (cargo build -p nvmf-target -p nvmf-bench --bins)"
         done ;;
@@ -127,6 +137,12 @@ if [ ! -f "$LP_OUT/bzImage" ] || [ ! -f "$LP_OUT/initramfs.cpio.gz" ]; then
     say "no guest image in $LP_OUT: building it ($LP_DIR/build.sh, log $OUT/build.log)"
     "$LP_DIR/build.sh" >"$OUT/build.log" 2>&1 ||
         cannot "building the guest failed ($LP_DIR/build.sh): $(tail -3 "$OUT/build.log" | tr '\n' ' ')"
+fi
+LP_OUT_612="${LP_OUT_612:-/tmp/linux-peer-612}"
+if [[ " $GROUPS_ " == *" dhchap "* ]] && { [ ! -f "$LP_OUT_612/bzImage" ] || [ ! -f "$LP_OUT_612/initramfs.cpio.gz" ]; }; then
+    say "no Linux 6.12 guest image in $LP_OUT_612: building it (KVER=6.12 $LP_DIR/build.sh, log $OUT/build-612.log)"
+    KVER=6.12 LP_OUT="$LP_OUT_612" "$LP_DIR/build.sh" >"$OUT/build-612.log" 2>&1 ||
+        cannot "building the 6.12 guest failed: $(tail -3 "$OUT/build-612.log" | tr '\n' ' ')"
 fi
 # QEMU must at least start (TCG is enough): a failing accelerator or missing ROMs show here.
 timeout 20 qemu-system-x86_64 -accel tcg -machine none -nodefaults -display none -S \
@@ -269,6 +285,22 @@ run_nvme_cli() {
     python3 "$HERE/nvme-cli-diff.py" "$d/out/B/nvmet" "$d/out/B/ours" >"$OUT/$g.cells" 2>"$OUT/$g.diff.log"
 }
 
+# ---- group 5: DH-HMAC-CHAP with Linux 6.12, both ways, one boot (issue 16 item 5) ---------
+run_dhchap() {
+    local g=$1 d="$OUT/$1"
+    mkdir -p "$d"
+    export INTEROP_IMG="$OUT/$g-ns1.img"
+    rm -f "$INTEROP_IMG"
+    say "$g: our nvmf-bench -> Linux 6.12 nvmet (VM A), then VM B's nvme connect --dhchap-secret -> our nvmf-target"
+    local t0
+    t0=$(date +%s)
+    LP_OUT="$LP_OUT_612" "$LP/run.sh" -t 600 -o "$d" -c "$OUT/$g.pcap" -a target_ip=192.168.77.1 \
+        -a target_name=ours -a target_timeout=500 -H "$HERE/hooks/our-auth.sh" \
+        A:192.168.77.10:nvmet-auth-target.sh B:192.168.77.11:nvme-auth-host.sh >"$OUT/$g.log" 2>&1
+    say "$g: run.sh exit status $? after $(( $(date +%s) - t0 )) s"
+    cp "$d/cells-auth.txt" "$OUT/$g.cells" 2>/dev/null || : >"$OUT/$g.cells"
+}
+
 # ---- group 3: Linux host (VM B) -> our target on the verbs provider in VM A ----------------
 run_verbs_target() {
     local g=$1 d="$OUT/$1"
@@ -327,6 +359,11 @@ TARGET_CELLS="bench-4k-qd1 bench-4k-qd32 bench-128k-qd1 bench-128k-qd32 connect 
 TARGET6_CELLS="bench-4k-qd32 bench-128k-qd32 connect identify disconnect"
 VERBS_TARGET_CELLS="target-start discover connect list id-ctrl id-ns fio-4k-qd1 fio-4k-qd32
             fio-128k-qd1 fio-128k-qd32 fio-1m-write-qd8 flush readback discard disconnect data-intact target-exit"
+DHCHAP_CELLS="our-host/h1-right-key our-host/h2-bidirectional our-host/h2-wrong-ctrl-key
+            our-host/h1-wrong-key linux-host/a-H1-no-secret linux-host/b-H1-right-secret
+            linux-host/b-data-read-back-matches linux-host/d-H2-bidirectional
+            linux-host/e-H2-wrong-ctrl-secret linux-host/c-H1-wrong-secret
+            linux-host/refused-at-once-(c) linux-host/refused-at-once-(e) target-exit"
 NVME_CLI_CELLS="discover connect id-ctrl id-ns list-ns ns-descs smart-log smart-log-ns1
             error-log fw-log effects-log changed-ns-list-log get-features get-logs compare
             disconnect"
@@ -342,6 +379,7 @@ for g in $GROUPS_; do
         verbs-target) fn=run_verbs_target ;;
         nvme-cli) fn=run_nvme_cli ;;
         perftest) fn=run_perftest ;;
+        dhchap) fn=run_dhchap ;;
         *) cannot "unknown group '$g' in INTEROP_GROUPS" ;;
     esac
     if [ "${INTEROP_PARALLEL:-0}" = 1 ]; then $fn "$g" & pids+=($!); else $fn "$g"; fi
@@ -363,6 +401,9 @@ for g in $GROUPS_; do
         nvme-cli) add_cells $g "$OUT/$g.cells" $NVME_CLI_CELLS; continue ;;
         # Its capture's check is its icrc cell (tshark has no perftest dissector).
         perftest) add_cells $g "$OUT/$g.cells" $PERFTEST_CELLS; continue ;;
+        # Linux 6.12 on both VMs and ours in the middle: the capture is kept for
+        # ../shared/linux-peer/dhchap_verify.py, not checked by tshark.
+        dhchap) add_cells $g "$OUT/$g.cells" $DHCHAP_CELLS; continue ;;
     esac
     if [ -s "$OUT/$g.pcap" ]; then
         "$HERE/check-capture.sh" "$g" "$OUT/$g.pcap" "$ours" "$ref" >"$OUT/tshark-$g.txt" 2>&1

@@ -23,11 +23,12 @@
 //! Accepted because they change nothing here (checked, not ignored): `addr.trtype =
 //! "rdma"`, `addr.adrfam` matching the address, `addr.treq = "not specified"`,
 //! `addr.tsas = "connected"` (what every discovery log entry of this target says),
-//! `param.pi_enable` and `attr.pi_enable` = "0", `resv.enable = "0"`, `ana_groups`
+//! `param.pi_enable` and `attr.pi_enable` = "0", `resv.enable = "0"`, and `ana_groups`
 //! holding only the default group 1 as "optimized" and `ana_grpid` 1 (nvmet's state
-//! without ANA set up: every namespace in group 1, optimized everywhere), and a host's
-//! `dhchap` with empty `key` and `ctrl_key` (its `hash` and `dhgroup` then do nothing,
-//! in nvmet too). Any other value of those, and any other key, is refused naming its
+//! without ANA set up: every namespace in group 1, optimized everywhere). A host's
+//! `dhchap` (`key`, `ctrl_key`, `hash`, `dhgroup`) becomes a
+//! [`SubsystemConfig::host_keys`] entry of each subsystem that allows the host; empty
+//! keys mean no authentication, as in nvmet. Any other value of those, and any other key, is refused naming its
 //! path and value, e.g. `ports[0].addr.trtype = "tcp": only rdma is served`.
 //!
 //! Namespaces take the target's defaults for what nvmetcli has no key for: the file
@@ -224,8 +225,13 @@ const ANA_NOT_SERVED: &str = "ANA groups are not served yet: only the default gr
 fn read(root: &Value) -> Result<TargetConfig, String> {
     let root = Obj::new(root, String::new(), &["hosts", "ports", "subsystems"])?;
     let mut cfg = TargetConfig::new(Vec::new());
+    let mut keys = std::collections::HashMap::new();
     for h in objects(&root, "hosts", &["nqn", "dhchap"])? {
-        cfg.hosts.push(read_host(&h)?);
+        let (host, key) = read_host(&h)?;
+        if let Some(k) = key {
+            keys.insert(host.nqn.clone(), k);
+        }
+        cfg.hosts.push(host);
     }
     let mut inline: Option<(String, u32)> = None;
     let mut queue_size: Option<(String, u16)> = None;
@@ -273,7 +279,7 @@ fn read(root: &Value) -> Result<TargetConfig, String> {
         "subsystems",
         &["nqn", "allowed_hosts", "attr", "namespaces", "passthru"],
     )? {
-        cfg.subsystems.push(read_subsystem(&s, &cfg.hosts)?);
+        cfg.subsystems.push(read_subsystem(&s, &cfg.hosts, &keys)?);
     }
     Ok(cfg)
 }
@@ -307,19 +313,38 @@ fn agree<T: TryFrom<u64> + PartialEq + Copy>(
     }
 }
 
-fn read_host(h: &Obj<'_>) -> Result<HostConfig, String> {
+/// A host entry, and its DH-HMAC-CHAP secrets when its `dhchap.key` is set (nvmet's
+/// host attributes `dhchap_key`, `dhchap_ctrl_key`, `dhchap_hash`, `dhchap_dhgroup`:
+/// one hash and one group, as configfs holds them).
+fn read_host(h: &Obj<'_>) -> Result<(HostConfig, Option<HostKeyConfig>), String> {
     let nqn = h.required("nqn")?;
+    let mut keys = None;
     if let Some(d) = h.obj("dhchap", &["key", "ctrl_key", "hash", "dhgroup"])? {
-        for key in ["key", "ctrl_key"] {
-            d.only(
-                key,
-                &[""],
-                "DH-HMAC-CHAP in-band authentication is not served by this target yet; \
-                 clear the key (or serve the host from nvmet)",
-            )?;
+        let set = |key: &str| -> Result<Option<String>, String> {
+            Ok(d.text(key)?.filter(|t| !t.is_empty()))
+        };
+        match (set("key")?, set("ctrl_key")?) {
+            (None, None) => {}
+            (None, Some(_)) => {
+                return Err(d.bad(
+                    "ctrl_key",
+                    "a controller key needs the host's own key (dhchap.key) as well",
+                ))
+            }
+            (Some(key), ctrl) => {
+                let k = HostKeyConfig {
+                    hostnqn: nqn.clone(),
+                    dhchap_key: key,
+                    dhchap_ctrl_key: ctrl,
+                    dhchap_hash: set("hash")?.map(|h| vec![h]),
+                    dhchap_dhgroup: set("dhgroup")?.map(|g| vec![g]),
+                };
+                k.policy().map_err(|e| format!("{}: {e}", d.at("key")))?;
+                keys = Some(k);
+            }
         }
     }
-    Ok(HostConfig { nqn })
+    Ok((HostConfig { nqn }, keys))
 }
 
 /// The address group of a port or referral: `trtype` rdma, `adrfam` matching
@@ -396,7 +421,14 @@ fn read_port(p: &Obj<'_>) -> Result<ListenAddr, String> {
     Ok(port)
 }
 
-fn read_subsystem(s: &Obj<'_>, hosts: &[HostConfig]) -> Result<SubsystemConfig, String> {
+/// A subsystem; an allowed host with DH-HMAC-CHAP secrets (`keys`) must authenticate
+/// to it (nvmet authenticates the hosts a subsystem allows, not those of
+/// `allow_any_host`).
+fn read_subsystem(
+    s: &Obj<'_>,
+    hosts: &[HostConfig],
+    keys: &std::collections::HashMap<String, HostKeyConfig>,
+) -> Result<SubsystemConfig, String> {
     if s.get("passthru").is_some() {
         return Err(s.bad(
             "passthru",
@@ -409,6 +441,9 @@ fn read_subsystem(s: &Obj<'_>, hosts: &[HostConfig]) -> Result<SubsystemConfig, 
             return Err(format!(
                 "{at} = {nqn:?}: not in hosts; as in nvmet, an allowed host links a hosts entry"
             ));
+        }
+        if let Some(k) = keys.get(&nqn) {
+            sub.host_keys.push(k.clone());
         }
         sub.hosts.push(nqn);
     }

@@ -272,6 +272,10 @@ pub struct SubsystemConfig {
     /// `allowed_hosts`).
     #[serde(default)]
     pub hosts: Vec<String>,
+    /// In-band authentication (DH-HMAC-CHAP) per host: `[[subsystems.host_keys]]`
+    /// entries; a host with an entry must authenticate on every queue.
+    #[serde(default)]
+    pub host_keys: Vec<HostKeyConfig>,
     /// Identify Controller Serial Number: at most 20 printable ASCII characters.
     /// Absent: "nvmf-rdma".
     #[serde(default)]
@@ -379,6 +383,68 @@ pub struct NamespaceConfig {
     pub enable: bool,
 }
 
+/// One host's DH-HMAC-CHAP secrets (NVMe Base 2.x §8.13.5; Linux nvmet's host
+/// attributes `dhchap_key`, `dhchap_ctrl_key`, `dhchap_hash`, `dhchap_dhgroup`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostKeyConfig {
+    /// The host's NQN; listed in `hosts` too when `allow_any_host` is false.
+    pub hostnqn: String,
+    /// The host's secret, `DHHC-1:xx:<base64>:` as `nvme gen-dhchap-key` prints it.
+    pub dhchap_key: String,
+    /// The controller's secret for bidirectional authentication (the host's
+    /// `--dhchap-ctrl-secret`); absent: the controller cannot be authenticated.
+    #[serde(default)]
+    pub dhchap_ctrl_key: Option<String>,
+    /// Hashes accepted, preferred first: `sha256`, `sha384`, `sha512` (default all three).
+    #[serde(default)]
+    pub dhchap_hash: Option<Vec<String>>,
+    /// DH groups accepted, preferred first: `null`, `ffdhe2048` .. `ffdhe8192`
+    /// (default all, null first, as Linux nvmet defaults to null).
+    #[serde(default)]
+    pub dhchap_dhgroup: Option<Vec<String>>,
+}
+
+impl HostKeyConfig {
+    /// The controller's policy for this host (secrets parsed, lists resolved).
+    ///
+    /// Errors: the key or list entry that does not parse, and why.
+    pub fn policy(&self) -> Result<dhchap::ControllerPolicy, String> {
+        let key = |what: &str, s: &str| {
+            s.parse::<dhchap::Secret>()
+                .map_err(|e| format!("{what}: {e}"))
+        };
+        let mut p = dhchap::ControllerPolicy::new(key("dhchap_key", &self.dhchap_key)?);
+        if let Some(c) = &self.dhchap_ctrl_key {
+            p.ctrl_key = Some(key("dhchap_ctrl_key", c)?);
+        }
+        if let Some(list) = &self.dhchap_hash {
+            p.hashes = list
+                .iter()
+                .map(|h| {
+                    dhchap::HashId::parse(h).ok_or_else(|| {
+                        format!("dhchap_hash: {h:?} is not sha256, sha384 or sha512")
+                    })
+                })
+                .collect::<Result<_, _>>()?;
+        }
+        if let Some(list) = &self.dhchap_dhgroup {
+            p.dhgroups = list
+                .iter()
+                .map(|g| {
+                    dhchap::DhGroupId::parse(g).ok_or_else(|| {
+                        format!("dhchap_dhgroup: {g:?} is not null or ffdhe2048..ffdhe8192")
+                    })
+                })
+                .collect::<Result<_, _>>()?;
+        }
+        if p.hashes.is_empty() || p.dhgroups.is_empty() {
+            return Err("dhchap_hash and dhchap_dhgroup may not be empty lists".into());
+        }
+        Ok(p)
+    }
+}
+
 impl SubsystemConfig {
     /// Subsystem `nqn`, open to any host, without namespaces, every other field at
     /// its default.
@@ -387,6 +453,7 @@ impl SubsystemConfig {
             nqn: nqn.to_string(),
             allow_any_host: true,
             hosts: Vec::new(),
+            host_keys: Vec::new(),
             serial: None,
             model: None,
             firmware: None,

@@ -583,7 +583,52 @@ fn roce_mtu_must_be_a_roce_mtu_and_is_the_soft_providers() {
     let c = TargetConfig::from_toml_str(&format!("roce_mtu = 1024\n{MINIMAL}")).unwrap();
     assert_eq!(c.roce_mtu, Some(1024));
     let r = invalid(&format!("roce_mtu = 1500\n{MINIMAL}"));
-    assert!(r.contains("roce_mtu 1500 must be 256, 512, 1024, 2048 or 4096"), "{r}");
+    assert!(
+        r.contains("roce_mtu 1500 must be 256, 512, 1024, 2048 or 4096"),
+        "{r}"
+    );
     let r = invalid(&format!("provider = \"verbs\"\nroce_mtu = 1024\n{MINIMAL}"));
-    assert!(r.contains("port's active MTU") && r.contains("drop roce_mtu"), "{r}");
+    assert!(
+        r.contains("port's active MTU") && r.contains("drop roce_mtu"),
+        "{r}"
+    );
+}
+
+#[test]
+fn host_keys_parse_and_bad_ones_are_named() {
+    const KEY: &str = "DHHC-1:00:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh+KfiaR:";
+    let good = format!(
+        "{MINIMAL}allow_any_host = false\nhosts = [\"nqn.h:1\"]\n\
+         [[subsystems.host_keys]]\nhostnqn = \"nqn.h:1\"\ndhchap_key = \"{KEY}\"\n\
+         dhchap_ctrl_key = \"{KEY}\"\ndhchap_hash = [\"sha384\", \"hmac(sha256)\"]\n\
+         dhchap_dhgroup = [\"ffdhe2048\", \"null\"]\n"
+    );
+    let c = TargetConfig::from_toml_str(&good).unwrap();
+    let p = c.subsystems[0].host_keys[0].policy().unwrap();
+    assert_eq!(p.hashes, [dhchap::HashId::Sha384, dhchap::HashId::Sha256]);
+    assert_eq!(
+        p.dhgroups,
+        [dhchap::DhGroupId::Ffdhe2048, dhchap::DhGroupId::Null]
+    );
+    assert!(p.ctrl_key.is_some());
+    let entry =
+        |extra: &str| format!("{MINIMAL}[[subsystems.host_keys]]\nhostnqn = \"nqn.h:1\"\n{extra}");
+    let r = invalid(&entry("dhchap_key = \"DHHC-1:00:AAECAwQF:\"\n"));
+    assert!(
+        r.contains("host_keys[0]") && r.contains("32, 48 or 64"),
+        "{r}"
+    );
+    let r = invalid(&entry(&format!(
+        "dhchap_key = \"{KEY}\"\ndhchap_hash = [\"md5\"]\n"
+    )));
+    assert!(r.contains("dhchap_hash") && r.contains("md5"), "{r}");
+    let r = invalid(&entry(&format!(
+        "dhchap_key = \"{KEY}\"\ndhchap_dhgroup = [\"modp\"]\n"
+    )));
+    assert!(r.contains("dhchap_dhgroup"), "{r}");
+    let r = invalid(&format!(
+        "{MINIMAL}allow_any_host = false\nhosts = [\"nqn.h:2\"]\n\
+         [[subsystems.host_keys]]\nhostnqn = \"nqn.h:1\"\ndhchap_key = \"{KEY}\"\n"
+    ));
+    assert!(r.contains("not in `hosts`"), "{r}");
 }

@@ -199,6 +199,23 @@ impl TargetConfig {
                     return Err(format!("{at}: hosts[{h}]: {p}"));
                 }
             }
+            let mut keyed = HashSet::new();
+            for (h, k) in s.host_keys.iter().enumerate() {
+                let at = format!("{at}: host_keys[{h}] ({})", k.hostnqn);
+                if let Some(p) = nqn_problem(&k.hostnqn) {
+                    return Err(format!("{at}: {p}"));
+                }
+                if !keyed.insert(k.hostnqn.as_str()) {
+                    return Err(format!("{at}: a second entry for the same host"));
+                }
+                if !s.allow_any_host && !s.hosts.contains(&k.hostnqn) {
+                    return Err(format!(
+                        "{at}: the host is not in `hosts` and allow_any_host is false, so \
+                         it could never connect; add it to `hosts`"
+                    ));
+                }
+                k.policy().map_err(|e| format!("{at}: {e}"))?;
+            }
             if !s.allow_any_host && s.hosts.is_empty() {
                 return Err(format!(
                     "{at}: allow_any_host = false with no hosts: nobody could connect"

@@ -239,6 +239,9 @@ struct Request {
     orphan: bool,
     /// The response was posted (the command left its queue's unanswered count).
     answered: bool,
+    /// An Authentication Send/Receive whose transaction failed: once its response is
+    /// sent the queue ends ([`QueueEnd::AuthenticationFailed`]).
+    ends_queue: bool,
     /// Send credits its posted work requests hold.
     send_held: u32,
     /// A READ credit its RDMA READ holds.
@@ -278,6 +281,7 @@ impl Request {
             sync_after: false,
             orphan: false,
             answered: false,
+            ends_queue: false,
             send_held: 0,
             read_held: false,
             waited: 0,
@@ -864,14 +868,21 @@ impl RequestCore {
         if self.draining {
             return self.refuse_while_draining(i);
         }
-        let (kind, dir) = match classify(&r.sqe, q.qid, q.ctrl.as_deref(), self.cfg.max_io_bytes) {
+        let authenticated = q.authenticated();
+        let (kind, dir) = match classify(
+            &r.sqe,
+            q.qid,
+            q.ctrl.as_deref(),
+            authenticated,
+            self.cfg.max_io_bytes,
+        ) {
             Ok(v) => v,
             Err(st) => return self.finish(i, st),
         };
         self.reqs[i].kind = kind;
         let plan = match sgl::plan(
             &r.sqe,
-            kind == Kind::Admin,
+            matches!(kind, Kind::Admin | Kind::AuthReceive),
             dir,
             r.in_capsule_len as usize,
             self.cfg.max_io_bytes,
@@ -1247,6 +1258,13 @@ impl RequestCore {
             self.actions.push_back(Action::EndQueue {
                 qpn: r.qpn,
                 why: QueueEnd::HostFabricsDisconnect,
+            });
+        }
+        if r.ends_queue && r.answered {
+            // The Failure1 (or the CQE of the host's Failure2) went out first.
+            self.actions.push_back(Action::EndQueue {
+                qpn: r.qpn,
+                why: QueueEnd::AuthenticationFailed,
             });
         }
         self.reqs[i] = Request::free();

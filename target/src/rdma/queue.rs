@@ -58,6 +58,10 @@ pub struct Queue {
     pub ctrl: Option<Arc<Controller>>,
     /// The port it connected through ([`QueueParams::port`]).
     pub port: usize,
+    /// The queue's DH-HMAC-CHAP transaction when its host must authenticate
+    /// ([`crate::subsystem::Subsystem::auth_policy`]); until it succeeds only Fabrics
+    /// commands run on the queue.
+    pub auth: Option<Box<dhchap::ControllerAuth>>,
     remote: IpAddr,
     remote_qpn: u32,
     /// Commands received and not yet answered (no response posted).
@@ -92,6 +96,7 @@ impl Queue {
             sqhd: 0,
             ctrl: None,
             port: p.port,
+            auth: None,
             remote: p.remote,
             remote_qpn: p.remote_qpn,
             outstanding: 0,
@@ -128,7 +133,20 @@ impl Queue {
     /// becomes a child of the controller's.
     pub(crate) fn attach(&mut self, qpn: u32, ctrl: Arc<Controller>) {
         self.span = self.make_span(qpn, Some(&ctrl.span));
+        self.auth = ctrl.subsys.auth_policy(&ctrl.hostnqn).map(|p| {
+            Box::new(dhchap::ControllerAuth::new(
+                p,
+                &ctrl.hostnqn,
+                &ctrl.subsys.nqn,
+            ))
+        });
         self.ctrl = Some(ctrl);
+    }
+
+    /// Whether commands other than Fabrics ones may run: no authentication is owed, or
+    /// it succeeded (NVMe Base 2.x §8.13.1).
+    pub fn authenticated(&self) -> bool {
+        self.auth.as_ref().is_none_or(|a| a.is_authenticated())
     }
 
     /// The queue's identity in the operator's log.

@@ -124,8 +124,8 @@ fn unsupported_values_are_named_with_their_path() {
         ),
         (
             r#""key": """#,
-            r#""key": "DHHC-1:00:ia6zGodOr5SEG6qGbxbzkNMLWLmv1JXRYzzyzG2ug+2yrUXb:""#,
-            "hosts[0].dhchap.key = \"DHHC-1:00:",
+            r#""key": "DHHC-1:00:AAECAwQF:""#,
+            "hosts[0].dhchap.key: dhchap_key:",
         ),
         (
             r#""resv": {}"#,
@@ -301,4 +301,35 @@ fn not_json_is_a_parse_error_naming_the_line() {
     assert!(e.to_string().contains("expected an object"), "{e}");
     let r = refused(r#"{"hosts": [], "ports": [], "subsystems": []}"#);
     assert!(r.starts_with("ports: none"), "{r}");
+}
+
+/// A host's `dhchap` secrets (nvmet's host attributes) make it authenticate to the
+/// subsystems that allow it, with the one hash and group configfs holds; a controller
+/// key without the host's own is refused.
+#[test]
+fn host_dhchap_secrets_become_the_allowing_subsystems_host_keys() {
+    const KEY: &str = "DHHC-1:00:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh+KfiaR:";
+    let text = edited(r#""key": """#, &format!(r#""key": "{KEY}""#));
+    let c = TargetConfig::from_nvmetcli_json_str(&text).unwrap();
+    let keyed: Vec<_> = c
+        .subsystems
+        .iter()
+        .filter(|s| !s.host_keys.is_empty())
+        .collect();
+    assert_eq!(keyed.len(), 1, "only the subsystem that lists the host");
+    let k = &keyed[0].host_keys[0];
+    assert_eq!(k.hostnqn, HOST);
+    assert_eq!(k.dhchap_key, KEY);
+    assert_eq!(k.dhchap_ctrl_key, None);
+    let p = k.policy().unwrap();
+    assert_eq!(p.hashes, [dhchap::HashId::Sha256]);
+    assert_eq!(p.dhgroups, [dhchap::DhGroupId::Null]);
+    let r = refused(&edited(
+        r#""ctrl_key": """#,
+        &format!(r#""ctrl_key": "{KEY}""#),
+    ));
+    assert!(
+        r.contains("hosts[0].dhchap.ctrl_key") && r.contains("needs the host's own key"),
+        "{r}"
+    );
 }

@@ -8,6 +8,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
+use dhchap::Progress;
 use nvme::status::{GenericStatus, Status};
 
 use super::{Data, ReqState, RequestCore};
@@ -20,6 +21,12 @@ use crate::oplog;
 use crate::rdma::action::{Action, Buf, IoOp, RegionId};
 use crate::subsystem::NamespaceEntry;
 use crate::uring::{FALLOC_DEALLOCATE, FALLOC_WRITE_ZEROES};
+
+/// The status of an Authentication Send/Receive on a queue that owes no
+/// authentication (its host has no `host_keys` entry): Command Sequence Error, DNR.
+fn no_authentication() -> Status {
+    Status::generic(GenericStatus::CommandSequenceError).with_dnr()
+}
 
 /// How `execute` left a request.
 pub(super) enum Exec {
@@ -188,6 +195,34 @@ impl RequestCore {
                     .unwrap_or(Status::SUCCESS);
                 self.finish(i, st);
             }
+            Kind::AuthSend => {
+                let data = self.data_buf(i).map(|b| self.bytes(b).to_vec());
+                let auth = self.queues.get_mut(&qpn).and_then(|q| q.auth.as_mut());
+                let Some(auth) = auth else {
+                    self.finish(i, no_authentication());
+                    return Exec::Moved;
+                };
+                let progress = auth.on_send(&data.unwrap_or_default());
+                self.reqs[i].ends_queue = matches!(progress, Progress::Failed(_));
+                self.log_auth(qpn, &peer, &progress);
+                self.finish(i, Status::SUCCESS);
+            }
+            Kind::AuthReceive => {
+                let al = self.reqs[i].c2h_len as usize;
+                let buf = self.data_buf(i);
+                let auth = self.queues.get_mut(&qpn).and_then(|q| q.auth.as_mut());
+                let (Some(auth), Some(buf)) = (auth, buf) else {
+                    self.finish(i, no_authentication());
+                    return Exec::Moved;
+                };
+                let (msg, progress) = auth.on_receive(al);
+                self.bytes_mut(buf)[..msg.len()].copy_from_slice(&msg);
+                let r = &mut self.reqs[i];
+                r.c2h_len = msg.len() as u32;
+                r.ends_queue = matches!(progress, Progress::Failed(_));
+                self.log_auth(qpn, &peer, &progress);
+                self.finish(i, Status::SUCCESS);
+            }
             Kind::Admin => {
                 let Some(ctrl) = ctrl else {
                     self.finish(i, Status::generic(GenericStatus::CommandSequenceError));
@@ -219,6 +254,14 @@ impl RequestCore {
             Kind::Io(_) => {}
         }
         Exec::Moved
+    }
+
+    /// Logs the end of a queue's authentication transaction (success at info, failure
+    /// at warn with its cause), in the queue's span.
+    fn log_auth(&self, qpn: u32, peer: &oplog::QueuePeer, progress: &Progress) {
+        let span = self.queues.get(&qpn).map(|q| q.span.clone());
+        let _span = span.map(tracing::Span::entered);
+        oplog::authentication(peer, progress);
     }
 
     fn execute_io(&mut self, i: usize, cmd: IoCommand) -> Exec {
