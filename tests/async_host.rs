@@ -165,6 +165,13 @@ fn a_small_pool_is_back_pressure_not_failure() {
     runtime().block_on(async move {
         let host = Host::connect(opts).await.expect("host connects");
         let ns = host.namespace(1).await.unwrap();
+        // The whole pool held while the writers start, so that they must wait however
+        // the runtime schedules them (each alone would find room).
+        let mut held = Vec::new();
+        while let Some(b) = host.pool().try_alloc(128 << 10).unwrap() {
+            held.push(b);
+        }
+        assert!(!held.is_empty());
         let mut tasks = Vec::new();
         for k in 0..32u64 {
             let ns = ns.clone();
@@ -175,10 +182,18 @@ fn a_small_pool_is_back_pressure_not_failure() {
                 ns.write_buf(k * 256, b, false).await.map(|_| ())
             }));
         }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while host.pool().waits() == 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no writer waited for the full pool"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+        drop(held);
         for t in tasks {
             t.await.unwrap().expect("every write completes");
         }
-        assert!(host.pool().waits() > 0, "the pool was full at times");
         let mut got = vec![0u8; 128 << 10];
         ns.read(31 * 256, &mut got).await.unwrap();
         assert!(got.iter().all(|&b| b == 31));
