@@ -17,12 +17,16 @@
 //!     build/release/examples/connect_storm --target build/release/nvmf-target
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
-use std::process::{Child, Command, ExitCode, Stdio};
+use std::process::ExitCode;
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
+
+#[path = "common/target_process.rs"]
+mod target_process;
 use nvmf_initiator::{HostOptions, SyncHost};
+use target_process::TargetProcess;
 
 #[derive(Parser, Debug)]
 struct Args {
@@ -41,16 +45,6 @@ struct Args {
     /// The target's address.
     #[arg(long, default_value = "127.0.0.2")]
     addr: Ipv4Addr,
-}
-
-struct Target(Child);
-
-impl Drop for Target {
-    fn drop(&mut self) {
-        // SAFETY: kill(2) on our own child's pid.
-        unsafe { libc::kill(self.0.id() as libc::pid_t, libc::SIGTERM) };
-        let _ = self.0.wait();
-    }
 }
 
 fn options(args: &Args, n: u16, queues: u16, subnqn: &str) -> HostOptions {
@@ -85,25 +79,11 @@ fn main() -> ExitCode {
     if let Err(e) = transport::fdlimit::raise_soft_to_hard() {
         eprintln!("connect_storm: raising RLIMIT_NOFILE: {e}");
     }
-    let dir = match tempfile::tempdir() {
-        Ok(d) => d,
+    let subnqn = target_process::SUBNQN;
+    let target = match TargetProcess::start("connect_storm", &args.target, args.addr) {
+        Ok(t) => t,
         Err(e) => {
-            eprintln!("connect_storm: temporary directory: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let log = dir.path().join("target.log");
-    let subnqn = "nqn.2026-11.io.nvmf-rdma:target";
-    let child = Command::new(&args.target)
-        .args(["--addr", &args.addr.to_string(), "--size", "64M", "--file"])
-        .arg(dir.path().join("ns.img"))
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).expect("log file"))
-        .spawn();
-    let _target = match child {
-        Ok(c) => Target(c),
-        Err(e) => {
-            eprintln!("connect_storm: starting {}: {e}", args.target.display());
+            eprintln!("{e}");
             return ExitCode::FAILURE;
         }
     };
@@ -181,11 +161,8 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("connect_storm: {e}");
-            eprintln!(
-                "target log ({}):\n{}",
-                log.display(),
-                std::fs::read_to_string(&log).unwrap_or_default()
-            );
+            let path = target.log_path().display().to_string();
+            eprintln!("target log ({path}):\n{}", target.stop());
             ExitCode::FAILURE
         }
     }

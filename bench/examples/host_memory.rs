@@ -15,12 +15,16 @@
 //!     build/release/examples/host_memory --target build/release/nvmf-target
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
-use std::process::{Child, Command, ExitCode, Stdio};
+use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
+
+#[path = "common/target_process.rs"]
+mod target_process;
 use nvme::Sqe;
 use nvmf_initiator::{DataDir, HostOptions, SyncHost};
+use target_process::TargetProcess;
 
 #[derive(Parser, Debug)]
 struct Args {
@@ -67,16 +71,6 @@ fn sample(hosts: &mut [SyncHost]) -> Sample {
     }
 }
 
-struct Target(Child);
-
-impl Drop for Target {
-    fn drop(&mut self) {
-        // SAFETY: kill(2) on our own child's pid.
-        unsafe { libc::kill(self.0.id() as libc::pid_t, libc::SIGTERM) };
-        let _ = self.0.wait();
-    }
-}
-
 /// Host `n` (on 127.0.1.n+1) with `queues` I/O queues at the defaults; one 4 KiB read
 /// on every queue.
 fn connect(args: &Args, n: u16, queues: u16, subnqn: &str) -> Result<SyncHost, String> {
@@ -119,25 +113,11 @@ fn main() -> ExitCode {
     if let Err(e) = transport::fdlimit::raise_soft_to_hard() {
         eprintln!("host_memory: raising RLIMIT_NOFILE: {e}");
     }
-    let dir = match tempfile::tempdir() {
-        Ok(d) => d,
+    let subnqn = target_process::SUBNQN;
+    let target = match TargetProcess::start("host_memory", &args.target, args.addr) {
+        Ok(t) => t,
         Err(e) => {
-            eprintln!("host_memory: temporary directory: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let log = dir.path().join("target.log");
-    let subnqn = "nqn.2026-11.io.nvmf-rdma:target";
-    let child = Command::new(&args.target)
-        .args(["--addr", &args.addr.to_string(), "--size", "64M", "--file"])
-        .arg(dir.path().join("ns.img"))
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).expect("log file"))
-        .spawn();
-    let target = match child {
-        Ok(c) => Target(c),
-        Err(e) => {
-            eprintln!("host_memory: starting {}: {e}", args.target.display());
+            eprintln!("{e}");
             return ExitCode::FAILURE;
         }
     };
@@ -235,11 +215,10 @@ fn main() -> ExitCode {
         Ok(())
     };
     let result = run();
-    drop(target);
+    let tail = target.stop();
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            let tail = std::fs::read_to_string(&log).unwrap_or_default();
             eprintln!("host_memory: {e}");
             for l in tail.lines().rev().take(10).collect::<Vec<_>>().iter().rev() {
                 eprintln!("  target: {l}");

@@ -435,19 +435,25 @@ impl<P: Provider> QueueEngine<P> {
                         result: Err(e.clone()),
                     });
                 }
-                if let Some(s) = self.split.as_mut() {
-                    while let Some((tag, piece, buf)) = s.waiting.pop_front() {
-                        let index = piece.byte_offset / self.max_command;
-                        self.tags[tag as usize].piece_done(
-                            tag,
-                            index,
-                            Err(e.clone()),
-                            buf,
-                            self.request_bytes,
-                            out,
-                        );
-                    }
-                }
+                self.fail_waiting_pieces(&e, out);
+            }
+        }
+    }
+
+    /// Fails every piece of a split request still waiting for a submission slot with
+    /// `error` (nothing more will be submitted on this queue).
+    fn fail_waiting_pieces(&mut self, error: &HostError, out: &mut Vec<IoCompletion>) {
+        if let Some(s) = self.split.as_mut() {
+            while let Some((tag, piece, buf)) = s.waiting.pop_front() {
+                let index = piece.byte_offset / self.max_command;
+                self.tags[tag as usize].piece_done(
+                    tag,
+                    index,
+                    Err(error.clone()),
+                    buf,
+                    self.request_bytes,
+                    out,
+                );
             }
         }
     }
@@ -707,19 +713,7 @@ impl<P: Provider> IoEngine for QueueEngine<P> {
             return Ok(());
         };
         // Nothing more will be submitted: pieces still waiting fail now.
-        if let Some(s) = self.split.as_mut() {
-            while let Some((tag, piece, buf)) = s.waiting.pop_front() {
-                let index = piece.byte_offset / self.max_command;
-                self.tags[tag as usize].piece_done(
-                    tag,
-                    index,
-                    Err(reason.clone()),
-                    buf,
-                    self.request_bytes,
-                    out,
-                );
-            }
-        }
+        self.fail_waiting_pieces(&reason, out);
         let left = self.outstanding();
         let now = Instant::now();
         let since = *self.dead_since.get_or_insert(now);

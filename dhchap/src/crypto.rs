@@ -51,19 +51,15 @@ pub fn host_response(
     hostnqn: &str,
     subnqn: &str,
 ) -> Vec<u8> {
-    hmac(
+    response(
         hash,
         key,
-        &[
-            challenge,
-            &seqnum.to_le_bytes(),
-            &t_id.to_le_bytes(),
-            &[0],
-            b"HostHost",
-            hostnqn.as_bytes(),
-            &[0],
-            subnqn.as_bytes(),
-        ],
+        challenge,
+        seqnum,
+        t_id,
+        b"HostHost",
+        hostnqn,
+        subnqn,
     )
 }
 
@@ -79,6 +75,31 @@ pub fn controller_response(
     subnqn: &str,
     hostnqn: &str,
 ) -> Vec<u8> {
+    response(
+        hash,
+        key,
+        challenge,
+        seqnum,
+        t_id,
+        b"Controller",
+        subnqn,
+        hostnqn,
+    )
+}
+
+/// HMAC(key, C || S || T_ID || 00h || `role` || `own` || 00h || `peer`): the shape
+/// both responses share (§8.13.5.4, §8.13.5.5).
+#[allow(clippy::too_many_arguments)]
+fn response(
+    hash: HashId,
+    key: &[u8],
+    challenge: &[u8],
+    seqnum: u32,
+    t_id: u16,
+    role: &[u8],
+    own: &str,
+    peer: &str,
+) -> Vec<u8> {
     hmac(
         hash,
         key,
@@ -87,10 +108,10 @@ pub fn controller_response(
             &seqnum.to_le_bytes(),
             &t_id.to_le_bytes(),
             &[0],
-            b"Controller",
-            subnqn.as_bytes(),
+            role,
+            own.as_bytes(),
             &[0],
-            hostnqn.as_bytes(),
+            peer.as_bytes(),
         ],
     )
 }

@@ -605,19 +605,11 @@ impl RcQp {
     /// then loses one ACK of a burst, not the burst's only one.
     fn queue_ack(&mut self, psn: u32) {
         let msn = self.resp.msn;
-        if !self.a.selective {
-            self.resp.out.push_back(RespItem::Ack {
-                psn,
-                syndrome: SYNDROME_ACK,
-                msn,
-            });
-            return;
-        }
         if let Some(RespItem::Ack {
             psn: q,
             syndrome: SYNDROME_ACK,
             msn: m,
-        }) = self.resp.out.back_mut()
+        }) = self.resp.out.back_mut().filter(|_| self.a.selective)
         {
             *q = psn;
             *m = msn;
