@@ -257,7 +257,7 @@ pub struct BenchArgs {
     pub traddr: Option<String>,
 
     /// Target transport service ID (the RDMA CM port) (nvme-cli `trsvcid`).
-    #[arg(long, default_value_t = 4420)]
+    #[arg(long, default_value_t = nvme::NVMF_RDMA_PORT)]
     pub trsvcid: u16,
 
     /// NVM subsystem NQN to connect to; default: the embedded target's subsystem.

@@ -1,7 +1,7 @@
 //! fio's number syntax for sizes and times, as accepted on the command line.
 //!
-//! Sizes (`--bs`, `--size`, `--offset`, ...): a decimal integer with an optional
-//! suffix `k`, `m`, `g`, `t`, `p` (optionally followed by `b` or `ib`, any case).
+//! Sizes (`--bs`, `--size`, `--offset`, ...): a number with an optional suffix `k`,
+//! `m`, `g`, `t`, `p` (optionally followed by `b` or `ib`, any case).
 //! As with fio's default `kb_base=1024`, every prefix is a power of two:
 //! `4k` = `4KiB` = `4kb` = 4096 bytes. A bare number is bytes.
 //!
@@ -28,41 +28,18 @@ fn split_number(s: &str) -> (&str, &str) {
     s.split_at(end)
 }
 
-/// Parses a fio size (`512`, `4k`, `128k`, `1m`, `1g`, `4KiB`) into bytes.
+/// Parses a fio size (`512`, `4k`, `128k`, `1m`, `1g`, `4KiB`) into bytes: the
+/// project's one size syntax, [`nvmf_target::config::parse_size`] (every prefix a power
+/// of 1024, as fio's default `kb_base=1024`).
 ///
 /// Errors: empty text, no leading digits, an unknown suffix, or a value that
 /// overflows `u64`.
 pub fn parse_size(text: &str) -> Result<u64, ParseUnitError> {
-    let err = |reason: &str| ParseUnitError {
+    nvmf_target::config::parse_size(text).map_err(|e| ParseUnitError {
         what: "size",
         text: text.to_string(),
-        reason: reason.to_string(),
-    };
-    let s = text.trim();
-    let (digits, suffix) = split_number(s);
-    if digits.is_empty() {
-        return Err(err(
-            "expected a number with an optional k/m/g/t/p suffix, e.g. 4k",
-        ));
-    }
-    let value: u64 = digits.parse().map_err(|_| err("number too large"))?;
-    let suffix = suffix.to_ascii_lowercase();
-    let suffix = suffix
-        .strip_suffix("ib")
-        .or_else(|| suffix.strip_suffix('b'))
-        .unwrap_or(&suffix);
-    let shift = match suffix {
-        "" => 0,
-        "k" => 10,
-        "m" => 20,
-        "g" => 30,
-        "t" => 40,
-        "p" => 50,
-        _ => return Err(err("unknown suffix; use k, m, g, t or p (powers of 1024)")),
-    };
-    value
-        .checked_mul(1u64 << shift)
-        .ok_or_else(|| err("value overflows 64 bits"))
+        reason: e.reason.to_string(),
+    })
 }
 
 /// Parses a fio time (`10`, `10s`, `500ms`, `1m`, `250us`) into a [`Duration`].

@@ -2,7 +2,7 @@
 //! 1.1 §2.3): which SGL the SQE carries, whether a memory window must be bound first,
 //! and how many bytes of in-capsule data follow the SQE. Pure: no verbs calls, so each
 //! case is unit tested.
-use nvme::{SglDescriptor, Sqe, PSDT_SGL_MPTR_CONTIG};
+use nvme::{SglDescriptor, SglError, Sqe, PSDT_SGL_MPTR_CONTIG};
 use transport::verbs::AccessFlags;
 
 /// Direction and length of a command's data, in the slot's data buffer.
@@ -85,7 +85,10 @@ pub enum DataKey {
 /// (identifier 01h) at offset 0. Other data: a Keyed SGL Data Block over the whole
 /// transfer, with Invalidate (identifier 4Fh) of a window's key, so the target answers
 /// with SEND with Invalidate, or without (40h) for the region's key. No data: the keyed
-/// null descriptor. Error: a keyed length over 24 bits.
+/// null descriptor.
+///
+/// # Errors
+/// [`SglError::LengthTooLarge`] for a keyed length over 24 bits.
 pub fn build_capsule(
     mut sqe: Sqe,
     cid: u16,
@@ -93,7 +96,7 @@ pub fn build_capsule(
     in_capsule_max: usize,
     buf_addr: u64,
     key: DataKey,
-) -> Result<Capsule, String> {
+) -> Result<Capsule, SglError> {
     sqe.set_cid(cid);
     sqe.set_psdt(PSDT_SGL_MPTR_CONTIG);
     let (sgl, bind, in_capsule_len) = match data {
@@ -107,14 +110,15 @@ pub fn build_capsule(
             } else {
                 AccessFlags::REMOTE_READ
             };
-            let len32 = u32::try_from(len)
-                .map_err(|_| format!("transfer of {len} bytes too large for a keyed SGL"))?;
+            let len32 = u32::try_from(len).map_err(|_| SglError::LengthTooLarge {
+                len: len as u64,
+                max: u64::from(u32::MAX),
+            })?;
             let (rkey, invalidate) = match key {
                 DataKey::Window(k) => (k, true),
                 DataKey::Region(k) => (k, false),
             };
-            let sgl = SglDescriptor::keyed(buf_addr, len32, rkey, invalidate)
-                .map_err(|e| e.to_string())?;
+            let sgl = SglDescriptor::keyed(buf_addr, len32, rkey, invalidate)?;
             let bind = invalidate.then_some(WindowBind {
                 rkey,
                 addr: buf_addr,

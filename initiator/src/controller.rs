@@ -238,7 +238,7 @@ pub fn fabrics_connect<P: Provider>(
         &opts.subnqn,
         &opts.hostnqn,
     )
-    .map_err(HostError::InvalidArgument)?;
+    .map_err(|e| HostError::InvalidArgument(e.to_string()))?;
     let data = DataDir::HostToController {
         len: CONNECT_DATA_LEN,
     };
@@ -251,7 +251,7 @@ pub fn fabrics_connect<P: Provider>(
         &mut Vec::new(),
     );
     if let Some(e) = data_err {
-        return Err(HostError::InvalidArgument(e));
+        return Err(HostError::InvalidArgument(e.to_string()));
     }
     match r {
         Ok((cqe, _)) => {
@@ -336,7 +336,8 @@ impl<P: Provider> Controller<P> {
             cap: Cap(0),
             vs: 0,
             cc: Cc(0),
-            info: ControllerInfo::parse(&[0u8; IDENTIFY_LEN]).map_err(HostError::Protocol)?,
+            info: ControllerInfo::parse(&[0u8; IDENTIFY_LEN])
+                .map_err(|e| HostError::Protocol(e.to_string()))?,
             stray: Vec::new(),
         };
         if let Err(e) = c.enable() {
@@ -468,7 +469,7 @@ impl<P: Provider> Controller<P> {
         let sqe = Sqe::identify(0, IdentifyCns::Controller, 0, 0);
         let (_, data) =
             self.admin_command(sqe, DataDir::ControllerToHost { len: IDENTIFY_LEN }, |_| {})?;
-        ControllerInfo::parse(&data).map_err(HostError::Protocol)
+        ControllerInfo::parse(&data).map_err(|e| HostError::Protocol(e.to_string()))
     }
 
     /// Identify Namespace (CNS 00h, NVM Command Set 1.x §4.1.5.1) of `nsid`, parsed.

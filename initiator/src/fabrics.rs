@@ -9,33 +9,72 @@ use nvme::fabrics::{
     CONNECT_SQE_SQSIZE_OFFSET,
 };
 use nvme::{
-    ConnectData, ConnectInvalidParameter, RdmaCmAccept, RdmaCmReject, RdmaCmRejectStatus,
-    RdmaCmRequest,
+    ConnectData, ConnectInvalidParameter, RdmaCmAccept, RdmaCmError, RdmaCmReject,
+    RdmaCmRejectStatus, RdmaCmRequest,
 };
 use zerocopy::IntoBytes;
 
 /// Length of the Connect command's data in bytes.
 pub const CONNECT_DATA_LEN: usize = core::mem::size_of::<ConnectData>();
 
-/// Writes the Connect data (HOSTID, CNTLID, SUBNQN, HOSTNQN) into the first 1024 bytes
-/// of `out`. Errors name the NQN that does not fit (1..=223 bytes, no NUL).
+/// Why the Connect data could not be written.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConnectDataError {
+    /// The output buffer is shorter than [`CONNECT_DATA_LEN`].
+    #[error("Connect data buffer of {len} bytes, need {CONNECT_DATA_LEN}")]
+    BufferTooSmall {
+        /// The buffer's length in bytes.
+        len: usize,
+    },
+    /// SUBNQN or HOSTNQN is empty.
+    #[error("{field} is empty")]
+    Empty {
+        /// "SUBNQN" or "HOSTNQN".
+        field: &'static str,
+    },
+    /// SUBNQN or HOSTNQN does not fit its field (1..=223 bytes, no NUL).
+    #[error("{field} of the Connect data: {source}")]
+    Field {
+        /// "SUBNQN" or "HOSTNQN".
+        field: &'static str,
+        /// What is wrong with it.
+        source: nvme::StrFieldError,
+    },
+}
+
+/// Writes the Connect data (HOSTID, CNTLID, SUBNQN, HOSTNQN; NVMe over Fabrics 1.1
+/// §3.3 Figure "Connect Command Data") into the first 1024 bytes of `out`.
+///
+/// # Errors
+/// [`ConnectDataError`] naming the buffer or the NQN that does not fit (1..=223
+/// bytes, no NUL).
 pub fn write_connect_data(
     out: &mut [u8],
     hostid: &[u8; 16],
     cntlid: u16,
     subnqn: &str,
     hostnqn: &str,
-) -> Result<(), String> {
+) -> Result<(), ConnectDataError> {
+    let len = out.len();
     let out = out
         .get_mut(..CONNECT_DATA_LEN)
-        .ok_or("Connect data buffer too small")?;
-    for (name, nqn) in [("SUBNQN", subnqn), ("HOSTNQN", hostnqn)] {
+        .ok_or(ConnectDataError::BufferTooSmall { len })?;
+    let mut d =
+        ConnectData::new(*hostid, cntlid, "-", "-").map_err(|source| ConnectDataError::Field {
+            field: "SUBNQN",
+            source,
+        })?;
+    for (field, nqn) in [("SUBNQN", subnqn), ("HOSTNQN", hostnqn)] {
         if nqn.is_empty() {
-            return Err(format!("{name} is empty"));
+            return Err(ConnectDataError::Empty { field });
         }
+        let set = if field == "SUBNQN" {
+            d.set_subnqn(nqn)
+        } else {
+            d.set_hostnqn(nqn)
+        };
+        set.map_err(|source| ConnectDataError::Field { field, source })?;
     }
-    let d = ConnectData::new(*hostid, cntlid, subnqn, hostnqn)
-        .map_err(|e| format!("Connect data: {e}"))?;
     out.copy_from_slice(d.as_bytes());
     Ok(())
 }
@@ -84,11 +123,12 @@ pub fn rdma_cm_request(qid: u16, hrqsize: u16, hsqsize_0based: u16, cntlid: u16)
     r.as_bytes().to_vec()
 }
 
-/// CRQSIZE of an RDMA_CM_ACCEPT, or why the private data is unusable.
-pub fn rdma_cm_accept_crqsize(private_data: &[u8]) -> Result<u16, String> {
-    RdmaCmAccept::parse(private_data)
-        .map(|a| a.crqsize())
-        .map_err(|e| e.to_string())
+/// CRQSIZE of an RDMA_CM_ACCEPT (NVMe RDMA Transport 1.x §3.2).
+///
+/// # Errors
+/// [`RdmaCmError`] when the private data is too short or its RECFMT is not 0.
+pub fn rdma_cm_accept_crqsize(private_data: &[u8]) -> Result<u16, RdmaCmError> {
+    RdmaCmAccept::parse(private_data).map(|a| a.crqsize())
 }
 
 /// The NVMe/RDMA status of an RDMA_CM_REJECT, if the private data carries a known one.

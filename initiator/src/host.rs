@@ -904,7 +904,7 @@ impl<P: Provider> Host<P> {
     pub async fn identify_controller(&self) -> Result<ControllerInfo, HostError> {
         let sqe = Sqe::identify(0, nvme::IdentifyCns::Controller, 0, 0);
         let (_, data) = self.admin_read(sqe, crate::identify::IDENTIFY_LEN).await?;
-        ControllerInfo::parse(&data).map_err(HostError::Protocol)
+        ControllerInfo::parse(&data).map_err(|e| HostError::Protocol(e.to_string()))
     }
 
     /// The active namespace IDs (Identify CNS 02h).

@@ -10,6 +10,30 @@ use zerocopy::FromBytes;
 /// Length of an Identify data structure in bytes.
 pub const IDENTIFY_LEN: usize = 4096;
 
+/// Why Identify data could not be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IdentifyError {
+    /// Fewer than [`IDENTIFY_LEN`] bytes.
+    #[error("{structure} data is {len} bytes, expected {IDENTIFY_LEN}")]
+    Short {
+        /// "Identify Controller" or "Identify Namespace".
+        structure: &'static str,
+        /// Bytes received.
+        len: usize,
+    },
+    /// The namespace is not active (NSZE 0).
+    #[error("namespace is not active (NSZE 0)")]
+    Inactive,
+    /// The LBA format in use has an LBADS outside 9..=16 (512 B to 64 KiB blocks).
+    #[error("the LBA format in use (FLBAS {flbas:#x}) has LBADS {lbads}, outside 9..=16")]
+    BlockSize {
+        /// Formatted LBA Size (byte 26).
+        flbas: u8,
+        /// LBA Data Size of that format (log2 of the block size).
+        lbads: u8,
+    },
+}
+
 fn text(r: Result<&str, nvme::StrFieldError>, raw: &[u8]) -> String {
     match r {
         Ok(s) => s.to_string(),
@@ -71,13 +95,13 @@ pub struct ControllerInfo {
 
 impl ControllerInfo {
     /// Parses an Identify Controller structure ([`nvme::IdentifyController`]).
-    /// Errors if shorter than 4096 bytes.
-    pub fn parse(b: &[u8]) -> Result<Self, String> {
-        let (c, _) = IdentifyController::read_from_prefix(b).map_err(|_| {
-            format!(
-                "Identify Controller data is {} bytes, expected {IDENTIFY_LEN}",
-                b.len()
-            )
+    ///
+    /// # Errors
+    /// [`IdentifyError::Short`] if shorter than 4096 bytes.
+    pub fn parse(b: &[u8]) -> Result<Self, IdentifyError> {
+        let (c, _) = IdentifyController::read_from_prefix(b).map_err(|_| IdentifyError::Short {
+            structure: "Identify Controller",
+            len: b.len(),
         })?;
         Ok(ControllerInfo {
             vid: c.vid.get(),
@@ -140,26 +164,27 @@ pub struct NamespaceInfo {
 }
 
 impl NamespaceInfo {
-    /// Parses an Identify Namespace structure ([`nvme::IdentifyNamespace`]). Errors
-    /// if shorter than 4096 bytes, if the namespace is inactive (NSZE 0) or if the
-    /// LBA format in use has an LBADS outside 9..=16.
-    pub fn parse(b: &[u8]) -> Result<Self, String> {
-        let (ns, _) = IdentifyNamespace::read_from_prefix(b).map_err(|_| {
-            format!(
-                "Identify Namespace data is {} bytes, expected {IDENTIFY_LEN}",
-                b.len()
-            )
+    /// Parses an Identify Namespace structure ([`nvme::IdentifyNamespace`]).
+    ///
+    /// # Errors
+    /// [`IdentifyError::Short`] if shorter than 4096 bytes, [`IdentifyError::Inactive`]
+    /// if NSZE is 0, [`IdentifyError::BlockSize`] if the LBA format in use has an
+    /// LBADS outside 9..=16.
+    pub fn parse(b: &[u8]) -> Result<Self, IdentifyError> {
+        let (ns, _) = IdentifyNamespace::read_from_prefix(b).map_err(|_| IdentifyError::Short {
+            structure: "Identify Namespace",
+            len: b.len(),
         })?;
         let nsze = ns.nsze.get();
         if nsze == 0 {
-            return Err("namespace is not active (NSZE 0)".into());
+            return Err(IdentifyError::Inactive);
         }
         let lbads = ns.current_lbaf().map_or(0, |f| f.lbads);
         if !(9..=16).contains(&lbads) {
-            return Err(format!(
-                "the LBA format in use (FLBAS {:#x}) has LBADS {lbads}, outside 9..=16",
-                ns.flbas
-            ));
+            return Err(IdentifyError::BlockSize {
+                flbas: ns.flbas,
+                lbads,
+            });
         }
         Ok(NamespaceInfo {
             nsze,

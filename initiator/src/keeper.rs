@@ -416,7 +416,7 @@ impl<P: Provider> Run<P> {
                         )));
                 }
                 self.lc
-                    .keep_alive_done(Instant::now(), r.map_err(|e| e.to_string()));
+                    .keep_alive_done(Instant::now(), r.as_ref().map(|_| ()));
                 if self.lc.state() == CtrlState::Resetting {
                     self.health.set_state(CtrlState::Resetting);
                 }

@@ -434,8 +434,8 @@ impl Lifecycle {
 
     /// A Keep Alive finished: `Ok` schedules the next one (KATO/2 later); an error (a
     /// failed or timed-out Keep Alive: the controller is lost) starts a recovery as
-    /// [`Lifecycle::error`] does.
-    pub fn keep_alive_done(&mut self, now: Instant, result: Result<(), String>) {
+    /// [`Lifecycle::error`] does, with the error's words as the reason.
+    pub fn keep_alive_done<E: std::fmt::Display>(&mut self, now: Instant, result: Result<(), E>) {
         self.keep_alive_in_flight = false;
         if self.state != CtrlState::Live {
             return;

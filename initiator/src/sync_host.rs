@@ -226,7 +226,7 @@ pub fn register_pool<P: Provider>(
         reserve as u64,
         opts.max_io_bytes.clamp(POOL_CHUNK_BYTES, 1 << 20),
     )
-    .map_err(HostError::Memlock)?;
+    .map_err(|e| HostError::Memlock(e.to_string()))?;
     let access = match opts.remote_access {
         Some(a) => a,
         None if dev.caps().max_mw == 0 => RemoteAccess::RegionKey,

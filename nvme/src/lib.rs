@@ -82,6 +82,20 @@ pub const NVMF_DISCOVERY_NQN: &str = "nqn.2014-08.org.nvmexpress.discovery";
 /// fields themselves are 256 bytes.
 pub const NVME_NQN_MAX: usize = 223;
 
+/// NVMe over Fabrics' IANA-assigned port (TRSVCID 4420), the RDMA CM port of NVMe/RDMA
+/// I/O and discovery controllers (NVMe over Fabrics 1.1 §7.4.9).
+pub const NVMF_RDMA_PORT: u16 = 4420;
+
+/// Bytes of a submission queue entry, the first 64 bytes of a command capsule (NVMe
+/// Base 2.x §4.2; NVMe over Fabrics 1.1 §3.3.1).
+pub const SQE_LEN: usize = core::mem::size_of::<Sqe>();
+
+/// Bytes of a completion queue entry, the whole of an NVMe/RDMA response capsule (NVMe
+/// Base 2.x §4.6; NVMe over Fabrics 1.1 §3.3.2).
+pub const CQE_LEN: usize = core::mem::size_of::<Cqe>();
+
+const _: () = assert!(SQE_LEN == 64 && CQE_LEN == 16);
+
 /// A wire value that none of this crate's enums name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("unknown {kind} value {value:#x}")]

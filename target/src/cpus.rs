@@ -25,6 +25,25 @@ pub struct CpuListError {
     pub reason: String,
 }
 
+/// Why the configured CPUs cannot be used by this process.
+#[derive(Debug, thiserror::Error)]
+pub enum CpuAffinityError {
+    /// `sched_getaffinity` failed.
+    #[error("cpus: sched_getaffinity: {0}")]
+    Query(#[source] std::io::Error),
+    /// A configured CPU is outside this process's affinity.
+    #[error(
+        "cpus: CPU {cpu} is not one this process may run on (allowed: {allowed}); give CPUs \
+         of that set, or widen it (taskset, the cgroup's cpuset, systemd's CPUAffinity=)"
+    )]
+    NotAllowed {
+        /// The first CPU not allowed.
+        cpu: usize,
+        /// The CPUs this process may run on.
+        allowed: CpuList,
+    },
+}
+
 impl CpuList {
     /// Parses `"0,2,4-7"` or a hexadecimal mask `"0x3"` (bit `n` = CPU `n`).
     ///
@@ -70,23 +89,27 @@ impl CpuList {
                 }
             }
         }
-        CpuList::new(cpus).map_err(err)
+        CpuList::new(cpus).map_err(|e| err(e.reason))
     }
 
     /// A list of `cpus` as given.
     ///
     /// # Errors
-    /// A reason for an empty list, a CPU above [`MAX_CPU`] or given twice.
-    pub fn new(cpus: Vec<usize>) -> Result<CpuList, String> {
+    /// [`CpuListError`] for an empty list, a CPU above [`MAX_CPU`] or given twice.
+    pub fn new(cpus: Vec<usize>) -> Result<CpuList, CpuListError> {
+        let err = |reason: String| CpuListError {
+            input: format!("{cpus:?}"),
+            reason,
+        };
         if cpus.is_empty() {
-            return Err("no CPU".into());
+            return Err(err("no CPU".into()));
         }
         if let Some(c) = cpus.iter().find(|&&c| c > MAX_CPU) {
-            return Err(format!("CPU {c} is above {MAX_CPU}"));
+            return Err(err(format!("CPU {c} is above {MAX_CPU}")));
         }
         for (i, c) in cpus.iter().enumerate() {
             if cpus[..i].contains(c) {
-                return Err(format!("CPU {c} is given twice"));
+                return Err(err(format!("CPU {c} is given twice")));
             }
         }
         Ok(CpuList(cpus))
@@ -101,16 +124,15 @@ impl CpuList {
     /// `taskset`, a cgroup cpuset, systemd's `CPUAffinity=`).
     ///
     /// # Errors
-    /// A message naming the first CPU not allowed, the allowed ones and the fix.
-    pub fn check_allowed(&self) -> Result<(), String> {
-        let allowed = allowed_cpus().map_err(|e| format!("cpus: sched_getaffinity: {e}"))?;
+    /// [`CpuAffinityError::NotAllowed`] naming the first CPU not allowed, the allowed
+    /// ones and the fix; [`CpuAffinityError::Query`] if the affinity cannot be read.
+    pub fn check_allowed(&self) -> Result<(), CpuAffinityError> {
+        let allowed = allowed_cpus().map_err(CpuAffinityError::Query)?;
         match self.0.iter().find(|c| !allowed.contains(c)) {
-            Some(c) => Err(format!(
-                "cpus: CPU {c} is not one this process may run on (allowed: {}); give CPUs \
-                 of that set, or widen it (taskset, the cgroup's cpuset, systemd's \
-                 CPUAffinity=)",
-                CpuList(allowed)
-            )),
+            Some(&cpu) => Err(CpuAffinityError::NotAllowed {
+                cpu,
+                allowed: CpuList(allowed),
+            }),
             None => Ok(()),
         }
     }
@@ -205,7 +227,10 @@ mod tests {
         let allowed = allowed_cpus().unwrap();
         assert!(!allowed.is_empty());
         assert!(CpuList(allowed.clone()).check_allowed().is_ok());
-        let e = CpuList(vec![MAX_CPU]).check_allowed().unwrap_err();
+        let e = CpuList(vec![MAX_CPU])
+            .check_allowed()
+            .unwrap_err()
+            .to_string();
         assert!(e.contains(&format!("CPU {MAX_CPU} is not")), "{e}");
         let t = std::thread::spawn(move || {
             pin_current_thread(allowed[0]).unwrap();

@@ -33,9 +33,9 @@ use nvme::status::{CommandSpecificStatus, GenericStatus, Status};
 use nvme::{RdmaCmRejectStatus, RdmaCmRequest, Sqe};
 use zerocopy::FromBytes;
 
-use crate::config::DISCOVERY_NQN;
 use crate::controller::Controller;
 use crate::fabrics::ConnectOutcome;
+use nvme::NVMF_DISCOVERY_NQN;
 
 /// A 24-bit number (QPN) as it is usually written: `0x1a2b3c`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -419,7 +419,9 @@ pub fn connect_refusal_words(
     let p = ConnectInvalidParameter::from_dw0(dw0);
     match status.as_command_specific() {
         Some(C::ConnectInvalidParameters) => match (p.location, p.offset) {
-            (ParameterLocation::Data, CONNECT_DATA_SUBNQN_OFFSET) if subnqn == DISCOVERY_NQN => {
+            (ParameterLocation::Data, CONNECT_DATA_SUBNQN_OFFSET)
+                if subnqn == NVMF_DISCOVERY_NQN =>
+            {
                 "the discovery subsystem is not served here (discovery = false)".to_string()
             }
             (ParameterLocation::Data, CONNECT_DATA_SUBNQN_OFFSET) => {
@@ -476,7 +478,7 @@ mod tests {
             "unknown subsystem NQN \"nqn.x\""
         );
         assert!(
-            connect_refusal_words(invalid, sub, 0, (DISCOVERY_NQN, "nqn.h"), None)
+            connect_refusal_words(invalid, sub, 0, (NVMF_DISCOVERY_NQN, "nqn.h"), None)
                 .contains("discovery")
         );
         let host = Status::command_specific(CommandSpecificStatus::ConnectInvalidHost).with_dnr();

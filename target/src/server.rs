@@ -301,7 +301,8 @@ fn start_recording_created<P: Provider>(
         .map(crate::metrics::BoundEndpoint::bind)
         .transpose()?;
     if let Some(cpus) = &cfg.cpus {
-        cpus.check_allowed().map_err(TargetError::Config)?;
+        cpus.check_allowed()
+            .map_err(|e| TargetError::Config(e.to_string()))?;
     }
     let mut files = Vec::new();
     let mut subsystems = Vec::new();

@@ -38,19 +38,38 @@ impl ProviderKind {
     /// Whether this build can run the provider.
     ///
     /// # Errors
-    /// For `verbs` in a build without the verbs provider: a message that says so and
-    /// how to build `package` with it (`cargo build --release -p PACKAGE --features
-    /// verbs`, and the Debian packages it needs).
-    pub fn check_built(self, package: &str) -> Result<(), String> {
+    /// [`KindError::VerbsNotBuilt`] for `verbs` in a build without the verbs provider;
+    /// its message says how to build `package` with it (`cargo build --release -p
+    /// PACKAGE --features verbs`, and the Debian packages it needs).
+    pub fn check_built(self, package: &str) -> Result<(), KindError> {
         match self {
-            ProviderKind::Verbs if !VERBS_BUILT => Err(format!(
-                "provider \"verbs\": this {package} was built without the verbs provider; \
-                 {}; or use provider \"soft\"",
-                build_verbs_hint(package)
-            )),
+            ProviderKind::Verbs if !VERBS_BUILT => Err(KindError::VerbsNotBuilt {
+                package: package.to_string(),
+            }),
             _ => Ok(()),
         }
     }
+}
+
+/// A provider or packet path that this build or these options cannot run.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KindError {
+    /// `verbs` in a build without the verbs provider.
+    #[error(
+        "provider \"verbs\": this {package} was built without the verbs provider; {}; \
+         or use provider \"soft\"",
+        build_verbs_hint(package)
+    )]
+    VerbsNotBuilt {
+        /// The program's package (`nvmf-target`, `nvmf-bench`, ...).
+        package: String,
+    },
+    /// `--packet-path af-xdp` without `--interface`.
+    #[error(
+        "--packet-path af-xdp needs --interface IFACE, the interface that holds the local \
+         address (`ip -br addr`)"
+    )]
+    AfXdpNeedsInterface,
 }
 
 /// How to build `package` with the verbs provider, for refusal messages.
@@ -90,22 +109,19 @@ impl PacketPathKind {
     /// and UDP ignores.
     ///
     /// # Errors
-    /// AF_XDP without an interface: a message naming `--interface` and how to find it.
+    /// [`KindError::AfXdpNeedsInterface`]: AF_XDP without an interface (the message
+    /// names `--interface` and how to find it).
     pub fn with_interface(
         self,
         interface: Option<&str>,
-    ) -> Result<crate::soft::xdp::PacketPath, String> {
+    ) -> Result<crate::soft::xdp::PacketPath, KindError> {
         use crate::soft::xdp::PacketPath;
         match (self, interface) {
             (PacketPathKind::Udp, _) => Ok(PacketPath::Udp),
             (PacketPathKind::AfXdp, Some(i)) => Ok(PacketPath::AfXdp {
                 interface: i.to_string(),
             }),
-            (PacketPathKind::AfXdp, None) => Err(
-                "--packet-path af-xdp needs --interface IFACE, the interface that holds the \
-                 local address (`ip -br addr`)"
-                    .into(),
-            ),
+            (PacketPathKind::AfXdp, None) => Err(KindError::AfXdpNeedsInterface),
         }
     }
 }
@@ -130,7 +146,10 @@ mod tests {
         assert_eq!(ProviderKind::Verbs.to_string(), "verbs");
         assert!(ProviderKind::Soft.check_built("nvmf-target").is_ok());
         if !VERBS_BUILT {
-            let e = ProviderKind::Verbs.check_built("nvmf-bench").unwrap_err();
+            let e = ProviderKind::Verbs
+                .check_built("nvmf-bench")
+                .unwrap_err()
+                .to_string();
             assert!(e.contains("-p nvmf-bench --features verbs"), "{e}");
         }
         let p = PacketPathKind::AfXdp.with_interface(Some("veth0")).unwrap();

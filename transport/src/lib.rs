@@ -30,4 +30,4 @@ pub mod time;
 pub mod verbs;
 pub mod wire;
 
-pub use kind::{PacketPathKind, ProviderKind};
+pub use kind::{KindError, PacketPathKind, ProviderKind};

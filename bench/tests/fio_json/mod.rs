@@ -318,17 +318,8 @@ impl FioJob {
     }
 }
 
-/// A fio size (`4096`, `4k`, `128K`, `1m`, `1g`; binary units as fio's default).
+/// A fio size (`4096`, `4k`, `128K`, `1m`, `1g`; binary units as fio's default), by
+/// the project's one size parser.
 pub fn parse_size(s: &str) -> Option<u64> {
-    let s = s.trim();
-    let (digits, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
-    let n: u64 = digits.parse().ok()?;
-    let shift = match unit.to_ascii_lowercase().as_str() {
-        "" | "b" => 0,
-        "k" | "kb" | "kib" => 10,
-        "m" | "mb" | "mib" => 20,
-        "g" | "gb" | "gib" => 30,
-        _ => return None,
-    };
-    n.checked_mul(1 << shift)
+    nvmf_target::config::parse_size(s).ok()
 }

@@ -234,13 +234,13 @@ fn keep_alive_every_half_kato_and_a_lost_one_starts_recovery() {
     assert_eq!(l.poll_timeout(), None);
     l.handle_timeout(t0 + secs(6));
     assert_eq!(actions(&mut l), []);
-    l.keep_alive_done(t0 + secs(6), Ok(()));
+    l.keep_alive_done(t0 + secs(6), Ok::<(), &str>(()));
     assert_eq!(l.poll_timeout(), Some(t0 + secs(11)));
     l.handle_timeout(t0 + secs(11));
     assert_eq!(actions(&mut l), [Action::SendKeepAlive]);
     l.keep_alive_done(
         t0 + secs(21),
-        Err("timed out waiting for Keep Alive on queue 0".into()),
+        Err("timed out waiting for Keep Alive on queue 0"),
     );
     assert_eq!(l.state(), CtrlState::Resetting);
     assert_eq!(actions(&mut l), [Action::TearDown { disable: false }]);

@@ -151,14 +151,87 @@ impl std::fmt::Debug for BufferPool {
     }
 }
 
+/// Why no buffer pool size could be chosen ([`pool_bytes`]); each message names the
+/// memlock limit, what is pinned, what one I/O needs and the fix.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PoolSizeError {
+    /// The caller's pool cannot hold one I/O.
+    #[error(
+        "a buffer pool of {} cannot hold one I/O of {} (the controller's MDTS or \
+         max_io_bytes): ask for at least {}",
+        ByteCount(*.pool as u64), ByteCount(*.io as u64), ByteCount(*.min as u64)
+    )]
+    TooSmall {
+        /// The pool asked for, in whole chunks (bytes).
+        pool: usize,
+        /// One command's data in bytes.
+        io: usize,
+        /// The smallest pool that holds it (bytes).
+        min: usize,
+    },
+    /// The caller's pool and the queues' slots do not fit `RLIMIT_MEMLOCK`.
+    #[error(
+        "a buffer pool of {} and the queues' {} of registered slots do not fit the {} of \
+         RLIMIT_MEMLOCK left ({} limit): ask for a smaller pool or {}",
+        ByteCount(*.pool as u64), ByteCount(*.reserve), ByteCount(*.left),
+        limit_words(*.limit), raise_words(*.need)
+    )]
+    RequestedOverMemlock {
+        /// The pool asked for (bytes).
+        pool: usize,
+        /// The queues' own registered slots (bytes).
+        reserve: u64,
+        /// Memlock bytes left.
+        left: u64,
+        /// The memlock limit in bytes, `None` if unlimited.
+        limit: Option<u64>,
+        /// The limit that would fit (bytes).
+        need: u64,
+    },
+    /// Not even one I/O fits what `RLIMIT_MEMLOCK` leaves.
+    #[error(
+        "RLIMIT_MEMLOCK ({} limit, {} left) cannot fit the host's buffer pool for one I/O \
+         of {} (the controller's MDTS or max_io_bytes) and the queues' {} of registered \
+         slots: {}, or use smaller I/Os (max_io_bytes)",
+        limit_words(*.limit), ByteCount(*.left), ByteCount(*.io as u64),
+        ByteCount(*.reserve), raise_words(*.need)
+    )]
+    MemlockTooSmall {
+        /// The memlock limit in bytes, `None` if unlimited.
+        limit: Option<u64>,
+        /// Memlock bytes left.
+        left: u64,
+        /// One command's data in bytes.
+        io: usize,
+        /// The queues' own registered slots (bytes).
+        reserve: u64,
+        /// The limit that would fit (bytes).
+        need: u64,
+    },
+}
+
+fn limit_words(limit: Option<u64>) -> String {
+    limit.map_or("no".to_string(), |l| ByteCount(l).to_string())
+}
+
+fn raise_words(need: u64) -> String {
+    let kib = need.div_ceil(1024);
+    format!(
+        "raise RLIMIT_MEMLOCK to at least {kib} KiB (`ulimit -l {kib}`, `prlimit \
+         --memlock={} <command>`, LimitMEMLOCK= in a systemd unit, or CAP_IPC_LOCK)",
+        kib * 1024
+    )
+}
+
 /// The pool size to register: `requested` when the caller named one (whole chunks),
 /// else [`DEFAULT_POOL_BYTES`], shrunk on a provider that pins its memory (`pins`) to
 /// what `available` memlock bytes allow after `reserve` (the queues' own registered
 /// slots) and an eighth of `limit` for the rest of the process, as the target sizes its
 /// slab. `min_bytes` is one command's data (MDTS or the caller's `max_io_bytes`).
 ///
-/// Errors: a message naming the memlock limit, what is pinned and what one MDTS I/O
-/// needs, when even that does not fit, or when `requested` does not fit the limit.
+/// # Errors
+/// [`PoolSizeError`] when even one I/O does not fit, or when `requested` cannot hold
+/// one I/O or does not fit the limit.
 pub fn pool_bytes(
     requested: Option<usize>,
     pins: bool,
@@ -166,40 +239,28 @@ pub fn pool_bytes(
     limit: Option<u64>,
     reserve: u64,
     min_bytes: usize,
-) -> Result<usize, String> {
+) -> Result<usize, PoolSizeError> {
     let chunk = |b: usize| b / POOL_CHUNK_BYTES * POOL_CHUNK_BYTES;
     let min = min_bytes.next_power_of_two().max(POOL_CHUNK_BYTES);
-    let raise = |need: u64| {
-        let kib = need.div_ceil(1024);
-        format!(
-            "raise RLIMIT_MEMLOCK to at least {kib} KiB (`ulimit -l {kib}`, `prlimit \
-             --memlock={} <command>`, LimitMEMLOCK= in a systemd unit, or CAP_IPC_LOCK)",
-            kib * 1024
-        )
-    };
     let avail = if pins { available } else { None };
     if let Some(r) = requested {
         let r = chunk(r);
         if r < min {
-            return Err(format!(
-                "a buffer pool of {} cannot hold one I/O of {} (the controller's MDTS or \
-                 max_io_bytes): ask for at least {}",
-                ByteCount(r as u64),
-                ByteCount(min_bytes as u64),
-                ByteCount(min as u64)
-            ));
+            return Err(PoolSizeError::TooSmall {
+                pool: r,
+                io: min_bytes,
+                min,
+            });
         }
         if let Some(a) = avail {
             if (r as u64).saturating_add(reserve) > a {
-                return Err(format!(
-                    "a buffer pool of {} and the queues' {} of registered slots do not fit \
-                     the {} of RLIMIT_MEMLOCK left ({} limit): ask for a smaller pool or {}",
-                    ByteCount(r as u64),
-                    ByteCount(reserve),
-                    ByteCount(a),
-                    limit.map_or("no".to_string(), |l| ByteCount(l).to_string()),
-                    raise(limit.unwrap_or(0) + (r as u64 + reserve).saturating_sub(a))
-                ));
+                return Err(PoolSizeError::RequestedOverMemlock {
+                    pool: r,
+                    reserve,
+                    left: a,
+                    limit,
+                    need: limit.unwrap_or(0) + (r as u64 + reserve).saturating_sub(a),
+                });
             }
         }
         return Ok(r);
@@ -212,16 +273,13 @@ pub fn pool_bytes(
     let bytes = chunk(fits.min(DEFAULT_POOL_BYTES));
     if bytes < min {
         let need = min as u64 + reserve + keep;
-        return Err(format!(
-            "RLIMIT_MEMLOCK ({} limit, {} left) cannot fit the host's buffer pool for one \
-             I/O of {} (the controller's MDTS or max_io_bytes) and the queues' {} of \
-             registered slots: {}, or use smaller I/Os (max_io_bytes)",
-            limit.map_or("no".to_string(), |l| ByteCount(l).to_string()),
-            ByteCount(a),
-            ByteCount(min_bytes as u64),
-            ByteCount(reserve),
-            raise(limit.unwrap_or(0) + need.saturating_sub(a))
-        ));
+        return Err(PoolSizeError::MemlockTooSmall {
+            limit,
+            left: a,
+            io: min_bytes,
+            reserve,
+            need: limit.unwrap_or(0) + need.saturating_sub(a),
+        });
     }
     Ok(bytes)
 }

@@ -143,14 +143,20 @@ fn pool_size_from_the_caller_or_the_memlock_limit() {
         Ok(DEFAULT_POOL_BYTES)
     );
     // Too little for one MDTS I/O: an error naming the limit and the fix.
-    let e = pool_bytes(None, true, Some(MIB as u64), Some(MIB as u64), 0, MIB).unwrap_err();
+    let e = pool_bytes(None, true, Some(MIB as u64), Some(MIB as u64), 0, MIB)
+        .unwrap_err()
+        .to_string();
     assert!(
         e.contains("RLIMIT_MEMLOCK") && e.contains("ulimit -l"),
         "{e}"
     );
     // A caller's pool that does not fit the limit, or cannot hold one I/O.
-    let e = pool_bytes(Some(16 * MIB), true, Some(limit), Some(limit), 0, MIB).unwrap_err();
+    let e = pool_bytes(Some(16 * MIB), true, Some(limit), Some(limit), 0, MIB)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("do not fit") && e.contains("prlimit"), "{e}");
-    let e = pool_bytes(Some(512 << 10), false, None, None, 0, MIB).unwrap_err();
+    let e = pool_bytes(Some(512 << 10), false, None, None, 0, MIB)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("cannot hold one I/O"), "{e}");
 }

@@ -42,8 +42,7 @@ use crate::error::HostError;
 pub use self::core::QueueCore;
 pub use self::driver::{NvmeRdmaQueue, SubmitError};
 
-/// NVMe/RDMA's RDMA CM port (NVMe over Fabrics: TRSVCID 4420).
-pub const NVME_RDMA_PORT: u16 = 4420;
+pub use nvme::NVMF_RDMA_PORT;
 /// The default local ACK timeout code of a queue: the transport's
 /// (4.096 us x 2^17 = 537 ms, IBTA §9.7.6.1.3; see its docs for why). Linux hosts ask
 /// for 0x13 (2.1 s).

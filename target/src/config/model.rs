@@ -12,12 +12,8 @@ use super::ids::{Eui64, Nguid};
 use super::size::{de_opt_size, de_opt_size_u64, de_size_u32, parse_size};
 use crate::provider::ProviderKind;
 
-/// NVMe-oF's IANA-assigned port, the default `trsvcid` (NVMe over Fabrics 1.x §7.4.9).
-pub const DEFAULT_TRSVCID: u16 = 4420;
-/// Longest NQN in bytes, without the terminating NUL (NVMe Base 2.x §4.7).
-pub const NQN_MAX_LEN: usize = 223;
-/// The well-known discovery subsystem NQN (NVMe Base 2.x §4.7).
-pub const DISCOVERY_NQN: &str = "nqn.2014-08.org.nvmexpress.discovery";
+/// The default `trsvcid`: NVMe-oF's IANA-assigned port.
+pub use nvme::NVMF_RDMA_PORT as DEFAULT_TRSVCID;
 /// Identify Controller Serial Number field length in bytes (NVMe Base 2.x, SN).
 pub const SERIAL_MAX_LEN: usize = 20;
 /// Largest in-capsule data size accepted, in bytes (Linux nvmet-rdma's limit, 16 KiB).
@@ -133,7 +129,7 @@ pub struct TargetConfig {
     /// use the KATO of their Connect (NVMe Base 2.x §3.9). Default 120000.
     #[serde(default = "default_kato_ms")]
     pub kato_ms: u32,
-    /// Serve the discovery subsystem ([`DISCOVERY_NQN`]). When false, a Connect to it
+    /// Serve the discovery subsystem ([`nvme::NVMF_DISCOVERY_NQN`]). When false, a Connect to it
     /// is refused as one to an unknown subsystem (Connect Invalid Parameters, SUBNQN),
     /// as nvmet does for a port without discovery. Default true.
     #[serde(default = "default_true")]

@@ -12,42 +12,33 @@ pub struct ParseSizeError {
     pub reason: &'static str,
 }
 
-/// Parses a size: a decimal integer of bytes with an optional unit K, M, G or T (powers
-/// of 1024), optionally followed by "iB" or "B", case-insensitive, with optional spaces
-/// between number and unit: "4096", "512M", "1G", "1 GiB", "2tb".
+/// Parses a size, the one size syntax of the daemon, the bench and the tools: a number
+/// of bytes with an optional unit K, M, G, T, P or E, each a power of 1024 whether
+/// written `K`, `KB` or `KiB` (fio's default `kb_base=1024`), any case, spaces allowed
+/// between number and unit, fractions rounded to the nearest byte: "4096", "4k",
+/// "512M", "1 GiB", "2tb", "1.5G". Parsed by the `parse-size` crate.
 ///
 /// # Errors
-/// [`ParseSizeError`] for an empty string, a missing or non-decimal number (fractions
-/// included), an unknown unit, or a value above `u64::MAX`.
+/// [`ParseSizeError`] for an empty string, a missing number, an unknown unit, or a
+/// value above `u64::MAX`.
 pub fn parse_size(s: &str) -> Result<u64, ParseSizeError> {
     let err = |reason| ParseSizeError {
         input: s.to_string(),
         reason,
     };
     let t = s.trim();
-    let digits_end = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (num, unit) = t.split_at(digits_end);
-    if num.is_empty() {
+    if !t.starts_with(|c: char| c.is_ascii_digit()) {
         return Err(err(
-            "expected a decimal number of bytes, e.g. 4096, 512M or 1G",
+            "expected a number of bytes with an optional unit, e.g. 4096, 4k, 512M or 1G",
         ));
     }
-    let n: u64 = num.parse().map_err(|_| err("number too large"))?;
-    let unit = unit.trim_start().to_ascii_lowercase();
-    let shift = match unit.as_str() {
-        "" | "b" => 0,
-        "k" | "kb" | "kib" => 10,
-        "m" | "mb" | "mib" => 20,
-        "g" | "gb" | "gib" => 30,
-        "t" | "tb" | "tib" => 40,
-        _ => {
-            return Err(err(
-                "unknown unit (use K, M, G or T, optionally with B or iB)",
-            ))
-        }
-    };
-    n.checked_mul(1u64 << shift)
-        .ok_or_else(|| err("size too large"))
+    let cfg = parse_size::Config::new().with_binary();
+    cfg.parse_size(t).map_err(|e| {
+        err(match e {
+            parse_size::Error::PosOverflow => "size too large",
+            _ => "unknown unit (use K, M, G, T or P, optionally with B or iB)",
+        })
+    })
 }
 
 /// A size written as an integer or a string.

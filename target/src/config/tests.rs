@@ -1,4 +1,5 @@
 use super::*;
+use nvme::{NVME_NQN_MAX, NVMF_DISCOVERY_NQN};
 
 const EXAMPLE: &str = include_str!("../../examples/target.toml");
 const EXAMPLE_PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/target.toml");
@@ -169,13 +170,14 @@ fn parse_size_units() {
         (" 2gb ", 2 << 30),
         ("3T", 3 << 40),
         ("16777215T", 16_777_215u64 << 40),
+        ("1.5G", 3 << 29),
+        ("2P", 2 << 50),
     ] {
         assert_eq!(parse_size(s), Ok(v), "{s}");
     }
     for s in [
         "",
         "G",
-        "1.5G",
         "-1",
         "1X",
         "1GiBs",
@@ -191,7 +193,7 @@ fn parse_size_units() {
 
 #[test]
 fn nqn_rules() {
-    let ok = format!("nqn.{}", "a".repeat(NQN_MAX_LEN - 4));
+    let ok = format!("nqn.{}", "a".repeat(NVME_NQN_MAX - 4));
     assert_eq!(ok.len(), 223);
     assert!(is_valid_nqn(&ok));
     let long = format!("{ok}b");
@@ -203,7 +205,7 @@ fn nqn_rules() {
         invalid("[[listen]]\naddr = \"::1\"\n[[subsystems]]\nnqn = \"iqn.2001-04.com.example\"\n");
     assert!(r.contains("does not start with \"nqn.\""), "{r}");
     let r = invalid(&format!(
-        "[[listen]]\naddr = \"::1\"\n[[subsystems]]\nnqn = \"{DISCOVERY_NQN}\"\n"
+        "[[listen]]\naddr = \"::1\"\n[[subsystems]]\nnqn = \"{NVMF_DISCOVERY_NQN}\"\n"
     ));
     assert!(r.contains("discovery"), "{r}");
     let r = invalid(&format!(
@@ -349,7 +351,7 @@ fn namespace_errors() {
     assert!(r.contains("backs two namespaces"), "{r}");
     let r = invalid(&ns("nsid = 1\npath = \"a\"\nblock_size = 1000"));
     assert!(r.contains("block_size 1000"), "{r}");
-    let r = invalid(&ns("nsid = 1\npath = \"a\"\nsize = \"1.5G\""));
+    let r = invalid(&ns("nsid = 1\npath = \"a\"\nsize = \"1.5 parsecs\""));
     assert!(r.contains("invalid size"), "{r}");
     let r = invalid(&ns("nsid = 1\npath = \"a\"\nsize = 1000"));
     assert!(r.contains("multiple of block_size 512"), "{r}");

@@ -6,6 +6,7 @@ use std::collections::HashSet;
 use std::path::Path;
 
 use nvme::properties::Vs;
+use nvme::{NVME_NQN_MAX, NVMF_DISCOVERY_NQN};
 
 use super::model::*;
 use super::size::parse_size;
@@ -17,16 +18,16 @@ use crate::provider::ProviderKind;
 pub fn is_valid_nqn(nqn: &str) -> bool {
     nqn.starts_with("nqn.")
         && nqn.len() > 4
-        && nqn.len() <= NQN_MAX_LEN
+        && nqn.len() <= NVME_NQN_MAX
         && !nqn.chars().any(|c| c.is_control())
 }
 
 fn nqn_problem(nqn: &str) -> Option<String> {
     if !nqn.starts_with("nqn.") {
         Some(format!("NQN {nqn:?} does not start with \"nqn.\""))
-    } else if nqn.len() > NQN_MAX_LEN {
+    } else if nqn.len() > NVME_NQN_MAX {
         Some(format!(
-            "NQN {nqn:?} is {} bytes, more than {NQN_MAX_LEN}",
+            "NQN {nqn:?} is {} bytes, more than {NVME_NQN_MAX}",
             nqn.len()
         ))
     } else if !is_valid_nqn(nqn) {
@@ -185,9 +186,9 @@ impl TargetConfig {
             if let Some(p) = nqn_problem(&s.nqn) {
                 return Err(format!("{at}: {p}"));
             }
-            if s.nqn == DISCOVERY_NQN {
+            if s.nqn == NVMF_DISCOVERY_NQN {
                 return Err(format!(
-                    "{at}: {DISCOVERY_NQN} is the discovery subsystem; use `discovery = true`"
+                    "{at}: {NVMF_DISCOVERY_NQN} is the discovery subsystem; use `discovery = true`"
                 ));
             }
             if !nqns.insert(s.nqn.as_str()) {

@@ -1175,7 +1175,7 @@ impl RequestCore {
         let slot = Buf {
             region: RegionId::Responses,
             offset: i * RESP_SLOT,
-            len: CQE_LEN,
+            len: CQE_LEN as u32,
         };
         self.bytes_mut(slot).copy_from_slice(&cqe.to_array());
         let rq = &mut self.reqs[i];

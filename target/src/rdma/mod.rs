@@ -38,13 +38,11 @@ pub mod wr_id;
 
 pub use poll_group::PollGroup;
 
-/// Bytes of the SQE at the start of a command capsule (NVMe over Fabrics 1.x §3.3).
-pub const SQE_LEN: usize = 64;
+pub use nvme::SQE_LEN;
 /// Bytes of one response slot of the response region (a CQE is 16; 64 keeps slots
 /// cache-line aligned).
 pub const RESP_SLOT: usize = 64;
-/// Bytes of a response capsule: one CQE.
-pub const CQE_LEN: u32 = 16;
+pub use nvme::CQE_LEN;
 
 /// The default [`PollGroupConfig::idle_spin`]: 200 us, ten times the round trip of a
 /// QD1 4 KiB read over the soft provider on loopback.

@@ -82,7 +82,10 @@ impl Provider for SoftProvider {
 
     /// [`DeviceConfig::roce_mtu`]; checked against the interface MTU when the device
     /// opens.
-    fn set_roce_mtu(cfg: &mut DeviceConfig, mtu: crate::verbs::Mtu) -> Result<(), String> {
+    fn set_roce_mtu(
+        cfg: &mut DeviceConfig,
+        mtu: crate::verbs::Mtu,
+    ) -> Result<(), crate::verbs::RoceMtuFixed> {
         cfg.roce_mtu = Some(mtu);
         Ok(())
     }

@@ -17,6 +17,6 @@ pub use caps::*;
 pub use handles::*;
 pub use provider::{
     CmOf, ConnectionManager, Context, ContextOf, Device, DeviceOf, MemoryRegion, MrOf,
-    PostReceives, Provider,
+    PostReceives, Provider, RoceMtuFixed,
 };
 pub use types::*;

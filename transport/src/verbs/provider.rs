@@ -102,15 +102,13 @@ pub trait Provider: Sized + Send + Sync + 'static {
     /// at the smaller of the two ends'), where the provider lets the user choose it.
     ///
     /// # Errors
-    /// A sentence naming why not: the default, for a provider whose MTU is its port's
-    /// (verbs: the kernel device's active MTU, set through the interface MTU).
-    fn set_roce_mtu(cfg: &mut Self::DeviceConfig, mtu: Mtu) -> Result<(), String> {
+    /// [`RoceMtuFixed`]: the default, for a provider whose MTU is its port's (verbs:
+    /// the kernel device's active MTU, set through the interface MTU).
+    fn set_roce_mtu(cfg: &mut Self::DeviceConfig, mtu: Mtu) -> Result<(), RoceMtuFixed> {
         let _ = (cfg, mtu);
-        Err(format!(
-            "the {} provider uses its RDMA port's active MTU (it follows the interface \
-             MTU: ip link set dev IFACE mtu N); a RoCE MTU is chosen on the soft provider only",
-            Self::NAME
-        ))
+        Err(RoceMtuFixed {
+            provider: Self::NAME,
+        })
     }
 
     /// Opens the device of `cfg` (soft: binds `ip:4791`; verbs: the RDMA device whose
@@ -499,4 +497,16 @@ pub trait ConnectionManager: Clone + Send + Sync + 'static {
     /// # Errors
     /// `Cm(UnknownConnection)`; `Verbs(Os)`; `Gone`.
     fn disconnect(&self, id: ConnId) -> Result<(), ConnError>;
+}
+
+/// A provider whose RoCE MTU is its RDMA port's active MTU refused a chosen one
+/// ([`Provider::set_roce_mtu`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the {provider} provider uses its RDMA port's active MTU (it follows the interface MTU: \
+     ip link set dev IFACE mtu N); a RoCE MTU is chosen on the soft provider only"
+)]
+pub struct RoceMtuFixed {
+    /// The provider's name ([`Provider::NAME`]).
+    pub provider: &'static str,
 }

@@ -4,12 +4,9 @@
 //! follow an event ([`Action`]).
 use transport::verbs::{RecvWr, SendWr, VerbsError};
 
-/// Size of the SQE in a command capsule (NVMe RDMA Transport 1.x §2.1).
-pub const SQE_LEN: usize = 64;
+pub use nvme::{CQE_LEN, SQE_LEN};
 /// Size of one response buffer (the CQE is 16 bytes; NVMe RDMA allows IORCSZ > 1).
 pub const RSP_LEN: usize = 64;
-/// Size of a CQE, the part of a response capsule the core reads.
-pub const CQE_LEN: usize = 16;
 
 /// One registered memory region as the work requests name it: its first iova and lkey.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
