@@ -61,26 +61,27 @@ def roce_payloads(path):
             continue
         dport = struct.unpack_from(">H", frame, udp + 2)[0]
         if dport == 4791:
-            yield n, frame[udp + 8: end]
+            yield n, frame[udp + 8: end], frame
 
 
 def packet_parse_seeds():
     files = sorted(f for f in os.listdir(CAPTURES) if f.endswith(".pcap"))
     for f in files:
         seen = {}
-        for n, payload in roce_payloads(os.path.join(CAPTURES, f)):
+        for n, payload, _ in roce_payloads(os.path.join(CAPTURES, f)):
             op = payload[0]
             if seen.get(op, 0) >= 2:
                 continue
             seen[op] = seen.get(op, 0) + 1
             write("packet_parse", payload, "%s-frame%d" % (f[:-5], n))
-    write("packet_parse", open(os.path.join(CAPTURES, "e-roce-probe.pcap"), "rb").read(),
-          "e-roce-probe.pcap")
+    # Whole Ethernet frames for the link-frame parser.
+    for n, _, frame in roce_payloads(os.path.join(CAPTURES, "e-roce-probe.pcap")):
+        write("packet_parse", frame, "e-roce-probe-ethernet-frame%d" % n)
 
 
 def capture_packets(name, ops, limit):
     out = []
-    for _, p in roce_payloads(os.path.join(CAPTURES, name)):
+    for _, p, _ in roce_payloads(os.path.join(CAPTURES, name)):
         if p[0] in ops and len(out) < limit:
             out.append(p)
     return out

@@ -12,20 +12,18 @@
 //! - the MAD / CM decoders ([`MadHeader::parse_cm`], [`CmMessage::decode`], whose
 //!   result must encode and decode back to itself, [`CmaHeader::parse`]) and the
 //!   NVMe/RDMA CM private data ([`RdmaCmRequest::parse`] and friends),
-//! - the pcap reader ([`Pcap::new`], frames, UDP datagrams).
+//! - the link-frame parser ([`LinkFrame`] as Ethernet and as raw IP: IP packet, UDP
+//!   datagram, ICRC inputs) that the AF_XDP path reads received frames with.
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use nvme::rdma::{RdmaCmAccept, RdmaCmReject, RdmaCmRequest};
 use transport::wire::cm::{CmMessage, CmaHeader};
+use transport::wire::frame::LinkFrame;
 use transport::wire::mad::{MadHeader, MAD_LEN};
-use transport::wire::pcap::Pcap;
 use transport::wire::{
     self, icrc, icrc_from_ip_packet, icrc_segments, pad_for, parse, parse_verified, verify,
     AethSyndrome, IcrcIpInfo, Opcode, ParseError, ROCE_V2_UDP_DPORT,
 };
-
-/// Most pcap frames walked per input (keeps one execution short).
-const MAX_PCAP_FRAMES: usize = 64;
 
 /// The ICRC inputs used for packets without a real IP header: one IPv4, one IPv6.
 fn ip_infos() -> [IcrcIpInfo; 2] {
@@ -53,7 +51,7 @@ pub fn run(data: &[u8]) {
     icrc_checks(data);
     mad(data);
     private_data(data);
-    pcap(data);
+    link_frames(data);
 }
 
 fn roce_packet(data: &[u8]) {
@@ -170,11 +168,8 @@ fn private_data(data: &[u8]) {
     let _ = RdmaCmReject::parse(data);
 }
 
-fn pcap(data: &[u8]) {
-    let Ok(p) = Pcap::new(data) else {
-        return;
-    };
-    for f in p.frames().take(MAX_PCAP_FRAMES) {
+fn link_frames(data: &[u8]) {
+    for f in [LinkFrame::ethernet(data), LinkFrame::raw_ip(data)] {
         let _ = f.ip_packet();
         if let Some(u) = f.udp() {
             assert!(u.payload.len() <= u.ip_packet.len());

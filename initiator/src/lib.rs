@@ -78,7 +78,7 @@ pub use error::{HostError, QueueError};
 pub use health::ControllerHealth;
 pub use host::{BufError, Host, Namespace};
 pub use identify::{ControllerInfo, IdentifyError, NamespaceInfo};
-pub use options::{Completions, HostIdentity, HostOptions};
+pub use options::{Completions, HostIdentity, HostOptions, IdentityError};
 pub use pool::{BufferPool, IoBuf, PoolError, PoolSizeError, RemoteAccess};
 pub use queue::{NvmeRdmaQueue, QueueCompletion, QueueConfig};
 pub use sync_host::SyncHost;

@@ -2,8 +2,8 @@
 //! ([`HostIdentity`]: the host NQN and host ID, from `/etc/nvme/hostnqn` and
 //! `/etc/nvme/hostid` as nvme-cli reads them).
 use std::net::{IpAddr, SocketAddr, UdpSocket};
-use std::path::Path;
-use std::sync::OnceLock;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use crate::error::HostError;
@@ -44,53 +44,50 @@ impl HostIdentity {
     /// the ID, the NQN is made from it.
     ///
     /// # Errors
-    /// A file that cannot be read, an empty or over-long (223 bytes) NQN, a host ID that
-    /// is not a UUID, or an NQN with no UUID and no host ID file: the message names the
-    /// file and how to fix it.
+    /// [`IdentityError`]: a file that cannot be read, an empty or over-long (223 bytes)
+    /// NQN, a host ID that is not a UUID, or an NQN with no UUID and no host ID file;
+    /// the message names the file and how to fix it.
     pub fn from_files(
         hostnqn_path: &Path,
         hostid_path: &Path,
-    ) -> Result<Option<HostIdentity>, String> {
+    ) -> Result<Option<HostIdentity>, IdentityError> {
         let read = |p: &Path| match std::fs::read_to_string(p) {
             Ok(s) => Ok(Some(s.trim().to_string())),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(format!("reading {}: {e}", p.display())),
+            Err(source) => Err(IdentityError::Read {
+                path: p.to_path_buf(),
+                source: Arc::new(source),
+            }),
         };
         let nqn = read(hostnqn_path)?;
-        let id = read(hostid_path)?;
-        let id = match id {
-            Some(s) => Some(parse_uuid(&s).ok_or_else(|| {
-                format!(
-                    "{}: {s:?} is not a UUID (8-4-4-4-12 hex digits); write one with                      `uuidgen > {}`",
-                    hostid_path.display(),
-                    hostid_path.display()
-                )
+        let id = match read(hostid_path)? {
+            Some(s) => Some(parse_uuid(&s).ok_or_else(|| IdentityError::NotUuid {
+                path: hostid_path.to_path_buf(),
+                value: s.clone(),
             })?),
             None => None,
         };
         let (hostnqn, hostid) = match (nqn, id) {
             (None, None) => return Ok(None),
-            (Some(n), _) if n.is_empty() || n.len() > 223 => {
-                return Err(format!(
-                    "{}: a host NQN of {} bytes (1 to 223); write one with `nvme gen-hostnqn > {}`",
-                    hostnqn_path.display(),
-                    n.len(),
-                    hostnqn_path.display()
-                ))
+            (Some(n), _) if n.is_empty() || n.len() > nvme::NVME_NQN_MAX => {
+                return Err(IdentityError::NqnLength {
+                    path: hostnqn_path.to_path_buf(),
+                    len: n.len(),
+                })
             }
             (Some(n), Some(id)) => (n, id),
             (Some(n), None) => {
-                let id = n.strip_prefix(UUID_NQN_PREFIX).and_then(parse_uuid).ok_or_else(|| {
-                    format!(
-                        "{} holds {n:?}, which names no UUID, and {} is missing: write the                          host ID there (`uuidgen > {}`)",
-                        hostnqn_path.display(),
-                        hostid_path.display(),
-                        hostid_path.display()
-                    )
-                })?;
+                let id = n
+                    .strip_prefix(UUID_NQN_PREFIX)
+                    .and_then(parse_uuid)
+                    .ok_or_else(|| IdentityError::NqnWithoutUuid {
+                        nqn_path: hostnqn_path.to_path_buf(),
+                        nqn: n.clone(),
+                        hostid_path: hostid_path.to_path_buf(),
+                    })?;
                 (n, id)
             }
-            (None, Some(id)) => (format!("{UUID_NQN_PREFIX}{}", format_uuid(&id)), id),
+            (None, Some(id)) => (uuid_nqn(&id), id),
         };
         Ok(Some(HostIdentity {
             hostnqn,
@@ -107,7 +104,7 @@ impl HostIdentity {
         match HostIdentity::from_files(Path::new(HOSTNQN_PATH), Path::new(HOSTID_PATH)) {
             Ok(Some(id)) => id,
             Ok(None) => generated(None),
-            Err(e) => generated(Some(e)),
+            Err(e) => generated(Some(e.to_string())),
         }
     }
 }
@@ -116,9 +113,9 @@ impl HostIdentity {
 fn generated(problem: Option<String>) -> HostIdentity {
     static ID: OnceLock<HostIdentity> = OnceLock::new();
     ID.get_or_init(|| {
-        let hostid = uuid_v4();
+        let hostid = *uuid::Uuid::new_v4().as_bytes();
         let id = HostIdentity {
-            hostnqn: format!("{UUID_NQN_PREFIX}{}", format_uuid(&hostid)),
+            hostnqn: uuid_nqn(&hostid),
             hostid,
             source: IdentitySource::Generated,
         };
@@ -134,18 +131,68 @@ fn generated(problem: Option<String>) -> HostIdentity {
     .clone()
 }
 
-/// The UUID of its 8-4-4-4-12 hex form (either case), `None` if `s` is not one.
-pub fn parse_uuid(s: &str) -> Option<[u8; 16]> {
-    let groups: Vec<&str> = s.split('-').collect();
-    if groups.iter().map(|g| g.len()).collect::<Vec<_>>() != [8, 4, 4, 4, 12] {
-        return None;
-    }
-    let hex: String = groups.concat();
-    let mut out = [0u8; 16];
-    for (i, b) in out.iter_mut().enumerate() {
-        *b = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
-    }
-    Some(out)
+/// The UUID of its 8-4-4-4-12 hex form (either case; the `uuid` crate's parser, which
+/// also takes the braced, URN and 32-digit forms), `None` if `s` is not one.
+fn parse_uuid(s: &str) -> Option<[u8; 16]> {
+    uuid::Uuid::try_parse(s).ok().map(|u| *u.as_bytes())
+}
+
+/// The host NQN made from host ID `id` (NVMe Base 2.x §4.5: the UUID form).
+fn uuid_nqn(id: &[u8; 16]) -> String {
+    format!(
+        "{UUID_NQN_PREFIX}{}",
+        uuid::Uuid::from_bytes(*id).hyphenated()
+    )
+}
+
+/// Why `/etc/nvme/hostnqn` or `/etc/nvme/hostid` could not give the host's identity
+/// ([`HostIdentity::from_files`]).
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum IdentityError {
+    /// A file exists but cannot be read.
+    #[error("reading {}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The operating system's error.
+        source: Arc<std::io::Error>,
+    },
+    /// The host ID file does not hold a UUID.
+    #[error(
+        "{}: {value:?} is not a UUID (8-4-4-4-12 hex digits); write one with `uuidgen > {}`",
+        path.display(), path.display()
+    )]
+    NotUuid {
+        /// The host ID file.
+        path: PathBuf,
+        /// What it holds.
+        value: String,
+    },
+    /// The host NQN is empty or longer than 223 bytes.
+    #[error(
+        "{}: a host NQN of {len} bytes (1 to 223); write one with `nvme gen-hostnqn > {}`",
+        path.display(), path.display()
+    )]
+    NqnLength {
+        /// The host NQN file.
+        path: PathBuf,
+        /// Its length in bytes.
+        len: usize,
+    },
+    /// The host NQN names no UUID and there is no host ID file to take it from.
+    #[error(
+        "{} holds {nqn:?}, which names no UUID, and {} is missing: write the host ID \
+         there (`uuidgen > {}`)",
+        nqn_path.display(), hostid_path.display(), hostid_path.display()
+    )]
+    NqnWithoutUuid {
+        /// The host NQN file.
+        nqn_path: PathBuf,
+        /// What it holds.
+        nqn: String,
+        /// The missing host ID file.
+        hostid_path: PathBuf,
+    },
 }
 
 /// Who polls the async [`crate::Host`]'s queues and wakes the tasks whose commands
@@ -295,27 +342,6 @@ impl HostOptions {
     }
 }
 
-/// A random (version 4, RFC 9562 §5.4) UUID.
-pub fn uuid_v4() -> [u8; 16] {
-    let mut u: [u8; 16] = rand::random();
-    u[6] = (u[6] & 0x0F) | 0x40;
-    u[8] = (u[8] & 0x3F) | 0x80;
-    u
-}
-
-/// The 8-4-4-4-12 lower-case hex form of a UUID.
-pub fn format_uuid(u: &[u8; 16]) -> String {
-    let h: String = u.iter().map(|b| format!("{b:02x}")).collect();
-    format!(
-        "{}-{}-{}-{}-{}",
-        &h[..8],
-        &h[8..12],
-        &h[12..16],
-        &h[16..20],
-        &h[20..]
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -338,7 +364,7 @@ mod tests {
             (o.io_queues, o.queue_depth, o.kato_ms, o.max_io_bytes),
             (1, 128, 10_000, 1 << 20)
         );
-        assert_eq!(format_uuid(&[0xcf; 16]).len(), 36);
+        assert_eq!(uuid_nqn(&[0xcf; 16]).len(), UUID_NQN_PREFIX.len() + 36);
         // Toward a loopback address the kernel answers with a loopback source.
         assert!(o.resolve_local_ip().unwrap().is_loopback());
     }
@@ -347,7 +373,7 @@ mod tests {
     fn identity_from_nvme_cli_files() {
         let d = tempfile::tempdir().unwrap();
         let (nqn, id) = (d.path().join("hostnqn"), d.path().join("hostid"));
-        assert_eq!(HostIdentity::from_files(&nqn, &id), Ok(None));
+        assert!(matches!(HostIdentity::from_files(&nqn, &id), Ok(None)));
         let uuid = "2a5a8c1e-3b2f-4d7e-9f10-0123456789ab";
         let want_id = parse_uuid(uuid).unwrap();
         // Only the NQN, of the UUID form: the host ID is its UUID.
@@ -375,13 +401,17 @@ mod tests {
         assert_eq!(got.hostnqn, format!("{UUID_NQN_PREFIX}{uuid}"));
         // Bad contents are answered with the file and the fix.
         std::fs::write(&id, "not-a-uuid").unwrap();
-        let e = HostIdentity::from_files(&nqn, &id).unwrap_err();
+        let e = HostIdentity::from_files(&nqn, &id).unwrap_err().to_string();
         assert!(e.contains("is not a UUID") && e.contains("uuidgen"), "{e}");
         std::fs::remove_file(&id).unwrap();
         std::fs::write(&nqn, "nqn.2026-12.io.example:no-uuid").unwrap();
-        let e = HostIdentity::from_files(&nqn, &id).unwrap_err();
+        let e = HostIdentity::from_files(&nqn, &id).unwrap_err().to_string();
         assert!(e.contains("names no UUID"), "{e}");
-        assert_eq!(parse_uuid(&format_uuid(&want_id)), Some(want_id));
+        assert_eq!(
+            uuid_nqn(&want_id),
+            format!("{UUID_NQN_PREFIX}{uuid}"),
+            "lower case, hyphenated"
+        );
         assert_eq!(parse_uuid("1234"), None);
     }
 }

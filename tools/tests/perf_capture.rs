@@ -4,11 +4,12 @@
 //! the QP and PSN the RoCE packets then carry, and the number of record exchanges
 //! before and after the data phase is what `rdma-perf`'s plan for the test does.
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 
 use rdma_tools::perf::kind::{Step, TestKind};
 use rdma_tools::perf::oob::{self, BwReport, QpRecord};
-use transport::wire::pcap::{Frame, Pcap};
+#[path = "../../transport/src/test_captures.rs"]
+mod test_captures;
+use test_captures::{Capture, CapturedFrame};
 
 /// A TCP segment's payload with its source and destination ports.
 struct Seg {
@@ -18,7 +19,7 @@ struct Seg {
     payload: Vec<u8>,
 }
 
-fn tcp(f: &Frame) -> Option<Seg> {
+fn tcp(f: &CapturedFrame) -> Option<Seg> {
     let ip = f.ip_packet()?;
     if ip[0] >> 4 != 4 || ip[9] != 6 {
         return None;
@@ -35,12 +36,6 @@ fn tcp(f: &Frame) -> Option<Seg> {
     })
 }
 
-fn capture() -> Vec<u8> {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../testdata/captures/linux-perftest-rxe.pcap");
-    std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
-}
-
 /// The record exchanges `rdma-perf` does before the data phase (one QP, one size).
 fn ours_before(kind: TestKind) -> usize {
     let setup = kind
@@ -54,9 +49,8 @@ fn ours_before(kind: TestKind) -> usize {
 
 #[test]
 fn perftest_exchange_from_the_capture() {
-    let bytes = capture();
-    let pcap = Pcap::new(&bytes).unwrap();
-    let frames: Vec<Frame> = pcap.frames().collect();
+    let pcap = Capture::open("linux-perftest-rxe.pcap");
+    let frames = &pcap.frames;
     let segs: Vec<Seg> = frames
         .iter()
         .filter_map(tcp)

@@ -26,6 +26,10 @@ pub mod soft;
 pub mod sysfs;
 #[cfg(test)]
 pub(crate) mod test_captures;
+// `transport::` paths inside this crate too, so test support compiled into the unit
+// tests and, through `#[path]`, into other crates' tests is written once.
+#[cfg(test)]
+extern crate self as transport;
 pub mod time;
 pub mod verbs;
 pub mod wire;

@@ -306,7 +306,7 @@ fn ud_packet(src: IpAddr, sport: u16, dst: IpAddr, mad: &[u8]) -> Vec<u8> {
 /// missing capture fails the test.
 fn capture_mads(name: &str) -> Vec<(usize, Vec<u8>)> {
     let bytes = test_captures::read(name);
-    let pcap = wire::pcap::Pcap::new(&bytes).expect("capture parses");
+    let pcap = test_captures::Capture::parse(&bytes).expect("capture parses");
     pcap.roce()
         .filter(|(_, udp)| udp.payload.first() == Some(&0x64))
         .filter_map(|(f, udp)| Some((f.number, udp.payload.get(20..20 + MAD_LEN)?.to_vec())))

@@ -1085,7 +1085,7 @@ pub(crate) mod tests {
     /// (`testdata/captures/`; a missing capture fails the test).
     pub(crate) fn capture_mads(name: &str) -> Vec<(usize, Vec<u8>)> {
         let bytes = crate::test_captures::read(name);
-        let pcap = crate::wire::pcap::Pcap::new(&bytes).expect("capture parses");
+        let pcap = crate::test_captures::Capture::parse(&bytes).expect("capture parses");
         pcap.roce()
             .filter(|(_, udp)| udp.payload.first() == Some(&0x64)) // UD SEND Only
             .filter_map(|(f, udp)| Some((f.number, udp.payload.get(20..20 + MAD_LEN)?.to_vec())))

@@ -264,7 +264,7 @@ impl IcrcChecker {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::pcap::Pcap;
+    use crate::test_captures::Capture;
     use std::net::Ipv4Addr;
 
     fn info(id: u16) -> IcrcIpInfo {
@@ -425,7 +425,7 @@ mod tests {
             ("linux-nvme-rdma-rxe-ipv6.pcap", false),
         ] {
             let bytes = crate::test_captures::read(name);
-            let pcap = Pcap::new(&bytes).expect("pcap");
+            let pcap = Capture::parse(&bytes).expect("pcap");
             let mut solved = 0;
             for (frame, udp) in pcap.roce() {
                 let real = udp.icrc_info();

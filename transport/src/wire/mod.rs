@@ -8,13 +8,13 @@
 //! slice); [`PacketHeaders::write`] writes headers back. [`icrc()`] computes the ICRC.
 //! `mad` and `cm` hold the management datagram and CM message layouts.
 pub mod cm;
+pub mod frame;
 pub mod headers;
 pub mod icrc;
 pub mod icrc_rx;
 pub mod mad;
 pub mod opcode;
 pub mod packet;
-pub mod pcap;
 
 pub use headers::*;
 pub use icrc::*;

@@ -724,8 +724,8 @@ mod tests {
 #[cfg(test)]
 mod golden_tests {
     use super::*;
+    use crate::test_captures::Capture;
     use crate::wire::icrc::{icrc_from_ip_packet, icrc_segments, verify};
-    use crate::wire::pcap::Pcap;
     use std::collections::BTreeMap;
 
     use crate::test_captures::read as capture;
@@ -742,7 +742,7 @@ mod golden_tests {
     /// everything else must parse, round-trip and build byte-exact.
     fn check(name: &str) -> Summary {
         let bytes = capture(name);
-        let pcap = Pcap::new(&bytes).expect("valid pcap");
+        let pcap = Capture::parse(&bytes).expect("valid pcap");
         let mut s = Summary {
             roce: 0,
             opcodes: BTreeMap::new(),
@@ -871,7 +871,7 @@ mod golden_tests {
     #[test]
     fn known_headers() {
         let bytes = capture("linux-nvme-rdma-rxe.pcap");
-        let pcap = Pcap::new(&bytes).expect("valid pcap");
+        let pcap = Capture::parse(&bytes).expect("valid pcap");
         let (_, req) = pcap.roce().find(|(f, _)| f.number == 4).expect("frame 4");
         let pkt = parse(req.payload).expect("CM REQ");
         assert_eq!(pkt.hdr.bth.opcode, Opcode::UdSendOnly);
@@ -887,7 +887,7 @@ mod golden_tests {
         assert_eq!(req.src_port, crate::wire::ROCE_V2_QP1_UDP_SPORT);
 
         let bytes = capture("linux-perftest-rxe.pcap");
-        let pcap = Pcap::new(&bytes).expect("valid pcap");
+        let pcap = Capture::parse(&bytes).expect("valid pcap");
         let (_, first) = pcap.roce().find(|(f, _)| f.number == 22).expect("frame 22");
         let pkt = parse(first.payload).expect("WRITE First");
         let bth = pkt.hdr.bth;

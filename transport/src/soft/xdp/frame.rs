@@ -4,14 +4,14 @@
 //! without options, ID 0 and DF, ECT(0), TTL 64, the header checksum, UDP checksum 0;
 //! IPv6 with traffic class ECT(0), flow label 0, hop limit 64 and the UDP checksum
 //! computed (RFC 8200 §8.1). Received frames are parsed by
-//! [`crate::wire::pcap::Frame::udp`], the one parser of Ethernet frames.
+//! [`crate::wire::frame::LinkFrame::udp`], the one parser of Ethernet frames.
 use std::net::{IpAddr, SocketAddr};
 
 use zerocopy::byteorder::network_endian::U16;
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
 
-use crate::wire::pcap::{
-    Frame, UdpDatagram, ETHERTYPE_IPV4, ETHERTYPE_IPV6, ETH_HDR_LEN, IPPROTO_UDP,
+use crate::wire::frame::{
+    LinkFrame, UdpDatagram, ETHERTYPE_IPV4, ETHERTYPE_IPV6, ETH_HDR_LEN, IPPROTO_UDP,
 };
 
 /// IPv4 header length without options, bytes.
@@ -195,7 +195,7 @@ pub fn write_headers(
 /// The UDP datagram in a received Ethernet frame, or `None` when the frame is not
 /// IPv4/IPv6 UDP or is cut short.
 pub fn parse(frame: &[u8]) -> Option<UdpDatagram<'_>> {
-    Frame::ethernet(frame).udp()
+    LinkFrame::ethernet(frame).udp()
 }
 
 /// Ones' complement sum of big-endian 16-bit words (an odd last byte padded with 0),

@@ -1,14 +1,12 @@
-//! Sweeps the Linux reference captures (`testdata/captures/` of this repository,
+//! Sweeps the Linux reference captures with the `nvme` crate (`testdata/captures/` of this repository,
 //! see its README): every NVMe/RDMA command capsule, response capsule and
 //! NVMe/RDMA CM private data block in them must decode with this crate's public API.
 //!
-//! A minimal pcap reader: 24-byte global header, 16-byte record headers,
-//! Ethernet 14, IPv4 20 or IPv6 40, UDP 8 (destination port 4791), BTH 12,
-//! the extended headers of the opcode, payload, 4-byte ICRC. A missing capture
-//! fails the test.
+//! The packets come from the test support every capture test shares
+//! (`src/test_captures.rs`: the `pcap-file` crate's frames, the transport's link-frame
+//! parser) and [`transport::wire::parse`]. A missing capture fails the test.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 
 use nvme::fabrics::{ConnectCommand, PropertyGetCommand, PropertySetCommand};
 use nvme::{
@@ -17,66 +15,28 @@ use nvme::{
 };
 use zerocopy::FromBytes;
 
+#[path = "../src/test_captures.rs"]
+mod test_captures;
+
 struct Packet {
     opcode: u8,
     dest_qp: u32,
     payload: Vec<u8>,
 }
 
-/// The bytes of reference capture `name` from `testdata/captures/`; panics (the test
-/// fails, naming the path) when it cannot be read.
-fn capture(name: &str) -> Vec<u8> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../testdata/captures")
-        .join(name);
-    std::fs::read(&path).unwrap_or_else(|e| {
-        panic!(
-            "cannot read reference capture {}: {e}; the captures ship with the repository \
-             in testdata/captures/ (restore them with git checkout -- testdata)",
-            path.display()
-        )
-    })
-}
-
-/// Extended header bytes after the BTH for the opcodes in these captures.
-fn ext_len(opcode: u8) -> usize {
-    match opcode {
-        6 | 10 | 12 => 16,      // RETH
-        13 | 15 | 16 | 17 => 4, // AETH
-        23 => 4,                // IETH
-        100 => 8,               // DETH
-        _ => 0,
-    }
-}
-
-fn roce_packets(pcap: &[u8]) -> Vec<Packet> {
-    let mut out = Vec::new();
-    let mut off = 24;
-    while off + 16 <= pcap.len() {
-        let incl = u32::from_le_bytes(pcap[off + 8..off + 12].try_into().unwrap()) as usize;
-        off += 16;
-        let f = &pcap[off..off + incl];
-        off += incl;
-        let ip = match u16::from_be_bytes([f[12], f[13]]) {
-            0x0800 => 20,
-            0x86dd => 40,
-            _ => continue,
-        };
-        let udp = 14 + ip;
-        if f.len() < udp + 8 + 12 + 4 || u16::from_be_bytes([f[udp + 2], f[udp + 3]]) != 4791 {
-            continue;
-        }
-        let bth = udp + 8;
-        let opcode = f[bth];
-        let dest_qp = u32::from_be_bytes([0, f[bth + 5], f[bth + 6], f[bth + 7]]);
-        let start = bth + 12 + ext_len(opcode);
-        out.push(Packet {
-            opcode,
-            dest_qp,
-            payload: f[start..f.len() - 4].to_vec(),
-        });
-    }
-    out
+/// The RoCEv2 packets of reference capture `name` that parse.
+fn roce_packets(name: &str) -> Vec<Packet> {
+    let pcap = test_captures::Capture::open(name);
+    pcap.roce()
+        .filter_map(|(_, udp)| {
+            let pkt = transport::wire::parse(udp.payload).ok()?;
+            Some(Packet {
+                opcode: pkt.hdr.bth.opcode.into(),
+                dest_qp: pkt.hdr.bth.dest_qp,
+                payload: pkt.payload.to_vec(),
+            })
+        })
+        .collect()
 }
 
 #[derive(Default, Debug, PartialEq)]
@@ -90,12 +50,11 @@ struct Counts {
 }
 
 fn sweep(name: &str) -> Counts {
-    let pcap = capture(name);
     let mut c = Counts::default();
     // Outstanding CIDs per destination QP of the command.
     let mut outstanding: HashMap<u16, usize> = HashMap::new();
     let mut last_hsqsize = None;
-    for p in roce_packets(&pcap) {
+    for p in roce_packets(name) {
         let is_capsule = (p.opcode == 4 && p.payload.len() == 64) || p.opcode == 0;
         if is_capsule {
             let sqe = Sqe::read_from_prefix(&p.payload).unwrap().0;
