@@ -346,7 +346,11 @@ fn features() {
     assert_eq!(done(run(&reg, &ctrl, &sqe, &mut out)), (0, 0x100, 0));
     let sqe = Sqe::get_features(1, FeatureId::AsyncEventConfiguration);
     assert_eq!(done(run(&reg, &ctrl, &sqe, &mut out)), (0, 0x100, 0));
-    let sqe = Sqe::set_features(1, FeatureId::AsyncEventConfiguration, 1 << 11);
+    // Linux's 900h (frame 176): Namespace Attribute and ANA Change Notices; bit 10
+    // (telemetry) is not served.
+    let sqe = Sqe::set_features(1, FeatureId::AsyncEventConfiguration, 0x900);
+    assert_eq!(done(run(&reg, &ctrl, &sqe, &mut out)), (0, 0x900, 0));
+    let sqe = Sqe::set_features(1, FeatureId::AsyncEventConfiguration, 1 << 10);
     assert_eq!(done(run(&reg, &ctrl, &sqe, &mut out)).0, 0x8004);
 
     let sqe = Sqe::set_features(1, FeatureId::VolatileWriteCache, 0);
