@@ -12,7 +12,8 @@
 //! - the MAD / CM decoders ([`MadHeader::parse_cm`], [`CmMessage::decode`], whose
 //!   result must encode and decode back to itself, [`CmaHeader::parse`]) and the
 //!   NVMe/RDMA CM private data ([`RdmaCmRequest::parse`] and friends),
-//! - the pcap reader ([`Pcap::new`], frames, UDP datagrams).
+//! - the pcap reader ([`Pcap::new`], frames, UDP datagrams),
+//! - the ANA log page ([`nvme::ana::AnaLog::decode`], which must encode back to itself).
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use nvme::rdma::{RdmaCmAccept, RdmaCmReject, RdmaCmRequest};
@@ -54,6 +55,7 @@ pub fn run(data: &[u8]) {
     mad(data);
     private_data(data);
     pcap(data);
+    ana_log(data);
 }
 
 fn roce_packet(data: &[u8]) {
@@ -156,6 +158,15 @@ fn mad(data: &[u8]) {
                 private_data(&req.private_data);
             }
         }
+    }
+}
+
+/// The ANA log page (NVMe Base 2.x §5.16.1.12), as a host reads it from a target: a
+/// decoded log encodes to bytes that decode to the same log.
+fn ana_log(data: &[u8]) {
+    if let Ok(log) = nvme::ana::AnaLog::decode(data) {
+        let again = nvme::ana::AnaLog::decode(&log.encode(false));
+        assert_eq!(again.as_ref(), Ok(&log), "ANA log round trip");
     }
 }
 
