@@ -1,6 +1,6 @@
-//! Asymmetric Namespace Access (ANA, NVMe Base 2.x §8.1.1 / 2.0 §8.20): the
-//! ANA states, the ANA log page (LID 0Ch, §5.16.1.12), the ANA Change
-//! asynchronous event and the path related statuses a controller answers
+//! Asymmetric Namespace Access (ANA; NVMe Base 2.x §8.1, "Asymmetric Namespace
+//! Access Reporting"): the ANA states, the ANA log page (LID 0Ch, §5.16.1), the ANA
+//! Change asynchronous event and the path related statuses a controller answers
 //! with when a namespace's group is not accessible through it.
 //!
 //! Log page layout (all little endian):
@@ -31,7 +31,7 @@ use crate::features::{AsyncEvent, AsyncEventType, AEN_NOTICE_ANA_CHANGE};
 use crate::status::{PathStatus, Status};
 
 wire_enum! {
-    /// ANA State (group descriptor byte 16 bits 3:0), NVMe Base 2.x §8.1.1.
+    /// ANA State (group descriptor byte 16 bits 3:0), NVMe Base 2.x §8.1.
     pub enum AnaState: u8 {
         /// ANA Optimized state (01h).
         Optimized = 0x01 => "optimized",
@@ -55,7 +55,7 @@ impl AnaState {
 
     /// The path related status (SCT 3h) a controller answers a command
     /// that needs the namespace with, in a state that refuses it; `None`
-    /// in an accessible state (§8.1.1.3-8.1.1.5).
+    /// in an accessible state (§8.1, the states' descriptions).
     pub const fn path_status(self) -> Option<Status> {
         match self {
             AnaState::Optimized | AnaState::NonOptimized => None,

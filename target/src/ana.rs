@@ -1,4 +1,4 @@
-//! Asymmetric Namespace Access on the target side (NVMe Base 2.x §8.1.1): every
+//! Asymmetric Namespace Access on the target side (NVMe Base 2.x §8.1): every
 //! namespace belongs to an ANA group (`ana_grpid`, default 1), and every port has a
 //! state for every group (optimized unless configured). The state decides what an I/O
 //! command to the namespace through that port gets: executed (optimized,

@@ -42,7 +42,7 @@ pub enum Kind {
 /// namespace, to a namespace whose ANA group is inaccessible, in persistent loss or
 /// changing through the controller's port (`ana`: the ANA path status, no DNR, so a
 /// multipath host retries on another path), or failing `io::decode` (LBA range, MDTS
-/// = `max_io_bytes`): that status (NVMe Base 2.x §3.3, §8.1.1, NVMe over Fabrics 1.x
+/// = `max_io_bytes`): that status (NVMe Base 2.x §3.3, §8.1, NVMe over Fabrics 1.x
 /// §3; nvmet's checks, in its order).
 pub fn classify(
     sqe: &Sqe,

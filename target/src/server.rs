@@ -149,7 +149,7 @@ impl<P: Provider> TargetHandle<P> {
         self.metrics.as_ref().map(|m| m.local_addr())
     }
     /// Sets the ANA state of group `grpid` on the port with PORTID `portid` (NVMe Base
-    /// 2.x §8.1.1; nvmet's `ports/N/ana_groups/G/ana/state`). From the return on, I/O
+    /// 2.x §8.1; nvmet's `ports/N/ana_groups/G/ana/state`). From the return on, I/O
     /// through that port to the group's namespaces gets what `state` gives, and the
     /// port's ANA log page reports it. When the state changed, every poll group posts
     /// an ANA change notice (AER DW0 000C0302h) to the I/O controllers on that port

@@ -151,7 +151,7 @@ pub fn identify_controller(reg: &Registry, ctrl: &Controller) -> IdentifyControl
     id.cqes = 0x44;
     id.nn = U32::new(subsys.max_nsid());
     if id.nn.get() > 0 {
-        // ANA (NVMe Base 2.x §8.1.1), as nvmet: reported by every I/O controller of a
+        // ANA (NVMe Base 2.x §8.1), as nvmet: reported by every I/O controller of a
         // subsystem with namespaces (a Linux host refuses ANA with MNAN 0 or above NN).
         id.cmic = CMIC_MULTI_PORT | CMIC_MULTI_CONTROLLER | CMIC_ANA_REPORTING;
         id.oaes = U32::new(OAES_NS_ATTR | OAES_ANA_CHANGE);

@@ -126,7 +126,7 @@ pub(super) fn get_log_page(c: &Ctx, sqe: &Sqe, out: &mut [u8]) -> AdminOutcome {
     AdminOutcome::data(copy_out(out, &log[from..], want))
 }
 
-/// Asymmetric Namespace Access log (LID 0Ch, NVMe Base 2.x §5.16.1.12): the
+/// Asymmetric Namespace Access log (LID 0Ch, NVMe Base 2.x §5.16.1): the
 /// controller's port's state of every ANA group with the subsystem's namespaces in it;
 /// with Return Groups Only (LSP bit 0) the group descriptors alone.
 fn ana_log(c: &Ctx, sqe: &Sqe) -> Result<Vec<u8>, Status> {

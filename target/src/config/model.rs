@@ -230,7 +230,7 @@ pub struct AnaGroupConfig {
     pub state: AnaStateConfig,
 }
 
-/// An ANA state as the configuration names it (nvmet's names, NVMe Base 2.x §8.1.1).
+/// An ANA state as the configuration names it (nvmet's names, NVMe Base 2.x §8.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum AnaStateConfig {
