@@ -17,6 +17,7 @@ use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use nvme::{Sgl, Sqe};
+use nvmf_target::ana::AnaTable;
 use nvmf_target::capsule::{classify, Kind};
 
 #[path = "common/target_sim.rs"]
@@ -34,11 +35,12 @@ fn bench_capsule(c: &mut Criterion) {
     let queue = target.sim.core.queue(IO_QPN).expect("I/O queue");
     let ctrl = queue.ctrl.clone().expect("I/O queue controller");
     let qid = queue.qid;
+    let ana = AnaTable::default();
     let bytes = read_capsule();
     let (sqe, sgl) = decode(&bytes);
     assert!(matches!(sgl, Sgl::KeyedDataBlock { len: 4096, .. }));
     assert!(matches!(
-        classify(&sqe, qid, Some(&ctrl), true, MAX_IO_BYTES),
+        classify(&sqe, qid, Some(&ctrl), true, MAX_IO_BYTES, &ana),
         Ok((Kind::Io(_), _))
     ));
 
@@ -48,12 +50,15 @@ fn bench_capsule(c: &mut Criterion) {
         b.iter(|| decode(black_box(&bytes)))
     });
     g.bench_function("classify_read_4k", |b| {
-        b.iter(|| classify(black_box(&sqe), qid, Some(&ctrl), true, MAX_IO_BYTES))
+        b.iter(|| classify(black_box(&sqe), qid, Some(&ctrl), true, MAX_IO_BYTES, &ana))
     });
     g.bench_function("decode_and_classify_read_4k", |b| {
         b.iter(|| {
             let (sqe, sgl) = decode(black_box(&bytes));
-            (classify(&sqe, qid, Some(&ctrl), true, MAX_IO_BYTES), sgl)
+            (
+                classify(&sqe, qid, Some(&ctrl), true, MAX_IO_BYTES, &ana),
+                sgl,
+            )
         })
     });
     g.finish();

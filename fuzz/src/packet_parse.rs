@@ -13,7 +13,8 @@
 //!   result must encode and decode back to itself, [`CmaHeader::parse`]) and the
 //!   NVMe/RDMA CM private data ([`RdmaCmRequest::parse`] and friends),
 //! - the link-frame parser ([`LinkFrame`] as Ethernet and as raw IP: IP packet, UDP
-//!   datagram, ICRC inputs) that the AF_XDP path reads received frames with.
+//!   datagram, ICRC inputs) that the AF_XDP path reads received frames with,
+//! - the ANA log page ([`nvme::ana::AnaLog::decode`], which must encode back to itself).
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use nvme::rdma::{RdmaCmAccept, RdmaCmReject, RdmaCmRequest};
@@ -52,6 +53,7 @@ pub fn run(data: &[u8]) {
     mad(data);
     private_data(data);
     link_frames(data);
+    ana_log(data);
 }
 
 fn roce_packet(data: &[u8]) {
@@ -154,6 +156,15 @@ fn mad(data: &[u8]) {
                 private_data(&req.private_data);
             }
         }
+    }
+}
+
+/// The ANA log page (NVMe Base 2.x §5.16.1.12), as a host reads it from a target: a
+/// decoded log encodes to bytes that decode to the same log.
+fn ana_log(data: &[u8]) {
+    if let Ok(log) = nvme::ana::AnaLog::decode(data) {
+        let again = nvme::ana::AnaLog::decode(&log.encode(false));
+        assert_eq!(again.as_ref(), Ok(&log), "ANA log round trip");
     }
 }
 

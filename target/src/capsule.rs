@@ -5,6 +5,7 @@ use nvme::status::{GenericStatus, Status};
 use nvme::Sqe;
 
 use crate::admin::{self, DataDirection};
+use crate::ana::AnaTable;
 use crate::controller::Controller;
 use crate::io::{self, IoCommand};
 
@@ -38,14 +39,18 @@ pub enum Kind {
 /// command type: Invalid Opcode (DNR); a Disconnect on the admin queue: Invalid Queue
 /// Type (DNR); anything but Connect (and Disconnect) before Connect: Command
 /// Sequence Error (DNR); I/O while the controller is not ready, on an unknown
-/// namespace, or failing `io::decode` (LBA range, MDTS = `max_io_bytes`): that status
-/// (NVMe Base 2.x §3.3, NVMe over Fabrics 1.x §3; nvmet's checks).
+/// namespace, to a namespace whose ANA group is inaccessible, in persistent loss or
+/// changing through the controller's port (`ana`: the ANA path status, no DNR, so a
+/// multipath host retries on another path), or failing `io::decode` (LBA range, MDTS
+/// = `max_io_bytes`): that status (NVMe Base 2.x §3.3, §8.1, NVMe over Fabrics 1.x
+/// §3; nvmet's checks, in its order).
 pub fn classify(
     sqe: &Sqe,
     qid: u16,
     ctrl: Option<&Controller>,
     authenticated: bool,
     max_io_bytes: u32,
+    ana: &AnaTable,
 ) -> Result<(Kind, DataDirection), Status> {
     if sqe.psdt() != nvme::sqe::PSDT_SGL_MPTR_CONTIG {
         return Err(Status::generic(GenericStatus::InvalidField).with_dnr());
@@ -89,6 +94,9 @@ pub fn classify(
         .subsys
         .namespace(sqe.nsid())
         .ok_or(Status::generic(GenericStatus::InvalidNamespaceOrFormat).with_dnr())?;
+    if let Some(refused) = ana.state(ctrl.port, ns.ana_grpid).path_status() {
+        return Err(refused);
+    }
     let cmd = io::decode(sqe, ns.ns.nlb(), ns.ns.block_size(), max_io_bytes)?;
     // A read-only namespace serves reads and flushes; anything else would change it
     // (nvmet_io_cmd_check_access: the same status, no DNR).

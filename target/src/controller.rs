@@ -433,6 +433,19 @@ impl Controller {
         Self::queue_event(&mut s, dw0);
     }
 
+    /// [`post_event`](Self::post_event) when the host enabled the event: when any bit
+    /// of `aec_mask` is set in its Asynchronous Event Configuration (feature 0Bh; e.g.
+    /// [`nvme::features::AEC_ANA_CHANGE`], bit 11), or always for a mask of 0. Returns
+    /// whether the event was posted.
+    pub fn post_event_if_enabled(&self, dw0: u32, aec_mask: u32) -> bool {
+        let mut s = self.state.lock();
+        if aec_mask != 0 && s.aen_config & aec_mask == 0 {
+            return false;
+        }
+        Self::queue_event(&mut s, dw0);
+        true
+    }
+
     fn queue_event(s: &mut State, dw0: u32) {
         if !s.events.contains(&dw0) && !s.masked_logs.contains(&event_log_page(dw0)) {
             s.events.push_back(dw0);

@@ -2,7 +2,7 @@
 //! file namespaces, over the transport's verbs model (NVMe Base 2.x, NVMe over
 //! Fabrics, NVMe RDMA Transport 1.x).
 //!
-//! One concern per module, as Linux's drivers/nvme/target: [`subsystem`] and
+//! One concern per module, as Linux's drivers/nvme/target: [`subsystem`], [`ana`] and
 //! [`controller`] (state), [`fabrics`] (Connect, Property Get/Set), [`admin`] (admin
 //! commands), [`io`] (NVM commands), [`discovery`] (the discovery log page),
 //! [`rdma`] (the NVMe/RDMA transport: the request core, a sans-IO state machine, and
@@ -16,6 +16,7 @@
 //! [`metrics`] what it tells Prometheus.
 
 pub mod admin;
+pub mod ana;
 pub mod backend;
 pub mod buffers;
 #[doc(hidden)]

@@ -148,6 +148,39 @@ impl<P: Provider> TargetHandle<P> {
     pub fn metrics_addr(&self) -> Option<SocketAddr> {
         self.metrics.as_ref().map(|m| m.local_addr())
     }
+    /// Sets the ANA state of group `grpid` on the port with PORTID `portid` (NVMe Base
+    /// 2.x §8.1; nvmet's `ports/N/ana_groups/G/ana/state`). From the return on, I/O
+    /// through that port to the group's namespaces gets what `state` gives, and the
+    /// port's ANA log page reports it. When the state changed, every poll group posts
+    /// an ANA change notice (AER DW0 000C0302h) to the I/O controllers on that port
+    /// whose host enabled ANA Change Notices (AEC bit 11) and completes their held
+    /// Asynchronous Event Requests at once, so the hosts reread the log. Returns
+    /// whether the state changed.
+    ///
+    /// # Errors
+    /// [`crate::ana::AnaError`]: no port with that PORTID, a group outside
+    /// 1..=[`crate::ana::ANAGRPMAX`].
+    pub fn set_ana_state(
+        &self,
+        portid: u16,
+        grpid: u32,
+        state: nvme::ana::AnaState,
+    ) -> Result<bool, crate::ana::AnaError> {
+        let (port, changed) = self.reg.ana.set(portid, grpid, state)?;
+        tracing::info!(portid, grpid, state = %state, changed, "ANA state set");
+        if changed {
+            let post = crate::rdma::EventPost {
+                port: Some(port),
+                io_only: true,
+                dw0: nvme::ana::ANA_CHANGE_AEN_DW0,
+                aec_mask: nvme::features::AEC_ANA_CHANGE,
+            };
+            for (tx, _) in &self.groups {
+                let _ = tx.send(GroupCmd::PostEvent(post));
+            }
+        }
+        Ok(changed)
+    }
     /// Stops the target at once and waits for its threads: connections are not
     /// drained or disconnected (see [`TargetHandle::shutdown_within`] for that).
     pub fn shutdown(mut self) {
@@ -334,13 +367,13 @@ fn start_recording_created<P: Provider>(
             }
             let file_index = files.len() as u32;
             files.push(ns.fd());
-            namespaces.push(
-                NamespaceEntry::new(n.nsid, Arc::new(ns), file_index, &s.nqn).with_ids(
-                    n.nguid.map(|g| g.0),
-                    n.uuid.map(|u| u.into_bytes()),
-                    n.eui64.map(|e| e.0),
-                ),
+            let mut entry = NamespaceEntry::new(n.nsid, Arc::new(ns), file_index, &s.nqn).with_ids(
+                n.nguid.map(|g| g.0),
+                n.uuid.map(|u| u.into_bytes()),
+                n.eui64.map(|e| e.0),
             );
+            entry.ana_grpid = n.ana_grpid;
+            namespaces.push(entry);
         }
         subsystems.push(Arc::new(subsystem_of(s, namespaces)?));
     }
@@ -554,6 +587,9 @@ fn port_of((i, l): (usize, &crate::config::ListenAddr)) -> PortInfo {
                 trsvcid: r.trsvcid,
                 portid: r.portid,
             })
+            .collect(),
+        ana_groups: (l.ana_groups.iter())
+            .map(|g| (g.grpid, g.state.into()))
             .collect(),
         ..PortInfo::new(l.addr, l.trsvcid)
     }

@@ -18,6 +18,9 @@ use nvme::status::{CommandSpecificStatus, Status};
 use nvme::NVMF_DISCOVERY_NQN;
 use parking_lot::Mutex;
 
+use nvme::ana::AnaState;
+
+use crate::ana::AnaTable;
 use crate::backend::Backend;
 use crate::controller::Controller;
 use crate::stats::NamespaceStats;
@@ -56,6 +59,9 @@ pub struct NamespaceEntry {
     pub eui64: [u8; 8],
     /// What the poll groups served from it (the SMART / Health log's counters).
     pub stats: Arc<NamespaceStats>,
+    /// Its ANA group (Identify Namespace ANAGRPID, 1..=[`crate::ana::ANAGRPMAX`]):
+    /// each port's state of that group decides what its I/O gets ([`crate::ana`]).
+    pub ana_grpid: u32,
 }
 
 impl NamespaceEntry {
@@ -72,6 +78,7 @@ impl NamespaceEntry {
             uuid,
             eui64: [0; 8],
             stats: Arc::new(NamespaceStats::default()),
+            ana_grpid: crate::ana::DEFAULT_ANA_GRPID,
         }
     }
 
@@ -242,6 +249,9 @@ pub struct PortInfo {
     pub subsystems: Option<Vec<String>>,
     /// Discovery services the discovery log page read here refers hosts to.
     pub referrals: Vec<Referral>,
+    /// The ANA groups this port configures, with their states at start; every other
+    /// group is optimized here ([`crate::ana`]).
+    pub ana_groups: Vec<(u32, AnaState)>,
 }
 
 /// A referral to another RDMA discovery service (Discovery Log Page Entry SUBTYPE 1).
@@ -264,6 +274,7 @@ impl PortInfo {
             portid: PORT_ID,
             subsystems: None,
             referrals: Vec::new(),
+            ana_groups: Vec::new(),
         }
     }
 
@@ -333,6 +344,9 @@ pub struct Registry {
     /// Refused connections by reason (Fabrics Connects and RDMA CM requests), for the
     /// metrics endpoint ([`crate::metrics::refusals`]).
     pub refusals: crate::metrics::ConnectRefusals,
+    /// Every port's ANA state of every group ([`crate::ana`]), from the ports'
+    /// `ana_groups` and the namespaces' groups.
+    pub ana: AnaTable,
     controllers: Mutex<ControllerTable>,
     genctr: AtomicU64,
 }
@@ -359,7 +373,14 @@ impl Registry {
         limits: Limits,
         serve_discovery: bool,
     ) -> Arc<Registry> {
+        let ana_ports: Vec<_> = (ports.iter())
+            .map(|p| (p.portid, p.ana_groups.clone()))
+            .collect();
+        let ns_groups = (subsystems.iter())
+            .flat_map(|s| s.namespaces.iter().map(|n| n.ana_grpid))
+            .collect::<Vec<_>>();
         Arc::new(Registry {
+            ana: AnaTable::new(&ana_ports, ns_groups),
             subsystems,
             discovery: Arc::new(Subsystem::discovery()),
             serve_discovery,

@@ -16,7 +16,6 @@ import sys
 # Differences that are not bugs, with why (each seen in a run against Linux 6.1's
 # nvmet, 2026-12-02). "*" matches any field of the command.
 OWN = "each target's own identity (subsystem NQN, serial, model, firmware revision)"
-NO_ANA = "nvmet serves ANA; we do not yet (issue 16 item 4)"
 BDEV = "nvmet reports the null_blk's block-layer statistics (the host's partition scan included)"
 M_BIT = "nvmet sets the More bit (0x2000) on errors it logs; we log every failed command and leave M clear (optional)"
 EXPECTED = {
@@ -33,20 +32,13 @@ EXPECTED = {
         "subnqn": OWN,
         "cntlid": "controller IDs are handed out per target",
         "nn": "nvmet reports NVMET_MAX_NAMESPACES (1024); we report the largest NSID we serve",
-        "mnan": "nvmet reports NVMET_MAX_NAMESPACES; we report 0 (no namespace attachment)",
+        "mnan": "nvmet reports NVMET_MAX_NAMESPACES; we report NN (a Linux host needs 0 < MNAN <= NN for ANA)",
         "maxcmd": "nvmet reports 1024; we report our queue size (max_queue_size, 128)",
         "oncs": "we have Compare (bit 0), as SPDK; nvmet does not",
-        "oaes": NO_ANA + " (ANA Change Notices, bit 11)",
-        "cmic": NO_ANA + " (and multi-port, bit 0)",
-        "anacap": NO_ANA,
-        "anatt": NO_ANA,
-        "anagrpmax": NO_ANA,
-        "nanagrpid": NO_ANA,
         "nwpc": "nvmet has namespace write protection; we do not",
     },
     "id-ns": {
         "nguid": "namespace identifiers are each target's own (nvmet's default NGUID is 0)",
-        "anagrpid": NO_ANA,
         "dlfeat": "our file reads deallocated blocks as zeroes (punched holes); nvmet's null_blk cannot say",
         "nsfeat": "nvmet reports the null_blk's optimal I/O sizes (NPWG..NOWS, bit 4) and NSABP (bit 1)",
         "npwg": "nvmet reports the null_blk's optimal I/O sizes",
@@ -111,7 +103,6 @@ GROUP_EXPECTED = {
         "get-feature": "Number of Queues: we report the queues granted to the host's Set "
         "Features (the specification's NSQA/NCQA); nvmet reports its maximum"
     },
-    "get-feature-0xb": {"get-feature": NO_ANA + ": the host enabled ANA Change notices there"},
     "get-feature-0x81": {
         "NVMe status": "both refuse a Host Identifier without EXHID: nvmet checks the data "
         "length first (Data SGL Length Invalid), we the field (Invalid Field)"

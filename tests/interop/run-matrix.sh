@@ -52,6 +52,17 @@
 #                   our nvmf-target (no secret, right, bidirectional, wrong controller
 #                   secret, wrong secret; the wrong ones refused at once). Not a default
 #                   group: INTEROP_GROUPS=dhchap (.ci/run runs it).
+#   ana/*           issue 16 item 4: ANA with Linux's native multipath in VM B (nvme_core
+#                   multipath=Y): our target (the example ana_control, hooks/our-ana.sh)
+#                   on 192.168.77.1 ports 4420 (optimized) and 4421 (non-optimized),
+#                   both connected (connect), nvme list-subsys and the kernel's
+#                   per-path ana_state (list-subsys), fio randrw verify on the
+#                   multipath head through the optimized path (io-before), the hook
+#                   flips 4420 -> inaccessible and 4421 -> optimized (ana-flip: the
+#                   host rereads the log on the ANA change AEN), I/O moved
+#                   (io-moved: per-path /sys/block/nvmeXcYn1/stat), fio-verify,
+#                   disconnect, target-exit (guest/ana-host.sh). Not a default group:
+#                   INTEROP_GROUPS=ana (.ci/run runs it with nvme-cli).
 #   tshark/*        tshark's verdict on the capture of each run (check-capture.sh).
 # Exit status: 0 all cells passed, 1 a cell failed, 2 the matrix cannot run here (no
 # root, no network namespaces, no QEMU/tcpdump/tshark, no guest image) - with the reason.
@@ -59,6 +70,8 @@
 # Env (all optional):
 #   NVMF_TARGET_BIN, NVMF_BENCH_BIN  executables (default build/debug/{nvmf-target,nvmf-bench})
 #   RDMA_PERF_BIN  rdma-perf for the perftest group (default build/debug/rdma-perf)
+#   ANA_CONTROL_BIN  the example ana_control for the ana group (default
+#               build/debug/examples/ana_control: cargo build -p nvmf-target --example ana_control)
 #   RDMA_PERF_VERBS_BIN  rdma-perf built with `--features verbs`: the perftest group's
 #               verbs-client cells run it in the guest (none without it)
 #   NVMF_TARGET_VERBS_BIN  nvmf-target built with `--features verbs` for verbs-target
@@ -87,6 +100,7 @@ GROUPS_="${INTEROP_GROUPS:-linux-host linux-target linux-host-ipv6 linux-target-
 export NVMF_TARGET_BIN="${NVMF_TARGET_BIN:-$REPO/build/debug/nvmf-target}"
 export NVMF_BENCH_BIN="${NVMF_BENCH_BIN:-$REPO/build/debug/nvmf-bench}"
 export RDMA_PERF_BIN="${RDMA_PERF_BIN:-$REPO/build/debug/rdma-perf}"
+export ANA_CONTROL_BIN="${ANA_CONTROL_BIN:-$REPO/build/debug/examples/ana_control}"
 export INTEROP_NQN=nqn.2026-11.io.nvmf-rdma:interop
 export INTEROP_NS_SIZE=64M
 NS_BYTES=$((64 << 20))
@@ -112,6 +126,10 @@ case " $GROUPS_ " in
         for b in "$NVMF_TARGET_BIN" "$NVMF_BENCH_BIN"; do
             [ -x "$b" ] || cannot "$b not built (cargo build -p nvmf-target -p nvmf-bench --bins)"
         done ;;
+esac
+case " $GROUPS_ " in
+    *" ana "*)
+        [ -x "$ANA_CONTROL_BIN" ] || cannot "$ANA_CONTROL_BIN not built (cargo build -p nvmf-target --example ana_control)" ;;
 esac
 case " $GROUPS_ " in
     *" linux-host-loss "*) command -v nft >/dev/null ||
@@ -301,6 +319,30 @@ run_dhchap() {
     cp "$d/cells-auth.txt" "$OUT/$g.cells" 2>/dev/null || : >"$OUT/$g.cells"
 }
 
+# ---- group 6: ANA under Linux's native multipath, the optimized path flipped under fio ------
+run_ana() {
+    local g=$1 d="$OUT/$1"
+    mkdir -p "$d"
+    export INTEROP_IMG="$OUT/$g-ns1.img"
+    rm -f "$INTEROP_IMG"
+    say "$g: VM B (native multipath, fio) -> our target on 192.168.77.1:4420 and :4421, ANA flipped mid-run"
+    local t0
+    t0=$(date +%s)
+    "$LP/run.sh" -t 420 -o "$d" -a target_ip=192.168.77.1 -a nqn="$INTEROP_NQN" \
+        -a ana_secs="${ANA_SECS:-40}" -H "$HERE/hooks/our-ana.sh" \
+        B:192.168.77.11:ana-host.sh >"$OUT/$g.log" 2>&1
+    say "$g: run.sh exit status $? after $(( $(date +%s) - t0 )) s"
+    local f="$OUT/$g.cells"
+    cp "$d/out/B/cells.txt" "$f" 2>/dev/null || : >"$f"
+    local rc
+    rc=$(cat "$d/target.rc" 2>/dev/null || echo "?")
+    if [ "$rc" = 0 ] && ! grep -qiE "panicked|ERROR" "$d/target.log"; then
+        echo "cell target-exit PASS ana_control stopped cleanly (status 0, no ERROR/panic in its log); $(tr '\n' ';' <"$d/ana-control.txt")" >>"$f"
+    else
+        echo "cell target-exit FAIL status $rc; $(grep -m2 -iE 'panicked|ERROR' "$d/target.log" | tr '\n' ' ')" >>"$f"
+    fi
+}
+
 # ---- group 3: Linux host (VM B) -> our target on the verbs provider in VM A ----------------
 run_verbs_target() {
     local g=$1 d="$OUT/$1"
@@ -364,6 +406,7 @@ DHCHAP_CELLS="our-host/h1-right-key our-host/h2-bidirectional our-host/h2-wrong-
             linux-host/b-data-read-back-matches linux-host/d-H2-bidirectional
             linux-host/e-H2-wrong-ctrl-secret linux-host/c-H1-wrong-secret
             linux-host/refused-at-once-(c) linux-host/refused-at-once-(e) target-exit"
+ANA_CELLS="connect list-subsys io-before ana-flip io-moved fio-verify disconnect target-exit"
 NVME_CLI_CELLS="discover connect id-ctrl id-ns list-ns ns-descs smart-log smart-log-ns1
             error-log fw-log effects-log changed-ns-list-log get-features get-logs compare
             disconnect"
@@ -380,6 +423,7 @@ for g in $GROUPS_; do
         nvme-cli) fn=run_nvme_cli ;;
         perftest) fn=run_perftest ;;
         dhchap) fn=run_dhchap ;;
+        ana) fn=run_ana ;;
         *) cannot "unknown group '$g' in INTEROP_GROUPS" ;;
     esac
     if [ "${INTEROP_PARALLEL:-0}" = 1 ]; then $fn "$g" & pids+=($!); else $fn "$g"; fi
@@ -404,6 +448,8 @@ for g in $GROUPS_; do
         # Linux 6.12 on both VMs and ours in the middle: the capture is kept for
         # ../shared/linux-peer/dhchap_verify.py, not checked by tshark.
         dhchap) add_cells $g "$OUT/$g.cells" $DHCHAP_CELLS; continue ;;
+        # No capture: the wire is the linux-host groups'.
+        ana) add_cells $g "$OUT/$g.cells" $ANA_CELLS; continue ;;
     esac
     if [ -s "$OUT/$g.pcap" ]; then
         "$HERE/check-capture.sh" "$g" "$OUT/$g.pcap" "$ours" "$ref" >"$OUT/tshark-$g.txt" 2>&1

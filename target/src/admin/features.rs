@@ -2,8 +2,8 @@
 //! Asynchronous Event Configuration, Number of Queues, Volatile Write Cache and (Get
 //! only) Host Identifier; a discovery controller has the first two.
 use nvme::features::{
-    FeatureSelect, NumberOfQueues, VolatileWriteCache, AEC_DISCOVERY_CHANGE, AEC_NS_ATTR,
-    AEC_SMART_MASK,
+    FeatureSelect, NumberOfQueues, VolatileWriteCache, AEC_ANA_CHANGE, AEC_DISCOVERY_CHANGE,
+    AEC_NS_ATTR, AEC_SMART_MASK,
 };
 use nvme::status::{CommandSpecificStatus, GenericStatus, Status};
 use nvme::{FeatureId, Sqe};
@@ -11,10 +11,11 @@ use nvme::{FeatureId, Sqe};
 use super::{copy_out, generic, invalid_field, AdminOutcome, Ctx, DataDirection};
 use crate::controller::ControllerKind;
 
-/// Asynchronous Event Configuration bits a controller accepts.
+/// Asynchronous Event Configuration bits a controller accepts (an I/O controller's
+/// Linux host sets 900h: Namespace Attribute and ANA Change Notices).
 fn aec_mask(kind: ControllerKind) -> u32 {
     match kind {
-        ControllerKind::Io => AEC_SMART_MASK | AEC_NS_ATTR,
+        ControllerKind::Io => AEC_SMART_MASK | AEC_NS_ATTR | AEC_ANA_CHANGE,
         ControllerKind::Discovery => AEC_DISCOVERY_CHANGE,
     }
 }

@@ -1,11 +1,12 @@
 //! Identify (NVMe Base 2.x §5.17): the controller, namespaces, the active namespace
 //! list, namespace identification descriptors, and the NVM command set's I/O command
 //! set specific controller structure, with the values nvmet reports unless noted.
+use nvme::ana::{ANACAP_ALL_STATES, CMIC_ANA_REPORTING, CMIC_MULTI_PORT};
 use nvme::identify::{
     IdentifyController, IdentifyNamespace, NamespaceList, NsIdDescriptor, NsIdDescriptorList,
     PowerStateDescriptor, CNTRLTYPE_DISCOVERY, CNTRLTYPE_IO, CTRATT_HOST_ID_128, CTRATT_TBKAS,
-    IDENTIFY_DATA_SIZE, OAES_DISCOVERY_CHANGE, OAES_NS_ATTR, ONCS_COMPARE, ONCS_DSM,
-    ONCS_WRITE_ZEROES, SGLS_KEYED, SGLS_OFFSET, SGLS_SUPPORTED,
+    IDENTIFY_DATA_SIZE, OAES_ANA_CHANGE, OAES_DISCOVERY_CHANGE, OAES_NS_ATTR, ONCS_COMPARE,
+    ONCS_DSM, ONCS_WRITE_ZEROES, SGLS_KEYED, SGLS_OFFSET, SGLS_SUPPORTED,
 };
 use nvme::status::GenericStatus;
 use nvme::{IdentifyCns, Sqe};
@@ -104,7 +105,9 @@ fn sgls(limits: &Limits) -> u32 {
 
 /// The Identify Controller structure of `ctrl` (NVMe Base 2.x §5.17.2.1), with the
 /// values nvmet reports unless noted: VID/SSVID 0, SN, MN, FR, IEEE (little endian)
-/// and VER (1.3 unless configured) of the subsystem, RAB 6, CMIC 02h,
+/// and VER (1.3 unless configured) of the subsystem, RAB 6, CMIC 0Bh (multi-port,
+/// multi-controller, ANA reporting; 02h without namespaces), ANA Change Notices in
+/// OAES, ANACAP 1Fh, ANATT 10 s, ANAGRPMAX = NANAGRPID = 128, MNAN = NN,
 /// MDTS from the limits, CNTLID, OAES Namespace Attribute Notices (discovery:
 /// Discovery Log Change), CTRATT 41h (128-bit host ID, Traffic Based Keep Alive),
 /// CNTRLTYPE, ACL 3, AERL 3, FRMW 03h, LPA 07h, ELPE 127, KAS 10, SQES 66h, CQES 44h,
@@ -147,6 +150,17 @@ pub fn identify_controller(reg: &Registry, ctrl: &Controller) -> IdentifyControl
     id.sqes = 0x66;
     id.cqes = 0x44;
     id.nn = U32::new(subsys.max_nsid());
+    if id.nn.get() > 0 {
+        // ANA (NVMe Base 2.x §8.1), as nvmet: reported by every I/O controller of a
+        // subsystem with namespaces (a Linux host refuses ANA with MNAN 0 or above NN).
+        id.cmic = CMIC_MULTI_PORT | CMIC_MULTI_CONTROLLER | CMIC_ANA_REPORTING;
+        id.oaes = U32::new(OAES_NS_ATTR | OAES_ANA_CHANGE);
+        id.anacap = ANACAP_ALL_STATES;
+        id.anatt = crate::ana::ANATT_SECONDS;
+        id.anagrpmax = U32::new(crate::ana::ANAGRPMAX);
+        id.nanagrpid = U32::new(crate::ana::ANAGRPMAX);
+        id.mnan = id.nn;
+    }
     id.oncs = U16::new(ONCS_COMPARE | ONCS_DSM | ONCS_WRITE_ZEROES);
     id.vwc = 1;
     id.ioccsz = U32::new((64 + limits.in_capsule_bytes) / 16);
@@ -165,11 +179,12 @@ pub fn identify_controller(reg: &Registry, ctrl: &Controller) -> IdentifyControl
 
 /// The Identify Namespace structure of `ns` (NVM Command Set 1.x §4.1.5.1):
 /// NSZE = NCAP = NUSE = blocks, one LBA format (LBADS = log2 of the block size),
-/// NMIC shared, DLFEAT 09h, NGUID and EUI64 (zero when the namespace has none); NSATTR
+/// NMIC shared, ANAGRPID, DLFEAT 09h, NGUID and EUI64 (zero when the namespace has none); NSATTR
 /// bit 0 (write protected) for a read-only namespace, as nvmet sets it.
 pub fn identify_namespace(ns: &NamespaceEntry) -> IdentifyNamespace {
     let mut id = IdentifyNamespace::new(ns.ns.nlb(), ns.ns.lbads());
     id.nmic = NMIC_SHARED;
+    id.anagrpid = U32::new(ns.ana_grpid);
     id.dlfeat = DLFEAT;
     id.nguid = ns.nguid;
     id.eui64 = ns.eui64;

@@ -5,6 +5,7 @@
 //! every log: read with RAE cleared, the log's asynchronous event may be reported
 //! again ([`crate::controller::Controller::log_read`]), and the Changed Namespace List
 //! is cleared; with RAE set both are kept.
+use nvme::ana::ANA_LOG_LSP_RGO;
 use nvme::identify::NamespaceList;
 use nvme::log::SmartLog;
 use nvme::status::{GenericStatus, Status};
@@ -75,6 +76,12 @@ pub static LOG_PAGES: &[LogPage] = &[
         build: |_, _| Ok(command_effects().as_bytes().to_vec()),
     },
     LogPage {
+        lid: LogPageId::AnaLog,
+        io: true,
+        discovery: false,
+        build: ana_log,
+    },
+    LogPage {
         lid: LogPageId::Discovery,
         io: false,
         discovery: true,
@@ -117,6 +124,14 @@ pub(super) fn get_log_page(c: &Ctx, sqe: &Sqe, out: &mut [u8]) -> AdminOutcome {
         c.ctrl.log_read(page.lid.value());
     }
     AdminOutcome::data(copy_out(out, &log[from..], want))
+}
+
+/// Asymmetric Namespace Access log (LID 0Ch, NVMe Base 2.x §5.16.1): the
+/// controller's port's state of every ANA group with the subsystem's namespaces in it;
+/// with Return Groups Only (LSP bit 0) the group descriptors alone.
+fn ana_log(c: &Ctx, sqe: &Sqe) -> Result<Vec<u8>, Status> {
+    let rgo = sqe.lsp() & ANA_LOG_LSP_RGO != 0;
+    Ok(c.reg.ana.log(c.ctrl.port, &c.ctrl.subsys, rgo).encode(rgo))
 }
 
 /// Supported Log Pages (LID 00h), 1024 bytes: LSUPP (bit 0) in the 4-byte entry of

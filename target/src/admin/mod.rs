@@ -97,7 +97,7 @@ pub const SMART_TEMPERATURE_K: u16 = 300;
 
 /// Identify Controller CMIC: bit 1, the subsystem may hold two or more controllers
 /// (the dynamic model gives every association its own).
-pub const CMIC_MULTI_CONTROLLER: u8 = 1 << 1;
+pub const CMIC_MULTI_CONTROLLER: u8 = nvme::ana::CMIC_MULTI_CONTROLLER;
 
 /// Identify Controller LPA, as nvmet: bit 0 SMART / Health log per namespace, bit 1
 /// Commands Supported and Effects log, bit 2 extended data for Get Log Page (NUMDU,

@@ -117,8 +117,21 @@ fn identify_controller_fields() {
     assert_eq!(id.nn.get(), 3);
     assert_eq!(id.maxcmd.get(), 128);
     assert_eq!(id.ctratt.get(), 0x41, "128-bit host ID, TBKAS (as nvmet)");
-    assert_eq!(id.oaes.get(), 1 << 8);
+    assert_eq!(
+        id.oaes.get(),
+        (1 << 8) | (1 << 11),
+        "NS attribute, ANA change"
+    );
     assert_eq!((id.lpa, id.elpe), (0x07, 127));
+    // ANA as nvmet: CMIC multi-port, multi-controller, ANA reporting; every state
+    // reported; 10 s transition; 128 groups; MNAN = NN.
+    assert_eq!((id.cmic, id.anacap, id.anatt), (0x0B, 0x1F, 10));
+    assert_eq!((id.anagrpmax.get(), id.nanagrpid.get()), (128, 128));
+    assert_eq!(id.mnan.get(), 3);
+    assert_eq!(
+        (out[76], out[343], &out[344..352]),
+        (0x0B, 0x1F, &[128, 0, 0, 0, 128, 0, 0, 0][..])
+    );
     // Byte offsets of the fields Linux checks first (Base 2.x Figure 275).
     assert_eq!(&out[536..540], &[0x05, 0x00, 0x10, 0x00]);
     assert_eq!(&out[1792..1796], &[0x04, 0x01, 0x00, 0x00]);
@@ -255,11 +268,9 @@ fn get_log_page_offsets_and_lengths() {
     let sqe = Sqe::get_log_page(1, LogPageId::ChangedNamespaceList, 1023, 0);
     assert_eq!(done(run(&reg, &ctrl, &sqe, &mut out)), (0, 0, 4096));
     assert_eq!(&out[..8], &[3, 0, 0, 0, 0, 0, 0, 0]);
-    // ANA, Discovery on an I/O controller, unknown LIDs: Invalid Log Page (SCT 1, 09h), DNR.
-    for lid in [LogPageId::AnaLog, LogPageId::Discovery] {
-        let sqe = Sqe::get_log_page(1, lid, 15, 0);
-        assert_eq!(done(run(&reg, &ctrl, &sqe, &mut out)).0, 0x8212);
-    }
+    // Discovery on an I/O controller: Invalid Log Page (SCT 1, 09h), DNR.
+    let sqe = Sqe::get_log_page(1, LogPageId::Discovery, 15, 0);
+    assert_eq!(done(run(&reg, &ctrl, &sqe, &mut out)).0, 0x8212);
 }
 
 #[test]
@@ -335,7 +346,11 @@ fn features() {
     assert_eq!(done(run(&reg, &ctrl, &sqe, &mut out)), (0, 0x100, 0));
     let sqe = Sqe::get_features(1, FeatureId::AsyncEventConfiguration);
     assert_eq!(done(run(&reg, &ctrl, &sqe, &mut out)), (0, 0x100, 0));
-    let sqe = Sqe::set_features(1, FeatureId::AsyncEventConfiguration, 1 << 11);
+    // Linux's 900h (frame 176): Namespace Attribute and ANA Change Notices; bit 10
+    // (telemetry) is not served.
+    let sqe = Sqe::set_features(1, FeatureId::AsyncEventConfiguration, 0x900);
+    assert_eq!(done(run(&reg, &ctrl, &sqe, &mut out)), (0, 0x900, 0));
+    let sqe = Sqe::set_features(1, FeatureId::AsyncEventConfiguration, 1 << 10);
     assert_eq!(done(run(&reg, &ctrl, &sqe, &mut out)).0, 0x8004);
 
     let sqe = Sqe::set_features(1, FeatureId::VolatileWriteCache, 0);
@@ -437,21 +452,23 @@ fn keep_alive_aer_abort_and_bad_opcodes() {
 
 /// The admin commands a Linux 6.1 host sent to nvmet after connecting
 /// (linux-nvme-rdma-rxe.pcap frames 126-313: opcode, NSID, CDW10, CDW11), each of
-/// which must succeed here with the data length the host asked for. (The ANA log
-/// read of frame 144 is left out: Linux asks for it only when CMIC bit 3 is set.)
+/// which must succeed here with the data length the host asked for, the ANA log read of
+/// frame 144 (8208 bytes: 128 groups and 1024 NSIDs there; Linux sizes it from
+/// NANAGRPID and MNAN) included.
 #[test]
 fn linux_host_admin_sequence() {
     let (_d, reg, ctrl) = setup();
-    let cmds: [(u8, u32, u32, u32, usize); 13] = [
-        (0x06, 0, 0x1, 0, 4096),               // Identify Controller
-        (0x02, 0, 0x03ff_0005, 0, 4096),       // Commands Supported and Effects
-        (0x02, u32::MAX, 0x007f_0002, 0, 512), // SMART / Health
-        (0x09, 0, 0x7, 0, 0),                  // Number of Queues: 1
-        (0x09, 0, 0xb, 0x100, 0),              // AEC: namespace attribute notices
-        (0x06, 0, 0x6, 0, 4096),               // CNS 06h, CSI NVM
-        (0x06, 0, 0x2, 0, 4096),               // Active namespace list
-        (0x06, 1, 0x3, 0, 4096),               // NS descriptors
-        (0x06, 1, 0x0, 0, 4096),               // Identify Namespace
+    let cmds: [(u8, u32, u32, u32, usize); 14] = [
+        (0x06, 0, 0x1, 0, 4096),                // Identify Controller
+        (0x02, 0, 0x03ff_0005, 0, 4096),        // Commands Supported and Effects
+        (0x02, u32::MAX, 0x0803_000c, 0, 8208), // ANA log (frame 144)
+        (0x02, u32::MAX, 0x007f_0002, 0, 512),  // SMART / Health
+        (0x09, 0, 0x7, 0, 0),                   // Number of Queues: 1
+        (0x09, 0, 0xb, 0x100, 0),               // AEC: namespace attribute notices
+        (0x06, 0, 0x6, 0, 4096),                // CNS 06h, CSI NVM
+        (0x06, 0, 0x2, 0, 4096),                // Active namespace list
+        (0x06, 1, 0x3, 0, 4096),                // NS descriptors
+        (0x06, 1, 0x0, 0, 4096),                // Identify Namespace
         (0x06, 1, 0x0, 0, 4096),
         (0x06, 1, 0x3, 0, 4096),
         (0x06, 0, 0x1, 0, 4096),
@@ -659,7 +676,7 @@ fn supported_logs_and_effects_come_from_the_tables() {
     for lid in [0, 1, 2, 3, 4, 5] {
         assert!(lsupp(&out, lid), "LID {lid:#x}");
     }
-    assert!(!lsupp(&out, 0x70) && !lsupp(&out, 0x0C));
+    assert!(!lsupp(&out, 0x70) && lsupp(&out, 0x0C));
     let d = discovery_controller(&reg);
     run(&reg, &d, &sqe, &mut out);
     assert!(lsupp(&out, 0x70) && lsupp(&out, 0) && !lsupp(&out, 2));
@@ -677,4 +694,170 @@ fn supported_logs_and_effects_come_from_the_tables() {
         "Compare: CSUPP"
     );
     assert_eq!(ctrl.kind, ControllerKind::Io);
+}
+
+/// `setup` with namespace 3 in ANA group 2, on two ports: port 1 (index 0) with group
+/// 2 non-optimized, port 2 (index 1) with group 1 inaccessible.
+fn ana_setup() -> (tempfile::TempDir, Arc<Registry>, Arc<Controller>) {
+    use crate::subsystem::{Limits, PortInfo};
+    use nvme::ana::AnaState;
+    let dir = tempfile::tempdir().unwrap();
+    let ns1 = NamespaceEntry::new(1, file_ns(&dir, "ns1", 1 << 20, 512), 0, REF_NQN);
+    let mut ns3 = NamespaceEntry::new(3, file_ns(&dir, "ns3", 1 << 20, 4096), 1, REF_NQN);
+    ns3.ana_grpid = 2;
+    let sub = crate::subsystem::Subsystem::new(REF_NQN.into(), None, true, vec![], vec![ns1, ns3]);
+    let ip = "192.168.77.10".parse().unwrap();
+    let ports = vec![
+        PortInfo {
+            ana_groups: vec![(2, AnaState::NonOptimized)],
+            ..PortInfo::new(ip, 4420)
+        },
+        PortInfo {
+            portid: 2,
+            ana_groups: vec![(1, AnaState::Inaccessible)],
+            ..PortInfo::new(ip, 4421)
+        },
+    ];
+    let reg = Registry::with_ports(vec![Arc::new(sub)], ports, Limits::default(), true);
+    let ctrl = enabled_controller(&reg, REF_NQN);
+    (dir, reg, ctrl)
+}
+
+#[test]
+fn ana_log_page_per_port_with_rgo_lpo_and_rae() {
+    use nvme::ana::{AnaLog, AnaState};
+    let (_d, reg, ctrl) = ana_setup();
+    assert_eq!(ctrl.port, 0);
+    let mut out = vec![0xAAu8; 4096];
+    let sqe = Sqe::get_log_page(1, LogPageId::AnaLog, 1023, 0).with_nsid(u32::MAX);
+    assert_eq!(done(run(&reg, &ctrl, &sqe, &mut out)), (0, 0, 4096));
+    let log = AnaLog::decode(&out).unwrap();
+    let groups: Vec<_> = log
+        .groups
+        .iter()
+        .map(|g| (g.grpid, g.state, g.nsids.clone()))
+        .collect();
+    assert_eq!(
+        groups,
+        vec![
+            (1, AnaState::Optimized, vec![1]),
+            (2, AnaState::NonOptimized, vec![3])
+        ]
+    );
+    // 16 + 2 x (32 + 4) bytes of log, zeros after.
+    assert!(out[88..].iter().all(|&b| b == 0));
+    // RGO (LSP bit 0): descriptors only, NNSID 0.
+    let mut rgo = sqe;
+    rgo.set_cdw10(rgo.cdw10() | (1 << 8));
+    run(&reg, &ctrl, &rgo, &mut out);
+    let log = AnaLog::decode(&out).unwrap();
+    assert_eq!(log.groups.len(), 2);
+    assert!(log.groups.iter().all(|g| g.nsids.is_empty()));
+    assert!(out[80..].iter().all(|&b| b == 0));
+    // LPO 16: the first descriptor first.
+    let mut lpo = sqe;
+    lpo.set_cdw12(16);
+    run(&reg, &ctrl, &lpo, &mut out);
+    assert_eq!(&out[..4], &[1, 0, 0, 0]);
+    // The same controller on port 2 sees that port's states.
+    let on2 = Arc::new(
+        Controller::new(
+            9,
+            ctrl.subsys.clone(),
+            HOST.into(),
+            [0; 16],
+            0,
+            &reg.limits,
+            Instant::now(),
+        )
+        .on_port(1),
+    );
+    let log = AnaLog::decode(&on2_log(&reg, &on2)).unwrap();
+    assert_eq!(log.state_of_nsid(1), Some(AnaState::Inaccessible));
+    assert_eq!(log.state_of_nsid(3), Some(AnaState::Optimized));
+}
+
+fn on2_log(reg: &Registry, ctrl: &Arc<Controller>) -> Vec<u8> {
+    reg.ana.log(ctrl.port, &ctrl.subsys, false).encode(false)
+}
+
+#[test]
+fn ana_change_event_is_gated_by_aec_and_masked_until_the_log_is_read() {
+    use nvme::ana::ANA_CHANGE_AEN_DW0;
+    use nvme::features::AEC_ANA_CHANGE;
+    let (_d, reg, ctrl) = ana_setup();
+    assert_eq!(
+        run(&reg, &ctrl, &Sqe::async_event_request(5), &mut []),
+        AdminOutcome::Hold
+    );
+    // Not enabled: no event.
+    assert!(!ctrl.post_event_if_enabled(ANA_CHANGE_AEN_DW0, AEC_ANA_CHANGE));
+    assert_eq!(ctrl.take_aer(), None);
+    ctrl.set_aen_config(AEC_NS_ATTR | AEC_ANA_CHANGE);
+    assert!(ctrl.post_event_if_enabled(ANA_CHANGE_AEN_DW0, AEC_ANA_CHANGE));
+    assert_eq!(
+        ctrl.take_aer().map(|a| (a.cid, a.dw0)),
+        Some((5, 0x000C_0302))
+    );
+    // Masked until the ANA log is read with RAE cleared; RAE set keeps it masked.
+    run(&reg, &ctrl, &Sqe::async_event_request(6), &mut []);
+    ctrl.post_event_if_enabled(ANA_CHANGE_AEN_DW0, AEC_ANA_CHANGE);
+    assert_eq!(ctrl.take_aer(), None);
+    let mut out = vec![0u8; 512];
+    let sqe = Sqe::get_log_page(1, LogPageId::AnaLog, 127, 0).with_nsid(u32::MAX);
+    run(&reg, &ctrl, &retaining(sqe), &mut out);
+    ctrl.post_event_if_enabled(ANA_CHANGE_AEN_DW0, AEC_ANA_CHANGE);
+    assert_eq!(ctrl.take_aer(), None);
+    run(&reg, &ctrl, &sqe, &mut out);
+    ctrl.post_event_if_enabled(ANA_CHANGE_AEN_DW0, AEC_ANA_CHANGE);
+    assert_eq!(
+        ctrl.take_aer().map(|a| (a.cid, a.dw0)),
+        Some((6, 0x000C_0302))
+    );
+}
+
+#[test]
+fn identify_namespace_reports_its_ana_group() {
+    let (_d, reg, ctrl) = ana_setup();
+    let mut out = vec![0u8; 4096];
+    for (nsid, grpid) in [(1u32, 1u32), (3, 2)] {
+        let sqe = Sqe::identify(1, IdentifyCns::Namespace, nsid, 0);
+        run(&reg, &ctrl, &sqe, &mut out);
+        let id = IdentifyNamespace::read_from_bytes(&out).unwrap();
+        assert_eq!(id.anagrpid.get(), grpid);
+        assert_eq!(&out[92..96], &grpid.to_le_bytes());
+    }
+}
+
+#[test]
+fn io_to_a_group_that_is_not_accessible_gets_the_ana_status() {
+    use crate::capsule::{classify, Kind};
+    use nvme::ana::AnaState;
+    let (_d, reg, ctrl) = ana_setup();
+    let read = |nsid| Sqe::read(7, nsid, 0, 0, false);
+    let status = |nsid| {
+        classify(&read(nsid), 1, Some(&ctrl), true, 1 << 20, &reg.ana)
+            .map(|(k, _)| matches!(k, Kind::Io(_)))
+            .map_err(|s| s.to_field())
+    };
+    // Port 1: group 1 optimized, group 2 non-optimized: both served.
+    assert_eq!(status(1), Ok(true));
+    assert_eq!(status(3), Ok(true));
+    // SCT 3h path related, SC 02h inaccessible / 01h persistent loss / 03h
+    // transition; no DNR, so a multipath host fails over (Linux: 302h, 301h, 303h).
+    for (state, field) in [
+        (AnaState::Inaccessible, 0x0302 << 1),
+        (AnaState::PersistentLoss, 0x0301 << 1),
+        (AnaState::Change, 0x0303 << 1),
+    ] {
+        assert_eq!(reg.ana.set(1, 2, state).map(|(i, _)| i), Ok(0));
+        assert_eq!(status(3), Err(field), "{state}");
+        assert_eq!(status(1), Ok(true), "group 1 unchanged");
+    }
+    // Admin commands still run on that controller.
+    let mut out = vec![0u8; 4096];
+    let sqe = Sqe::identify(1, IdentifyCns::Namespace, 3, 0);
+    assert_eq!(done(run(&reg, &ctrl, &sqe, &mut out)).0, 0);
+    reg.ana.set(1, 2, AnaState::Optimized).unwrap();
+    assert_eq!(status(3), Ok(true));
 }

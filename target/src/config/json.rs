@@ -23,9 +23,9 @@
 //! Accepted because they change nothing here (checked, not ignored): `addr.trtype =
 //! "rdma"`, `addr.adrfam` matching the address, `addr.treq = "not specified"`,
 //! `addr.tsas = "connected"` (what every discovery log entry of this target says),
-//! `param.pi_enable` and `attr.pi_enable` = "0", `resv.enable = "0"`, and `ana_groups`
-//! holding only the default group 1 as "optimized" and `ana_grpid` 1 (nvmet's state
-//! without ANA set up: every namespace in group 1, optimized everywhere). A host's
+//! `param.pi_enable` and `attr.pi_enable` = "0", `resv.enable = "0"`. A port's
+//! `ana_groups[]` (`grpid`, `ana.state`) become [`ListenAddr::ana_groups`] and a
+//! namespace's `ana_grpid` [`NamespaceConfig::ana_grpid`]. A host's
 //! `dhchap` (`key`, `ctrl_key`, `hash`, `dhgroup`) becomes a
 //! [`SubsystemConfig::host_keys`] entry of each subsystem that allows the host; empty
 //! keys mean no authentication, as in nvmet. Any other value of those, and any other key, is refused naming its
@@ -219,8 +219,13 @@ fn strings(parent: &Obj<'_>, key: &str) -> Result<Vec<(String, String)>, String>
         .collect()
 }
 
-const ANA_NOT_SERVED: &str = "ANA groups are not served yet: only the default group 1, \
-                              optimized, that every namespace is in";
+const ANA_STATES: &str =
+    "not an ANA state: optimized, non-optimized, inaccessible, persistent-loss or change";
+
+/// nvmet's name of an ANA state (`ana/state`).
+fn ana_state(name: &str) -> Option<AnaStateConfig> {
+    serde_json::from_value(Value::String(name.to_string())).ok()
+}
 
 fn read(root: &Value) -> Result<TargetConfig, String> {
     let root = Obj::new(root, String::new(), &["hosts", "ports", "subsystems"])?;
@@ -413,10 +418,17 @@ fn read_port(p: &Obj<'_>) -> Result<ListenAddr, String> {
         });
     }
     for g in objects(p, "ana_groups", &["grpid", "ana"])? {
-        g.only("grpid", &["1"], ANA_NOT_SERVED)?;
-        if let Some(ana) = g.obj("ana", &["state"])? {
-            ana.only("state", &["optimized"], ANA_NOT_SERVED)?;
-        }
+        let grpid = g
+            .int::<u32>("grpid")?
+            .ok_or_else(|| g.bad("grpid", "missing (nvmetcli always writes it)"))?;
+        let state = match g.obj("ana", &["state"])? {
+            Some(ana) => match ana.text("state")? {
+                Some(name) => ana_state(&name).ok_or_else(|| ana.bad("state", ANA_STATES))?,
+                None => AnaStateConfig::Optimized,
+            },
+            None => AnaStateConfig::Optimized,
+        };
+        port.ana_groups.push(AnaGroupConfig { grpid, state });
     }
     Ok(port)
 }
@@ -514,9 +526,14 @@ fn read_namespace(n: &Obj<'_>) -> Result<NamespaceConfig, String> {
     ns.uuid = id("uuid")?
         .map(|t| uuid::Uuid::parse_str(&t).map_err(|e| d.bad("uuid", &format!("not a UUID: {e}"))))
         .transpose()?;
-    n.only("ana_grpid", &["1"], ANA_NOT_SERVED)?;
-    if let Some(ana) = n.obj("ana", &["grpid"])? {
-        ana.only("grpid", &["1"], ANA_NOT_SERVED)?;
+    // nvmetcli writes the group twice: `ana_grpid` (a number) and `ana.grpid` (the
+    // configfs text); the first wins, the second serves when it is alone.
+    let configfs = match n.obj("ana", &["grpid"])? {
+        Some(ana) => ana.int::<u32>("grpid")?,
+        None => None,
+    };
+    if let Some(g) = n.int::<u32>("ana_grpid")?.or(configfs) {
+        ns.ana_grpid = g;
     }
     if let Some(resv) = n.obj("resv", &["enable"])? {
         resv.only("enable", &["0"], "reservations are not served")?;

@@ -77,6 +77,9 @@ pub(super) fn default_max_queue_size() -> u16 {
 pub(super) fn default_kato_ms() -> u32 {
     120_000
 }
+pub(super) fn default_ana_grpid() -> u32 {
+    crate::ana::DEFAULT_ANA_GRPID
+}
 pub(super) fn default_shutdown_timeout_ms() -> u32 {
     crate::shutdown::DEFAULT_SHUTDOWN_TIMEOUT_MS
 }
@@ -205,6 +208,51 @@ pub struct ListenAddr {
     /// (nvmet's `ports/N/referrals`), as Discovery Referral entries.
     #[serde(default)]
     pub referrals: Vec<ReferralConfig>,
+    /// ANA group states on this port (nvmet's `ports/N/ana_groups/G/ana/state`):
+    /// `[{ grpid = 2, state = "inaccessible" }, ...]`, group IDs 1 to 128, each once.
+    /// A group not listed is optimized here. Changed at run time by
+    /// [`crate::TargetHandle::set_ana_state`].
+    #[serde(default)]
+    pub ana_groups: Vec<AnaGroupConfig>,
+}
+
+/// One ANA group's state on a port ([`ListenAddr::ana_groups`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AnaGroupConfig {
+    /// ANA Group ID, 1 to 128 ([`crate::ana::ANAGRPMAX`]).
+    pub grpid: u32,
+    /// Its state on the port.
+    pub state: AnaStateConfig,
+}
+
+/// An ANA state as the configuration names it (nvmet's names, NVMe Base 2.x §8.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AnaStateConfig {
+    /// `"optimized"` (01h).
+    Optimized,
+    /// `"non-optimized"` (02h).
+    NonOptimized,
+    /// `"inaccessible"` (03h): I/O answered Asymmetric Access Inaccessible.
+    Inaccessible,
+    /// `"persistent-loss"` (04h): I/O answered Asymmetric Access Persistent Loss.
+    PersistentLoss,
+    /// `"change"` (0Fh): I/O answered Asymmetric Access Transition.
+    Change,
+}
+
+impl From<AnaStateConfig> for nvme::ana::AnaState {
+    fn from(s: AnaStateConfig) -> Self {
+        use nvme::ana::AnaState;
+        match s {
+            AnaStateConfig::Optimized => AnaState::Optimized,
+            AnaStateConfig::NonOptimized => AnaState::NonOptimized,
+            AnaStateConfig::Inaccessible => AnaState::Inaccessible,
+            AnaStateConfig::PersistentLoss => AnaState::PersistentLoss,
+            AnaStateConfig::Change => AnaState::Change,
+        }
+    }
 }
 
 /// A referral to another discovery service (a Discovery Log Page Entry of SUBTYPE 1,
@@ -245,6 +293,7 @@ impl ListenAddr {
             portid: None,
             subsystems: None,
             referrals: Vec::new(),
+            ana_groups: Vec::new(),
         }
     }
 
@@ -377,6 +426,10 @@ pub struct NamespaceConfig {
     /// opened, and not visible to hosts. Default true.
     #[serde(default = "default_true")]
     pub enable: bool,
+    /// The namespace's ANA group (nvmet's `ana_grpid`), 1 to 128. Default 1. Each
+    /// port's state of the group applies ([`ListenAddr::ana_groups`]).
+    #[serde(default = "default_ana_grpid")]
+    pub ana_grpid: u32,
 }
 
 /// One host's DH-HMAC-CHAP secrets (NVMe Base 2.x §8.13.5; Linux nvmet's host
@@ -478,6 +531,7 @@ impl NamespaceConfig {
             uuid: None,
             eui64: None,
             enable: true,
+            ana_grpid: default_ana_grpid(),
         }
     }
 

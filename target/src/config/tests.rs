@@ -634,3 +634,72 @@ fn host_keys_parse_and_bad_ones_are_named() {
     ));
     assert!(r.contains("not in `hosts`"), "{r}");
 }
+
+#[test]
+fn ana_groups_and_namespace_groups_are_read_and_checked() {
+    let two_ports = r#"
+[[listen]]
+addr = "10.0.0.1"
+ana_groups = [{ grpid = 1, state = "optimized" }, { grpid = 2, state = "non-optimized" }]
+[[listen]]
+addr = "10.0.0.1"
+trsvcid = 4421
+ana_groups = [{ grpid = 1, state = "inaccessible" }, { grpid = 2, state = "persistent-loss" }]
+[[subsystems]]
+nqn = "nqn.2026-11.io.example:a"
+[[subsystems.namespaces]]
+nsid = 1
+path = "/tmp/a.img"
+[[subsystems.namespaces]]
+nsid = 2
+path = "/tmp/b.img"
+ana_grpid = 2
+"#;
+    let c = TargetConfig::from_toml_str(two_ports).unwrap();
+    let states = |i: usize| {
+        c.listen[i]
+            .ana_groups
+            .iter()
+            .map(|g| (g.grpid, nvme::ana::AnaState::from(g.state)))
+            .collect::<Vec<_>>()
+    };
+    use nvme::ana::AnaState::*;
+    assert_eq!(states(0), [(1, Optimized), (2, NonOptimized)]);
+    assert_eq!(states(1), [(1, Inaccessible), (2, PersistentLoss)]);
+    let ns = &c.subsystems[0].namespaces;
+    assert_eq!(
+        (ns[0].ana_grpid, ns[1].ana_grpid),
+        (1, 2),
+        "default group 1"
+    );
+    for (from, to, want) in [
+        (
+            "grpid = 2, state = \"non",
+            "grpid = 0, state = \"non",
+            "ana_groups[1]: grpid 0 is outside 1..=128",
+        ),
+        (
+            "grpid = 2, state = \"non",
+            "grpid = 129, state = \"non",
+            "grpid 129 is outside",
+        ),
+        (
+            "grpid = 2, state = \"non",
+            "grpid = 1, state = \"non",
+            "grpid 1 is listed twice",
+        ),
+        (
+            "ana_grpid = 2",
+            "ana_grpid = 0",
+            "namespaces[1]: ana_grpid 0 is outside 1..=128",
+        ),
+    ] {
+        let r = invalid(&two_ports.replacen(from, to, 1));
+        assert!(r.contains(want), "{want}\n  got: {r}");
+    }
+    let r =
+        TargetConfig::from_toml_str(&two_ports.replacen("\"persistent-loss\"", "\"standby\"", 1))
+            .unwrap_err()
+            .to_string();
+    assert!(r.contains("standby") && r.contains("non-optimized"), "{r}");
+}

@@ -78,6 +78,21 @@ impl TargetConfig {
                     ));
                 }
             }
+            for (g, group) in l.ana_groups.iter().enumerate() {
+                if !(1..=crate::ana::ANAGRPMAX).contains(&group.grpid) {
+                    return Err(format!(
+                        "listen[{i}] ({l}): ana_groups[{g}]: grpid {} is outside 1..={}",
+                        group.grpid,
+                        crate::ana::ANAGRPMAX
+                    ));
+                }
+                if l.ana_groups[..g].iter().any(|e| e.grpid == group.grpid) {
+                    return Err(format!(
+                        "listen[{i}] ({l}): ana_groups[{g}]: grpid {} is listed twice",
+                        group.grpid
+                    ));
+                }
+            }
             if let Some(tos) = l.tos {
                 if tos & transport::soft::ECN_MASK != 0 {
                     return Err(format!(
@@ -314,6 +329,14 @@ impl TargetConfig {
                             ));
                         }
                     }
+                }
+                if !(1..=crate::ana::ANAGRPMAX).contains(&n.ana_grpid) {
+                    return Err(format!(
+                        "{at}: ana_grpid {} is outside 1..={} (a group every port has: \
+                         optimized unless its ana_groups says otherwise)",
+                        n.ana_grpid,
+                        crate::ana::ANAGRPMAX
+                    ));
                 }
                 if let Some(b) = n.block_size {
                     if !b.is_power_of_two() || !(512..=4096).contains(&b) {

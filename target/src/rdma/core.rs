@@ -875,6 +875,7 @@ impl RequestCore {
             q.ctrl.as_deref(),
             authenticated,
             self.cfg.max_io_bytes,
+            &self.reg.ana,
         ) {
             Ok(v) => v,
             Err(st) => return self.finish(i, st),

@@ -672,6 +672,17 @@ impl<P: Provider> PollGroup<P> {
             GroupCmd::Metrics(reply) => {
                 let _ = reply.send(self.metrics_snapshot());
             }
+            GroupCmd::PostEvent(post) => {
+                let now = Instant::now();
+                let posted = self.core.complete_held_events(Some(&post), now);
+                self.execute_actions(now);
+                tracing::debug!(
+                    poll_group = self.index,
+                    posted,
+                    dw0 = post.dw0,
+                    "event posted"
+                );
+            }
             GroupCmd::Shutdown => {}
         }
     }

@@ -114,13 +114,13 @@ fn unsupported_values_are_named_with_their_path() {
         ),
         (
             r#""state": "optimized""#,
-            r#""state": "inaccessible""#,
-            r#"ports[0].ana_groups[0].ana.state = "inaccessible": ANA groups are not served"#,
+            r#""state": "standby""#,
+            r#"ports[0].ana_groups[0].ana.state = "standby": not an ANA state"#,
         ),
         (
             r#""ana_grpid": 1"#,
-            r#""ana_grpid": 2"#,
-            "subsystems[0].namespaces[0].ana_grpid = 2: ANA groups are not served",
+            r#""ana_grpid": 200"#,
+            "subsystems[0] (nqn.2026-11.io.nvmf-rdma:target): namespaces[0]: ana_grpid 200 is outside 1..=128",
         ),
         (
             r#""key": """#,
@@ -332,4 +332,36 @@ fn host_dhchap_secrets_become_the_allowing_subsystems_host_keys() {
         r.contains("hosts[0].dhchap.ctrl_key") && r.contains("needs the host's own key"),
         "{r}"
     );
+}
+
+#[test]
+fn ana_groups_and_namespace_groups_are_read() {
+    let text = edited(r#""state": "optimized""#, r#""state": "non-optimized""#).replacen(
+        r#""ana_grpid": 1"#,
+        r#""ana_grpid": 2"#,
+        1,
+    );
+    let text = text.replacen(
+        r#""grpid": 1
+        }"#,
+        r#""grpid": 1
+        }, {"ana": {"state": "inaccessible"}, "grpid": 2}"#,
+        1,
+    );
+    let c = TargetConfig::from_nvmetcli_json_str(&text).unwrap();
+    assert_eq!(
+        c.listen[0].ana_groups,
+        vec![
+            AnaGroupConfig {
+                grpid: 1,
+                state: AnaStateConfig::NonOptimized
+            },
+            AnaGroupConfig {
+                grpid: 2,
+                state: AnaStateConfig::Inaccessible
+            }
+        ]
+    );
+    assert_eq!(c.subsystems[0].namespaces[0].ana_grpid, 2);
+    assert_eq!(c.subsystems[1].namespaces[0].ana_grpid, 1);
 }

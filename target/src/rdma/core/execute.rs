@@ -490,6 +490,33 @@ impl RequestCore {
         }
     }
 
+    /// Posts `post` (if any) to the controllers it names whose admin queue is in this
+    /// core, then completes the held Asynchronous Event Requests of every admin queue
+    /// whose controller has a pending event, without waiting for the next admin
+    /// command there. Returns the controllers the event was posted to.
+    pub fn complete_held_events(
+        &mut self,
+        post: Option<&crate::rdma::EventPost>,
+        now: Instant,
+    ) -> usize {
+        let admin: Vec<(u32, Arc<crate::controller::Controller>)> = (self.queues.iter())
+            .filter(|(_, q)| q.qid == 0)
+            .filter_map(|(&qpn, q)| q.ctrl.clone().map(|c| (qpn, c)))
+            .collect();
+        let mut posted = 0;
+        for (qpn, ctrl) in admin {
+            if let Some(p) = post {
+                let port_ok = p.port.is_none_or(|port| port == ctrl.port);
+                let kind_ok = !p.io_only || ctrl.kind == crate::controller::ControllerKind::Io;
+                if port_ok && kind_ok && ctrl.post_event_if_enabled(p.dw0, p.aec_mask) {
+                    posted += 1;
+                }
+            }
+            self.complete_events(qpn, now);
+        }
+        posted
+    }
+
     /// Completes held Asynchronous Event Requests of queue `qpn` for which its
     /// controller has an event (NVMe Base 2.x §5.2).
     pub(super) fn complete_events(&mut self, qpn: u32, now: Instant) {
