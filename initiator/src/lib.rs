@@ -55,10 +55,12 @@
 //!
 //! Errors are [`HostError`] values: NVMe statuses keep SCT/SC/DNR and print their
 //! specification names; transport failures keep the `IBV_WC_*` status.
+pub mod aen;
 pub mod auth;
 pub mod capsule;
 pub mod controller;
 pub mod device;
+pub mod discovery;
 pub mod error;
 mod fabrics;
 pub mod health;
@@ -72,8 +74,10 @@ pub mod queue;
 pub mod split;
 pub mod sync_host;
 
+pub use aen::{AsyncEvents, ControllerEvent};
 pub use capsule::DataDir;
 pub use controller::{Controller, ControllerOptions};
+pub use discovery::{DiscoveryController, DiscoveryEntry, DiscoveryLog};
 pub use error::{HostError, QueueError};
 pub use health::ControllerHealth;
 pub use host::{BufError, Host, Namespace};
