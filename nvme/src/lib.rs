@@ -19,7 +19,7 @@
 //! Known bytes in the tests come from the Linux reference captures in
 //! `testdata/captures/` (frame numbers cited at each test).
 //!
-//! Modules: [`auth`] (DH-HMAC-CHAP messages), [`sqe`], [`sgl`], [`cqe`], [`status`], [`opcodes`], [`fabrics`],
+//! Modules: [`ana`] (Asymmetric Namespace Access: states, log page, AEN), [`auth`] (DH-HMAC-CHAP messages), [`sqe`], [`sgl`], [`cqe`], [`status`], [`opcodes`], [`fabrics`],
 //! [`properties`], [`identify`], [`features`], [`rdma`], [`log`], [`dsm`],
 //! [`strings`]. The main types are re-exported at the crate root.
 
@@ -28,6 +28,7 @@
 #[macro_use]
 mod macros;
 
+pub mod ana;
 pub mod auth;
 pub mod cqe;
 pub mod dsm;
@@ -46,6 +47,7 @@ pub mod strings;
 #[cfg(test)]
 mod testutil;
 
+pub use ana::{AnaGroupDesc, AnaLog, AnaLogError, AnaState};
 pub use cqe::Cqe;
 pub use dsm::DsmRange;
 pub use fabrics::{
