@@ -172,7 +172,7 @@ impl AsyncEvents {
                 self.rescan(c, changed, true)
             }
             AEN_NOTICE_ANA_CHANGE if notice => {
-                let log = read_log(c, LogPageId::AnaLog.value(), ana_log_len(c), false)?;
+                let log = read_log(c, LogPageId::AnaLog.value(), ana_log_len(c.info()), false)?;
                 Ok(Some(ControllerEvent::AnaChanged { log }))
             }
             AEN_NOTICE_DISCOVERY_CHANGE if notice => {
@@ -233,11 +233,10 @@ pub fn parse_changed_ns_list(log: &[u8]) -> Vec<u32> {
         .collect()
 }
 
-/// Bytes of the ANA log page of controller `c` at most, as Linux sizes it
+/// Bytes of the ANA log page of a controller at most, as Linux sizes it
 /// (`nvme_init_ana`): the 16-byte header, a 32-byte descriptor per ANA group
-/// (NANAGRPID) and 4 bytes per namespace (NN).
-pub fn ana_log_len<P: Provider>(c: &Controller<P>) -> usize {
-    let info = c.info();
+/// (NANAGRPID) and 4 bytes per namespace (NN), from its Identify Controller `info`.
+pub fn ana_log_len(info: &crate::identify::ControllerInfo) -> usize {
     let groups = info.nanagrpid.max(1) as usize;
     let ns = info.nn.min(1 << 16) as usize;
     16 + groups.min(1 << 12) * 32 + ns * 4

@@ -990,12 +990,22 @@ impl<P: Provider> Host<P> {
             .0)
     }
 
-    /// Namespace `nsid` (Identify Namespace: size and block size).
-    pub async fn namespace(&self, nsid: u32) -> Result<Namespace<P>, HostError> {
+    /// Identify Namespace (CNS 00h) of `nsid`, read now and parsed: size, block
+    /// size, NGUID, EUI-64, ANA group. Errors: the command's; [`HostError::Protocol`]
+    /// for an inactive namespace or an unusable format.
+    pub async fn identify_namespace(
+        &self,
+        nsid: u32,
+    ) -> Result<crate::identify::NamespaceInfo, HostError> {
         let sqe = Sqe::identify(0, nvme::IdentifyCns::Namespace, nsid, 0);
         let (_, data) = self.admin_read(sqe, crate::identify::IDENTIFY_LEN).await?;
-        let info = crate::identify::NamespaceInfo::parse(&data)
-            .map_err(|e| HostError::Protocol(format!("namespace {nsid}: {e}")))?;
+        crate::identify::NamespaceInfo::parse(&data)
+            .map_err(|e| HostError::Protocol(format!("namespace {nsid}: {e}")))
+    }
+
+    /// Namespace `nsid` (Identify Namespace: size and block size).
+    pub async fn namespace(&self, nsid: u32) -> Result<Namespace<P>, HostError> {
+        let info = self.identify_namespace(nsid).await?;
         Ok(Namespace {
             nsid,
             block_size: info.block_size,
