@@ -132,7 +132,8 @@ fn persistent_discovery_controller_reports_a_log_change() {
     let t = common::start_target(34, 8 << 20);
     let mut opts = HostOptions::new(common::addr(&t), "unused");
     opts.local_ip = Some(ip(35));
-    opts.kato_ms = 1000;
+    // Keep Alive every 2 s: slack for a loaded machine, and the event's delivery.
+    opts.kato_ms = 4000;
     let dc = DiscoveryController::connect(&opts).expect("discovery controller");
     let first = dc.log().expect("log");
     assert!(first
@@ -156,8 +157,8 @@ fn persistent_discovery_controller_reports_a_log_change() {
     // The target completes the held request with the next admin command (the host's
     // Keep Alive, every KATO/2).
     let ev = rt
-        .block_on(async { tokio::time::timeout(Duration::from_secs(10), events.recv()).await })
-        .expect("a Discovery Log Page Change within 10 s")
+        .block_on(async { tokio::time::timeout(Duration::from_secs(30), events.recv()).await })
+        .expect("a Discovery Log Page Change within 30 s")
         .expect("event");
     match ev {
         ControllerEvent::DiscoveryLogChanged(log) => {
@@ -174,7 +175,7 @@ fn persistent_discovery_controller_reports_a_log_change() {
 fn namespace_attribute_changed_rescans_twice() {
     let t = common::start_target(36, 8 << 20);
     let mut opts = common::host_options(&t, 37, 1, 16);
-    opts.kato_ms = 1000;
+    opts.kato_ms = 4000;
     let rt = runtime();
     rt.block_on(async {
         let host = nvmf_initiator::Host::connect(opts).await.expect("connect");
@@ -189,9 +190,9 @@ fn namespace_attribute_changed_rescans_twice() {
         // Twice: the host's read of log 04h with RAE clear lets the second through.
         for round in 0..2 {
             ctrl.notify_namespace_changed(1);
-            let ev = tokio::time::timeout(Duration::from_secs(10), events.recv())
+            let ev = tokio::time::timeout(Duration::from_secs(30), events.recv())
                 .await
-                .unwrap_or_else(|_| panic!("round {round}: no event within 10 s"))
+                .unwrap_or_else(|_| panic!("round {round}: no event within 30 s"))
                 .expect("event");
             assert_eq!(
                 ev,

@@ -17,6 +17,12 @@
 //!   queues; `nvmf-bench`, in its own crate, drives those queues);
 //! - [`host`]: [`Host`], the public async (tokio) API: zero-copy reads and writes of
 //!   [`IoBuf`]s, bounded submission, completions that wake the waiting task directly.
+//! - [`aen`]: asynchronous events (AERs kept posted, each event's log page read, the
+//!   namespaces rescanned): [`Host::events`];
+//! - [`discovery`]: the discovery client (the log read in pieces, referrals,
+//!   `connect_all`, a persistent [`DiscoveryController`]);
+//! - [`multipath`]: [`MultipathHost`], a layer above controllers: one subsystem
+//!   through several paths, ANA-aware path choice and failover.
 //!
 //! ```no_run
 //! use nvmf_initiator::{Host, HostOptions};

@@ -4,7 +4,7 @@
 use nvme::ana::AnaState;
 use nvme::status::{PathStatus, StatusCodeType};
 
-use crate::error::HostError;
+use crate::error::{HostError, QueueError};
 
 /// How the multipath layer picks a path for each command (Linux's `iopolicy`, less
 /// NUMA: this library knows no node of the caller).
@@ -77,9 +77,14 @@ pub enum Failure {
     Command,
 }
 
-/// Classifies `e`, as Linux's `nvme_failover_req` / `blk_path_error` do.
+/// Classifies `e`, as Linux's `nvme_decide_disposition` does: a status with DNR is
+/// the command's (no failover, even a path status); a path related status (SCT 3h)
+/// fails over; other statuses and errors of the command's own making (a bad argument,
+/// a buffer too small or too large) are the command's; everything else (the
+/// transport, a disconnect, the controller reconnecting or lost) is the path's.
 pub fn classify(e: &HostError) -> Failure {
     match e {
+        HostError::Nvme { status, .. } if status.dnr => Failure::Command,
         HostError::Nvme { status, .. } if status.sct == StatusCodeType::PathRelated => {
             match PathStatus::from_value(status.sc) {
                 Some(PathStatus::AnaInaccessible) => Failure::Ana(AnaState::Inaccessible),
@@ -90,8 +95,9 @@ pub fn classify(e: &HostError) -> Failure {
         }
         HostError::Nvme { .. }
         | HostError::InvalidArgument(_)
-        | HostError::ConnectRefused { .. }
-        | HostError::Protocol(_) => Failure::Command,
+        | HostError::Queue(
+            QueueError::TooLarge { .. } | QueueError::ShortBuffer { .. } | QueueError::Pool(_),
+        ) => Failure::Command,
         _ => Failure::Path,
     }
 }
