@@ -168,7 +168,7 @@ fn persistent_discovery_controller_reports_a_log_change() {
         other => panic!("unexpected event {other:?}"),
     }
     assert_eq!(dc.state(), nvmf_initiator::lifecycle::CtrlState::Live);
-    dc.disconnect(Duration::from_secs(1)).expect("disconnect");
+    dc.disconnect().expect("disconnect");
 }
 
 #[test]
@@ -192,7 +192,13 @@ fn namespace_attribute_changed_rescans_twice() {
             ctrl.notify_namespace_changed(1);
             let ev = tokio::time::timeout(Duration::from_secs(30), events.recv())
                 .await
-                .unwrap_or_else(|_| panic!("round {round}: no event within 30 s"))
+                .unwrap_or_else(|_| {
+                    panic!(
+                        "round {round}: no event within 30 s (the target holds {} \
+                         Asynchronous Event Requests)",
+                        ctrl.held_aers()
+                    )
+                })
                 .expect("event");
             assert_eq!(
                 ev,

@@ -112,8 +112,10 @@ impl AsyncEvents {
 
     /// Arms controller `c`: Set Features Asynchronous Event Configuration with the
     /// notices it supports (OAES bits 8, 11, 31), the active namespace list read (not
-    /// on a discovery controller), Asynchronous Event Requests posted. A namespace
-    /// change since the last read (a reconnect) is reported as an event.
+    /// on a discovery controller), the ANA log read where it reports ANA (CMIC bit 3),
+    /// Asynchronous Event Requests posted. A namespace change since the last read (a
+    /// reconnect) is reported as an event, and so is the ANA log
+    /// ([`ControllerEvent::AnaChanged`]).
     ///
     /// Errors: the admin commands'.
     pub fn arm<P: Provider>(&self, c: &mut Controller<P>) -> Result<(), HostError> {
@@ -123,7 +125,19 @@ impl AsyncEvents {
             c.admin_command(sqe, DataDir::None, |_| {})?;
         }
         if c.options().subnqn != NVMF_DISCOVERY_NQN {
-            self.rescan(c, Vec::new(), false)?;
+            if let Some(ev) = self.rescan(c, Vec::new(), false)? {
+                let _ = self.tx.send(ev);
+            }
+        }
+        if c.info().cmic & nvme::ana::CMIC_ANA_REPORTING != 0 {
+            // After a reconnect the states may have moved (Linux reads the log at each
+            // connect): subscribers get the log as it is now.
+            match read_log(c, LogPageId::AnaLog.value(), ana_log_len(c.info()), false) {
+                Ok(log) => {
+                    let _ = self.tx.send(ControllerEvent::AnaChanged { log });
+                }
+                Err(e) => tracing::warn!("reading the ANA log: {e}"),
+            }
         }
         c.post_async_event_requests(AERS_POSTED)?;
         Ok(())

@@ -192,11 +192,17 @@ pub fn run_command<P: Provider>(
     let mut got = Vec::new();
     loop {
         queue.poll(&mut got);
+        // Every other completion of the batch is kept (an AER's may follow ours).
+        let mut mine = None;
         for c in got.drain(..) {
-            if c.cid == cid {
-                return c.result.map(|cqe| (cqe, c.buf));
+            if c.cid == cid && mine.is_none() {
+                mine = Some(c);
+            } else {
+                others.push(c);
             }
-            others.push(c);
+        }
+        if let Some(c) = mine {
+            return c.result.map(|cqe| (cqe, c.buf));
         }
         if Instant::now() >= deadline {
             return Err(HostError::Timeout(format!(
@@ -461,11 +467,17 @@ impl<P: Provider> Controller<P> {
         let mut got = Vec::new();
         loop {
             q.poll(&mut got);
+            // Every other completion of the batch is kept (an AER's may follow ours).
+            let mut mine = None;
             for c in got.drain(..) {
-                if c.cid == cid {
-                    return c.result.map(|cqe| (cqe, c.buf));
+                if c.cid == cid && mine.is_none() {
+                    mine = Some(c);
+                } else {
+                    self.stray.push(c);
                 }
-                self.stray.push(c);
+            }
+            if let Some(c) = mine {
+                return c.result.map(|cqe| (cqe, c.buf));
             }
             if Instant::now() >= deadline {
                 let name = crate::queue::command_name(0, sqe.opcode(), sqe.fctype());

@@ -23,7 +23,6 @@
 use std::collections::HashSet;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
-use std::time::Duration;
 
 use nvme::log::{
     AddressFamily, DiscoveryLogEntry, DiscoveryLogPageHeader, SubsystemType, TransportType,
@@ -430,11 +429,11 @@ impl<P: Provider> DiscoveryController<P> {
             .map_or(CtrlState::Dead, |k| k.health().state())
     }
 
-    /// Shuts the controller down (CC.SHN) and disconnects, waiting at most
-    /// `timeout` for each step's answer.
+    /// Stops the Keep Alive thread, shuts the controller down (CC.SHN, at most
+    /// [`crate::controller::SHUTDOWN_TIMEOUT`]) and disconnects.
     ///
     /// Errors: the shutdown's; the loss that ended the controller earlier.
-    pub fn disconnect(mut self, _timeout: Duration) -> Result<(), HostError> {
+    pub fn disconnect(mut self) -> Result<(), HostError> {
         match self.keeper.take() {
             Some(k) => k.shutdown(Vec::new()),
             None => Ok(()),

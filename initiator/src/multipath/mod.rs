@@ -7,7 +7,9 @@
 //! queues and keeper; each reconnects on its own), checks that every controller
 //! belongs to one subsystem (Identify Controller SUBNQN), and reads each path's ANA
 //! log page (0Ch) where the controller reports ANA (CMIC bit 3); an ANA Change notice
-//! on a path ([`crate::aen`]) replaces that path's log.
+//! on a path ([`crate::aen`]) replaces that path's log, as do its reconnects (the
+//! host reads the log again then, as Linux does), an ANA status and
+//! [`MultipathHost::refresh_ana`].
 //!
 //! [`MultipathHost::namespace`] finds namespace `nsid` on every path and keeps the
 //! paths where it is the same namespace: the same NGUID, else the same EUI-64 (a path
