@@ -23,7 +23,8 @@ use std::time::{Duration, Instant};
 
 use nvme::properties::{ShutdownNotification, ShutdownStatus, CAP_CSS_IOCS};
 use nvme::{
-    Cap, Cc, CommandSpecificStatus, Cqe, Csts, FeatureId, IdentifyCns, Property, Sqe, NVME_AQ_DEPTH,
+    AsyncEvent, Cap, Cc, CommandSpecificStatus, Cqe, Csts, FeatureId, IdentifyCns, Property, Sqe,
+    NVME_AQ_DEPTH,
 };
 use transport::soft::SoftProvider;
 use transport::verbs::{Context, Device as _, Pd, Provider};
@@ -191,11 +192,17 @@ pub fn run_command<P: Provider>(
     let mut got = Vec::new();
     loop {
         queue.poll(&mut got);
+        // Every other completion of the batch is kept (an AER's may follow ours).
+        let mut mine = None;
         for c in got.drain(..) {
-            if c.cid == cid {
-                return c.result.map(|cqe| (cqe, c.buf));
+            if c.cid == cid && mine.is_none() {
+                mine = Some(c);
+            } else {
+                others.push(c);
             }
-            others.push(c);
+        }
+        if let Some(c) = mine {
+            return c.result.map(|cqe| (cqe, c.buf));
         }
         if Instant::now() >= deadline {
             return Err(HostError::Timeout(format!(
@@ -272,6 +279,32 @@ pub fn fabrics_connect<P: Provider>(
     }
 }
 
+/// The Get Log Page command (NVMe Base 2.x §5.16): LID and RAE (bit 15) and NUMDL in
+/// CDW10, NUMDU in CDW11, LPOL and LPOU in CDW12 and CDW13; see
+/// [`Controller::get_log_page`] for the arguments and errors.
+pub fn get_log_page_sqe(
+    lid: u8,
+    nsid: u32,
+    offset: u64,
+    len: usize,
+    retain: bool,
+) -> Result<Sqe, HostError> {
+    if len == 0 || !len.is_multiple_of(4) || !offset.is_multiple_of(4) || len > ADMIN_MAX_IO_BYTES {
+        return Err(HostError::InvalidArgument(format!(
+            "Get Log Page of {len} bytes at offset {offset}: both must be whole dwords \
+             (multiples of 4), the length 4 to {ADMIN_MAX_IO_BYTES}"
+        )));
+    }
+    let numd = (len / 4 - 1) as u32;
+    let mut sqe = Sqe::new(nvme::AdminOpcode::GetLogPage.value(), 0).with_nsid(nsid);
+    let rae = if retain { 1 << 15 } else { 0 };
+    sqe.set_cdw10(u32::from(lid) | rae | ((numd & 0xFFFF) << 16));
+    sqe.set_cdw11(numd >> 16);
+    sqe.set_cdw12(offset as u32);
+    sqe.set_cdw13((offset >> 32) as u32);
+    Ok(sqe)
+}
+
 /// A connected, enabled controller and its admin queue on provider `P` (the soft
 /// provider unless named; see the module docs).
 pub struct Controller<P: Provider = SoftProvider> {
@@ -286,8 +319,11 @@ pub struct Controller<P: Provider = SoftProvider> {
     vs: u32,
     cc: Cc,
     info: ControllerInfo,
-    /// Completions of commands other than the one being waited for (none expected).
+    /// Completions of commands other than the one being waited for: Asynchronous
+    /// Event Request completions ([`Controller::take_async_events`]).
     stray: Vec<QueueCompletion>,
+    /// CIDs of the Asynchronous Event Requests outstanding.
+    aers: Vec<u16>,
 }
 
 impl<P: Provider> std::fmt::Debug for Controller<P> {
@@ -339,6 +375,7 @@ impl<P: Provider> Controller<P> {
             info: ControllerInfo::parse(&[0u8; IDENTIFY_LEN])
                 .map_err(|e| HostError::Protocol(e.to_string()))?,
             stray: Vec::new(),
+            aers: Vec::new(),
         };
         if let Err(e) = c.enable() {
             c.admin.disconnect(Duration::from_millis(500));
@@ -431,11 +468,17 @@ impl<P: Provider> Controller<P> {
         let mut got = Vec::new();
         loop {
             q.poll(&mut got);
+            // Every other completion of the batch is kept (an AER's may follow ours).
+            let mut mine = None;
             for c in got.drain(..) {
-                if c.cid == cid {
-                    return c.result.map(|cqe| (cqe, c.buf));
+                if c.cid == cid && mine.is_none() {
+                    mine = Some(c);
+                } else {
+                    self.stray.push(c);
                 }
-                self.stray.push(c);
+            }
+            if let Some(c) = mine {
+                return c.result.map(|cqe| (cqe, c.buf));
             }
             if Instant::now() >= deadline {
                 let name = crate::queue::command_name(0, sqe.opcode(), sqe.fctype());
@@ -448,6 +491,71 @@ impl<P: Provider> Controller<P> {
     /// The timeout of one admin command (`ControllerOptions::admin_timeout`).
     pub fn admin_timeout(&self) -> Duration {
         self.opts.admin_timeout
+    }
+
+    /// Get Log Page (NVMe Base 2.x §5.16): `len` bytes (a multiple of 4, at most
+    /// [`ADMIN_MAX_IO_BYTES`]) of log `lid` from byte `offset` (a multiple of 4), for
+    /// namespace `nsid` (0 or FFFFFFFFh for the controller). `retain` sets RAE (CDW10
+    /// bit 15): the asynchronous event the log clears stays outstanding; a read with
+    /// RAE clear lets the controller report that event type again.
+    ///
+    /// Errors: [`HostError::InvalidArgument`] for a length or offset that is not a
+    /// whole number of dwords or a length above one admin buffer; the command's.
+    pub fn get_log_page(
+        &mut self,
+        lid: u8,
+        nsid: u32,
+        offset: u64,
+        len: usize,
+        retain: bool,
+    ) -> Result<Vec<u8>, HostError> {
+        let sqe = get_log_page_sqe(lid, nsid, offset, len, retain)?;
+        let (_, data) = self.admin_command(sqe, DataDir::ControllerToHost { len }, |_| {})?;
+        Ok(data)
+    }
+
+    /// Keeps up to `count` Asynchronous Event Requests (NVMe Base 2.x §5.2)
+    /// outstanding, never more than the controller's AERL + 1: posts the missing
+    /// ones. Returns how many are outstanding.
+    ///
+    /// Errors: the submission's ([`HostError::Queue`] when the admin queue is dead).
+    pub fn post_async_event_requests(&mut self, count: usize) -> Result<usize, HostError> {
+        let want = count.min(usize::from(self.info.aerl) + 1);
+        while self.aers.len() < want && self.admin.can_submit() {
+            let cid = self
+                .admin
+                .submit(Sqe::async_event_request(0), DataDir::None, None)
+                .map_err(QueueError::from)?;
+            self.aers.push(cid);
+        }
+        Ok(self.aers.len())
+    }
+
+    /// Polls the admin queue and takes the completed Asynchronous Event Requests:
+    /// their events (completion DW0 decoded), oldest first. A request that failed
+    /// (Asynchronous Event Request Limit Exceeded, or aborted) is dropped and logged
+    /// at debug; [`Controller::post_async_event_requests`] posts replacements. Other
+    /// completions found (of commands nobody waits for any more: between commands,
+    /// none is waited for) are dropped, their buffers back to the pool.
+    pub fn take_async_events(&mut self) -> Vec<AsyncEvent> {
+        self.admin.poll(&mut self.stray);
+        let mut events = Vec::new();
+        for c in self.stray.drain(..) {
+            let Some(i) = self.aers.iter().position(|&a| a == c.cid) else {
+                continue;
+            };
+            self.aers.swap_remove(i);
+            match &c.result {
+                Ok(cqe) => events.push(AsyncEvent::from_dw0(cqe.dw0())),
+                Err(e) => tracing::debug!(cid = c.cid, "Asynchronous Event Request ended: {e}"),
+            }
+        }
+        events
+    }
+
+    /// Asynchronous Event Requests outstanding.
+    pub fn async_event_requests(&self) -> usize {
+        self.aers.len()
     }
 
     /// Property Get (NVMe over Fabrics 1.1 §3.4): the property's value (4 or 8 bytes,

@@ -85,6 +85,7 @@ use transport::soft::SoftProvider;
 use transport::verbs::{Device, Provider};
 use zerocopy::IntoBytes;
 
+use crate::aen::{AsyncEvents, ControllerEvent};
 use crate::capsule::DataDir;
 use crate::error::{HostError, QueueError};
 use crate::health::{ControllerHealth, TimedOut};
@@ -659,6 +660,7 @@ impl<P: Provider> Shared<P> {
 /// provider.
 pub struct Host<P: Provider = SoftProvider> {
     shared: Arc<Shared<P>>,
+    events: AsyncEvents,
     info: ControllerInfo,
     threads: Vec<JoinHandle<()>>,
 }
@@ -703,12 +705,13 @@ impl<P: Provider> Host<P> {
         opts: HostOptions,
         options: P::Options,
     ) -> Result<Self, HostError> {
-        let o = opts.clone();
-        let host =
-            tokio::task::spawn_blocking(move || SyncHost::<P>::connect_with_options(&o, &options))
-                .await
-                .map_err(|_| HostError::Disconnected)??;
-        Self::start(host, &opts)
+        // Started on the blocking pool too: arming asynchronous events runs admin
+        // commands.
+        tokio::task::spawn_blocking(move || {
+            Self::start(SyncHost::<P>::connect_with_options(&opts, &options)?, &opts)
+        })
+        .await
+        .map_err(|_| HostError::Disconnected)?
     }
 
     /// Like [`Host::connect_with`] on `dev`, a device the caller opened with at least
@@ -718,11 +721,11 @@ impl<P: Provider> Host<P> {
         D: Device<Provider = P>,
         P: Provider<Device = D>,
     {
-        let o = opts.clone();
-        let host = tokio::task::spawn_blocking(move || SyncHost::<P>::connect_on(&dev, &o))
-            .await
-            .map_err(|_| HostError::Disconnected)??;
-        Self::start(host, &opts)
+        tokio::task::spawn_blocking(move || {
+            Self::start(SyncHost::<P>::connect_on(&dev, &opts)?, &opts)
+        })
+        .await
+        .map_err(|_| HostError::Disconnected)?
     }
 
     fn start(host: SyncHost<P>, opts: &HostOptions) -> Result<Self, HostError> {
@@ -756,7 +759,14 @@ impl<P: Provider> Host<P> {
             depth,
             max_io_bytes: max_transfer,
         });
-        let keeper = AdminKeeper::start_with_recovery(controller, reconnect, health.clone(), set);
+        let events = AsyncEvents::new();
+        let keeper = AdminKeeper::start_with_events(
+            controller,
+            reconnect,
+            health.clone(),
+            Some(set),
+            Some(events.clone()),
+        );
         let stop = Arc::new(AtomicBool::new(false));
         let mut threads = Vec::new();
         if runtime {
@@ -806,6 +816,7 @@ impl<P: Provider> Host<P> {
                 stop,
                 max_transfer,
             }),
+            events,
             info,
             threads,
         })
@@ -814,6 +825,21 @@ impl<P: Provider> Host<P> {
     /// Identify Controller as read at connect time.
     pub fn controller_info(&self) -> &ControllerInfo {
         &self.info
+    }
+
+    /// The controller's asynchronous events from now on ([`crate::aen`]): namespaces
+    /// that appeared or went (after the host read the Changed Namespace List and the
+    /// active namespace list again), ANA changes, others. `recv().await` on the
+    /// receiver.
+    pub fn events(&self) -> tokio::sync::broadcast::Receiver<ControllerEvent> {
+        self.events.subscribe()
+    }
+
+    /// The active namespace IDs as the host last read them: at connect, after each
+    /// Namespace Attribute Changed event and after each reconnect (ascending).
+    /// [`Host::namespaces`] reads the list now.
+    pub fn active_namespace_ids(&self) -> Vec<u32> {
+        self.events.namespaces()
     }
 
     /// The controller's lifecycle state (see [`crate::lifecycle`]): `Live`, or
@@ -964,12 +990,22 @@ impl<P: Provider> Host<P> {
             .0)
     }
 
-    /// Namespace `nsid` (Identify Namespace: size and block size).
-    pub async fn namespace(&self, nsid: u32) -> Result<Namespace<P>, HostError> {
+    /// Identify Namespace (CNS 00h) of `nsid`, read now and parsed: size, block
+    /// size, NGUID, EUI-64, ANA group. Errors: the command's; [`HostError::Protocol`]
+    /// for an inactive namespace or an unusable format.
+    pub async fn identify_namespace(
+        &self,
+        nsid: u32,
+    ) -> Result<crate::identify::NamespaceInfo, HostError> {
         let sqe = Sqe::identify(0, nvme::IdentifyCns::Namespace, nsid, 0);
         let (_, data) = self.admin_read(sqe, crate::identify::IDENTIFY_LEN).await?;
-        let info = crate::identify::NamespaceInfo::parse(&data)
-            .map_err(|e| HostError::Protocol(format!("namespace {nsid}: {e}")))?;
+        crate::identify::NamespaceInfo::parse(&data)
+            .map_err(|e| HostError::Protocol(format!("namespace {nsid}: {e}")))
+    }
+
+    /// Namespace `nsid` (Identify Namespace: size and block size).
+    pub async fn namespace(&self, nsid: u32) -> Result<Namespace<P>, HostError> {
+        let info = self.identify_namespace(nsid).await?;
         Ok(Namespace {
             nsid,
             block_size: info.block_size,

@@ -59,6 +59,19 @@ pub struct ControllerInfo {
     pub model_number: String,
     /// Firmware Revision (bytes 64..72).
     pub firmware_revision: String,
+    /// Controller Multi-Path I/O and Namespace Sharing Capabilities (byte 76): bit 3
+    /// ANA reporting supported.
+    pub cmic: u8,
+    /// Optional Asynchronous Events Supported (bytes 92..96): bit 8 Namespace
+    /// Attribute notices, bit 11 ANA Change notices, bit 31 Discovery Log Page Change.
+    pub oaes: u32,
+    /// Asynchronous Event Request Limit (byte 259, 0's based): AERs the controller
+    /// holds at once, minus one.
+    pub aerl: u8,
+    /// Asymmetric Namespace Access Capabilities (byte 343).
+    pub anacap: u8,
+    /// Number of ANA Group Identifiers (bytes 348..352).
+    pub nanagrpid: u32,
     /// Maximum Data Transfer Size (byte 77): 2^MDTS units of the minimum memory page
     /// size (CAP.MPSMIN); 0 = no limit.
     pub mdts: u8,
@@ -108,6 +121,11 @@ impl ControllerInfo {
             serial_number: text(c.sn(), &c.sn),
             model_number: text(c.mn(), &c.mn),
             firmware_revision: text(c.fr(), &c.fr),
+            cmic: c.cmic,
+            oaes: c.oaes.get(),
+            aerl: c.aerl,
+            anacap: c.anacap,
+            nanagrpid: c.nanagrpid.get(),
             mdts: c.mdts,
             cntlid: c.cntlid.get(),
             ver: c.ver.get(),
@@ -161,6 +179,16 @@ pub struct NamespaceInfo {
     pub flbas: u8,
     /// The logical block size in bytes, 2^LBADS of the format in use.
     pub block_size: u32,
+    /// Namespace Multi-path I/O and Namespace Sharing Capabilities (byte 30): bit 0
+    /// the namespace may be reached through several controllers.
+    pub nmic: u8,
+    /// ANA Group Identifier (bytes 92..96): the namespace's ANA group, 0 when the
+    /// controller reports no ANA.
+    pub anagrpid: u32,
+    /// Namespace Globally Unique Identifier (bytes 104..120); all zeros: none.
+    pub nguid: [u8; 16],
+    /// IEEE Extended Unique Identifier (bytes 120..128); all zeros: none.
+    pub eui64: [u8; 8],
 }
 
 impl NamespaceInfo {
@@ -191,6 +219,10 @@ impl NamespaceInfo {
             ncap: ns.ncap.get(),
             flbas: ns.flbas,
             block_size: 1 << lbads,
+            nmic: ns.nmic,
+            anagrpid: ns.anagrpid.get(),
+            nguid: ns.nguid,
+            eui64: ns.eui64,
         })
     }
 }

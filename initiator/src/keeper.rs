@@ -21,6 +21,7 @@ use parking_lot::Mutex;
 use transport::soft::SoftProvider;
 use transport::verbs::{Device as _, DeviceOf, Pd, Provider};
 
+use crate::aen::AsyncEvents;
 use crate::controller::{Controller, ControllerOptions};
 use crate::error::HostError;
 use crate::health::{ControllerHealth, TimedOut};
@@ -137,7 +138,7 @@ impl<P: Provider> AdminKeeper<P> {
             kato_ms: controller.options().kato_ms,
             ..ReconnectOptions::never()
         };
-        Self::spawn(controller, opts, ControllerHealth::new(), None)
+        Self::spawn(controller, opts, ControllerHealth::new(), None, None)
     }
 
     /// Starts the thread with reconnects as `opts` say, over `queues`; the state goes
@@ -148,15 +149,29 @@ impl<P: Provider> AdminKeeper<P> {
         health: ControllerHealth,
         queues: Arc<dyn IoQueueSet<P>>,
     ) -> Self {
-        let recovery = Recovery {
+        Self::start_with_events(controller, opts, health, Some(queues), None)
+    }
+
+    /// Starts the thread with reconnects over `queues` (none: the first loss ends it)
+    /// and, with `events`, asynchronous events: the controller armed at start and
+    /// after each reconnect ([`AsyncEvents::arm`]), the events its requests report
+    /// handled between ticks ([`AsyncEvents::handle`]).
+    pub fn start_with_events(
+        controller: Controller<P>,
+        opts: ReconnectOptions,
+        health: ControllerHealth,
+        queues: Option<Arc<dyn IoQueueSet<P>>>,
+        events: Option<AsyncEvents>,
+    ) -> Self {
+        let recovery = queues.map(|queues| Recovery {
             queues,
             dev: controller.device().clone(),
             cm: controller.cm().clone(),
             pd: controller.pd(),
             pool: controller.pool().clone(),
             opts: controller.options().clone(),
-        };
-        Self::spawn(controller, opts, health, Some(recovery))
+        });
+        Self::spawn(controller, opts, health, recovery, events)
     }
 
     fn spawn(
@@ -164,8 +179,16 @@ impl<P: Provider> AdminKeeper<P> {
         opts: ReconnectOptions,
         health: ControllerHealth,
         recovery: Option<Recovery<P>>,
+        events: Option<AsyncEvents>,
     ) -> Self {
         let (stop, stopped) = channel::bounded::<()>(1);
+        let mut controller = controller;
+        if let Some(ev) = &events {
+            // Before the thread starts, so the namespace list is known on return.
+            if let Err(e) = ev.arm(&mut controller) {
+                tracing::warn!("enabling asynchronous events failed: {e}");
+            }
+        }
         let controller = Arc::new(Mutex::new(Some(controller)));
         let shared = controller.clone();
         let h = health.clone();
@@ -184,6 +207,7 @@ impl<P: Provider> AdminKeeper<P> {
                     recovery,
                     first_error: None,
                     admin_timeout,
+                    events,
                 };
                 let _ = run.lc.connected(Instant::now());
                 run.main(|| !matches!(stopped.try_recv(), Err(TryRecvError::Empty)))
@@ -275,9 +299,22 @@ struct Run<P: Provider> {
     first_error: Option<HostError>,
     /// The controller's admin command timeout.
     admin_timeout: Duration,
+    /// Asynchronous events to arm and handle, if the owner wants them.
+    events: Option<AsyncEvents>,
 }
 
 impl<P: Provider> Run<P> {
+    /// Arms the controller's asynchronous events (a failure is logged: the
+    /// controller works without them).
+    fn arm(&mut self) {
+        let Some(ev) = &self.events else { return };
+        if let Some(c) = self.controller.lock().as_mut() {
+            if let Err(e) = ev.arm(c) {
+                tracing::warn!("enabling asynchronous events failed: {e}");
+            }
+        }
+    }
+
     /// The thread's loop until `stopped()` or the controller is DEAD.
     fn main(&mut self, stopped: impl Fn() -> bool) -> Option<HostError> {
         loop {
@@ -378,9 +415,14 @@ impl<P: Provider> Run<P> {
                 let q = c.admin_queue_mut();
                 q.progress();
                 q.wait(wait);
-                // Completions of commands nobody waits for (none expected).
-                q.poll(&mut Vec::new());
-                q.dead_reason().map(|r| format!("admin queue: {r}"))
+                // Asynchronous events; completions nobody waits for are dropped.
+                let events = c.take_async_events();
+                if let (false, Some(ev)) = (events.is_empty(), &self.events) {
+                    ev.handle(c, events);
+                }
+                c.admin_queue_mut()
+                    .dead_reason()
+                    .map(|r| format!("admin queue: {r}"))
             }
             None => {
                 drop(g);
@@ -512,6 +554,7 @@ impl<P: Provider> Run<P> {
                     "controller reconnected; reissuing held I/O"
                 );
                 *self.controller.lock() = Some(c);
+                self.arm();
                 self.first_error = None;
                 let _ = self.lc.connected(Instant::now());
                 self.health.count_reconnect();

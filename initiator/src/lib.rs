@@ -17,6 +17,12 @@
 //!   queues; `nvmf-bench`, in its own crate, drives those queues);
 //! - [`host`]: [`Host`], the public async (tokio) API: zero-copy reads and writes of
 //!   [`IoBuf`]s, bounded submission, completions that wake the waiting task directly.
+//! - [`aen`]: asynchronous events (AERs kept posted, each event's log page read, the
+//!   namespaces rescanned): [`Host::events`];
+//! - [`discovery`]: the discovery client (the log read in pieces, referrals,
+//!   `connect_all`, a persistent [`DiscoveryController`]);
+//! - [`multipath`]: [`MultipathHost`], a layer above controllers: one subsystem
+//!   through several paths, ANA-aware path choice and failover.
 //!
 //! ```no_run
 //! use nvmf_initiator::{Host, HostOptions};
@@ -55,10 +61,12 @@
 //!
 //! Errors are [`HostError`] values: NVMe statuses keep SCT/SC/DNR and print their
 //! specification names; transport failures keep the `IBV_WC_*` status.
+pub mod aen;
 pub mod auth;
 pub mod capsule;
 pub mod controller;
 pub mod device;
+pub mod discovery;
 pub mod error;
 mod fabrics;
 pub mod health;
@@ -66,18 +74,22 @@ pub mod host;
 pub mod identify;
 pub mod keeper;
 pub mod lifecycle;
+pub mod multipath;
 pub mod options;
 pub mod pool;
 pub mod queue;
 pub mod split;
 pub mod sync_host;
 
+pub use aen::{AsyncEvents, ControllerEvent};
 pub use capsule::DataDir;
 pub use controller::{Controller, ControllerOptions};
+pub use discovery::{DiscoveryController, DiscoveryEntry, DiscoveryLog};
 pub use error::{HostError, QueueError};
 pub use health::ControllerHealth;
 pub use host::{BufError, Host, Namespace};
 pub use identify::{ControllerInfo, IdentifyError, NamespaceInfo};
+pub use multipath::{MultipathHost, MultipathNamespace, MultipathOptions, PathPolicy};
 pub use options::{Completions, HostIdentity, HostOptions, IdentityError};
 pub use pool::{BufferPool, IoBuf, PoolError, PoolSizeError, RemoteAccess};
 pub use queue::{NvmeRdmaQueue, QueueCompletion, QueueConfig};

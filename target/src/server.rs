@@ -91,6 +91,8 @@ pub struct TargetHandle<P: Provider = DefaultProvider> {
     control: Option<JoinHandle<()>>,
     stop: Sender<ControlCmd>,
     listen: Vec<SocketAddr>,
+    /// The listen address of each poll group, in order.
+    group_addrs: Vec<IpAddr>,
     /// The metrics endpoint, when the configuration asks for one.
     metrics: Option<crate::metrics::MetricsEndpoint>,
 }
@@ -231,6 +233,27 @@ impl<P: Provider> TargetHandle<P> {
         self.stop_all();
         report.elapsed = t0.elapsed();
         report
+    }
+
+    /// Stops at once, with no disconnect, the poll groups of listen address `ip`
+    /// (every port on it), as when that address's link dies: its connections stop
+    /// answering (their hosts see RC retries run out or Keep Alive lost), and a new
+    /// connection there finds no poll group and is refused. The other addresses keep
+    /// serving. For failover tests of hosts (issue 15 item 4). Returns how many poll
+    /// groups stopped (0 for an address the target does not listen on).
+    pub fn kill_address(&mut self, ip: IpAddr) -> usize {
+        let mut stopped = 0;
+        for (i, (tx, h)) in self.groups.iter_mut().enumerate() {
+            if self.group_addrs.get(i) != Some(&ip) {
+                continue;
+            }
+            let _ = tx.send(GroupCmd::Shutdown);
+            if let Some(h) = h.take() {
+                let _ = h.join();
+                stopped += 1;
+            }
+        }
+        stopped
     }
 
     fn stop_all(&mut self) {
@@ -528,10 +551,11 @@ fn start_recording_created<P: Provider>(
         control: Some(control),
         stop: stop_tx,
         listen: cfg.listen.iter().map(|l| l.socket_addr()).collect(),
+        group_addrs,
         metrics: None,
     };
     if let Some(bound) = metrics {
-        let sources = metric_sources(&handle, &group_addrs);
+        let sources = metric_sources(&handle, &handle.group_addrs);
         // On an error the handle's drop stops what started.
         handle.metrics = Some(bound.serve(sources)?);
     }

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Deserializer};
 
-/// Why [`parse_size`] refused a string.
+/// Why [`parse_size()`] refused a string.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid size {input:?}: {reason}")]
 pub struct ParseSizeError {
