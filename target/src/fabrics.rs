@@ -226,7 +226,7 @@ fn connect_io(
     };
     let ctrl = reg
         .controller(d.cntlid())
-        .filter(|c| Arc::ptr_eq(&c.subsys, subsys) && c.hostnqn == hostnqn);
+        .filter(|c| Arc::ptr_eq(&c.subsys, &subsys) && c.hostnqn == hostnqn);
     let Some(ctrl) = ctrl else {
         return ConnectOutcome::invalid(ConnectInvalidParameter::CNTLID);
     };

@@ -886,7 +886,7 @@ impl<P: Provider> Control<P> {
         let qid = nvme_req.qid();
         let addr = self.endpoints[ep].addr;
         let Some(port) =
-            (self.reg.ports.iter()).position(|p| p.traddr == addr && p.trsvcid == req.local_port)
+            (self.reg.ports().iter()).position(|p| p.traddr == addr && p.trsvcid == req.local_port)
         else {
             tracing::warn!(host_addr = %remote_ip, qid, "a connection request to {addr}:{} which is no configured port", req.local_port);
             return self.reject(ep, id, RdmaCmRejectStatus::NoResources, from);

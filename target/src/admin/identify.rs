@@ -42,7 +42,7 @@ pub(super) fn identify(c: &Ctx, sqe: &Sqe, out: &mut [u8]) -> AdminOutcome {
             // As nvmet: an inactive NSID gets an all-zero structure.
             match subsys.namespace(nsid) {
                 Some(ns) => {
-                    let id = identify_namespace(ns);
+                    let id = identify_namespace(&ns);
                     AdminOutcome::data(copy_out(out, id.as_bytes(), want))
                 }
                 None => AdminOutcome::data(copy_out(out, &[], want)),
@@ -53,8 +53,8 @@ pub(super) fn identify(c: &Ctx, sqe: &Sqe, out: &mut [u8]) -> AdminOutcome {
             if min >= 0xFFFF_FFFE {
                 return AdminOutcome::status(generic(GenericStatus::InvalidNamespaceOrFormat));
             }
-            let ids = subsys
-                .namespaces
+            let all = subsys.namespaces();
+            let ids = all
                 .iter()
                 .map(|n| n.nsid)
                 .filter(|&id| id > min);
@@ -63,7 +63,7 @@ pub(super) fn identify(c: &Ctx, sqe: &Sqe, out: &mut [u8]) -> AdminOutcome {
         }
         Some(IdentifyCns::NamespaceIdDescriptorList) => match subsys.namespace(sqe.nsid()) {
             Some(ns) => {
-                let list = namespace_descriptors(ns);
+                let list = namespace_descriptors(&ns);
                 AdminOutcome::data(copy_out(out, list.as_bytes(), want))
             }
             None => AdminOutcome::status(generic(GenericStatus::InvalidNamespaceOrFormat)),

@@ -382,7 +382,7 @@ impl RequestCore {
             unsafe { BufferPool::new(mem.data.ptr, mem.data.len, MIN_DATA_BUFFER, max_block) }?;
         let mut ns_stats: Vec<Option<Arc<NamespaceStats>>> = Vec::new();
         let mut in_memory = Vec::new();
-        for ns in reg.subsystems.iter().flat_map(|s| s.namespaces.iter()) {
+        for ns in reg.subsystems().iter().flat_map(|s| s.namespaces().to_vec()) {
             let at = ns.file_index as usize;
             if ns_stats.len() <= at {
                 ns_stats.resize(at + 1, None);
@@ -719,7 +719,7 @@ impl RequestCore {
                 if let Some((ns, nqn)) = self.namespace_of(i) {
                     let span = self.queues.get(&self.reqs[i].qpn).map(|q| q.span.clone());
                     let _span = span.map(tracing::Span::entered);
-                    io::log_io_error(ns, nqn, &cmd, errno, status, now);
+                    io::log_io_error(&ns, nqn, &cmd, errno, status, now);
                 }
             }
         }

@@ -19,7 +19,7 @@ use crate::fabrics::{self, ConnectOutcome};
 use crate::io::{self, IoCommand};
 use crate::oplog;
 use crate::rdma::action::{Action, Buf, IoOp, RegionId};
-use crate::subsystem::NamespaceEntry;
+use crate::subsystem::NamespaceRef;
 use crate::uring::{FALLOC_DEALLOCATE, FALLOC_WRITE_ZEROES};
 
 /// The status of an Authentication Send/Receive on a queue that owes no
@@ -93,7 +93,7 @@ impl RequestCore {
     }
 
     /// The namespace request `i` names on its queue's controller, and the subsystem NQN.
-    pub(super) fn namespace_of(&self, i: usize) -> Option<(&NamespaceEntry, &str)> {
+    pub(super) fn namespace_of(&self, i: usize) -> Option<(NamespaceRef, &str)> {
         let r = &self.reqs[i];
         let ctrl = self.queues.get(&r.qpn)?.ctrl.as_deref()?;
         Some((
