@@ -33,6 +33,7 @@ pub mod metrics;
 pub mod oplog;
 pub mod provider;
 pub mod rdma;
+pub mod reload;
 pub mod server;
 pub mod shutdown;
 pub mod stats;

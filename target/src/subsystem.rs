@@ -38,6 +38,11 @@ pub const CNTLID_MAX: u16 = 0xFFEF;
 /// configuration names its `portid`.
 pub const PORT_ID: u16 = 1;
 
+/// io_uring fixed-file slots of each poll group's ring: the most namespaces a target
+/// opens over its life (at start and by reloads; a slot is not reused, see
+/// [`Registry::next_file_index`]).
+pub const MAX_NAMESPACE_FILES: u32 = 4096;
+
 /// One namespace of a subsystem: its NSID, the backing file, and its identifiers.
 #[derive(Debug, Clone)]
 pub struct NamespaceEntry {

@@ -366,6 +366,36 @@ impl Ring {
         Ok(())
     }
 
+    /// Registers a table of `slots` fixed files, `fds` in slots `0..fds.len()` and the
+    /// rest empty, for namespaces opened later ([`Ring::update_file`]; Linux 5.19's
+    /// `IORING_RSRC_REGISTER_SPARSE`).
+    ///
+    /// # Errors
+    /// As [`Ring::register_files`]; `EINVAL` when `fds` are more than `slots`.
+    pub fn register_file_table(&mut self, slots: u32, fds: &[RawFd]) -> io::Result<()> {
+        if fds.len() > slots as usize {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        self.ring.submitter().register_files_sparse(slots)?;
+        self.files_registered = slots as usize;
+        if !fds.is_empty() {
+            self.ring.submitter().register_files_update(0, fds)?;
+        }
+        Ok(())
+    }
+
+    /// Puts `fd` in fixed-file slot `index` of the table ([`Ring::register_file_table`]),
+    /// or empties the slot with `fd` -1. Operations already submitted on the slot keep
+    /// the file they had; later ones on an empty slot fail with `EBADF`.
+    ///
+    /// # Errors
+    /// `EINVAL` for a slot beyond the table, `EBADF` for a bad fd, other
+    /// `io_uring_register(2)` errors.
+    pub fn update_file(&mut self, index: u32, fd: RawFd) -> io::Result<()> {
+        self.ring.submitter().register_files_update(index, &[fd])?;
+        Ok(())
+    }
+
     /// Unregisters the fixed buffers, and forgets the plain ones (their indices followed
     /// the fixed ones). Operations still in flight keep their pages.
     ///

@@ -457,6 +457,41 @@ impl RequestCore {
         self.queues.get(&qpn)
     }
 
+    /// A namespace a reload opened: its statistics, and its memory store when it has
+    /// one, at its fixed-file index (the poll group put the file in that slot).
+    pub fn add_namespace(&mut self, ns: &crate::subsystem::NamespaceEntry) {
+        let at = ns.file_index as usize;
+        if self.ns_stats.len() <= at {
+            self.ns_stats.resize(at + 1, None);
+            self.in_memory.resize(at + 1, None);
+            self.latency.resize(at + 1, ReadWrite::default());
+        }
+        self.ns_stats[at] = Some(ns.stats.clone());
+        self.in_memory[at] = ns.ns.memory().is_some().then(|| ns.ns.clone());
+    }
+
+    /// A namespace a reload removed (fixed-file index `file_index`): its memory store
+    /// is let go (commands already on it keep theirs); its statistics stay until the
+    /// core goes.
+    pub fn remove_namespace(&mut self, file_index: u32) {
+        if let Some(m) = self.in_memory.get_mut(file_index as usize) {
+            *m = None;
+        }
+    }
+
+    /// Completes the held Asynchronous Event Requests of controllers `cntlids` on
+    /// this group's admin queues for which an event is pending (one a reload posted),
+    /// at once rather than at the queue's next admin command (NVMe Base 2.x §5.2).
+    pub fn complete_held_events(&mut self, cntlids: &[u16], now: Instant) {
+        let qpns: Vec<u32> = (self.queues.iter())
+            .filter(|(_, q)| q.ctrl.as_ref().is_some_and(|c| cntlids.contains(&c.cntlid)))
+            .map(|(&qpn, _)| qpn)
+            .collect();
+        for qpn in qpns {
+            self.complete_events(qpn, now);
+        }
+    }
+
     /// The QPNs of every queue of controller `cntlid`.
     pub fn queues_of(&self, cntlid: u16) -> Vec<u32> {
         self.queues

@@ -183,6 +183,18 @@ pub enum GroupCmd {
     /// latency, queues, its QPs' transport counters), for a scrape of the metrics
     /// endpoint ([`crate::metrics`]).
     Metrics(Sender<crate::metrics::GroupSnapshot>),
+    /// A reload changed namespaces ([`crate::reload`]): put each of `add` in its
+    /// io_uring fixed-file slot (and the core's per-namespace tables), empty the slots
+    /// of `remove` (fixed-file indices); the reply says whether every slot took.
+    Namespaces {
+        add: Vec<crate::subsystem::NamespaceEntry>,
+        remove: Vec<u32>,
+        reply: Sender<Result<(), String>>,
+    },
+    /// Events were posted to controllers `cntlids` (a reload): complete their
+    /// Asynchronous Event Requests held in this group now
+    /// ([`core::RequestCore::complete_held_events`]), not at their next admin command.
+    CompleteHeldEvents { cntlids: Vec<u16> },
     /// Stop the poll loop.
     Shutdown,
 }

@@ -278,9 +278,10 @@ impl RequestCore {
         self.reqs[i].file = file;
         if let Some(Some(b)) = self.in_memory.get(file as usize) {
             let b: *const crate::backend::Backend = Arc::as_ptr(b);
-            // SAFETY: the Arc stays in `self.in_memory`, which is never changed after
-            // construction, for as long as the core lives; the pointer only lets the
-            // store be used while the request's buffers are borrowed mutably.
+            // SAFETY: the Arc stays in `self.in_memory` through this call: an entry
+            // changes only in `add_namespace`/`remove_namespace`, which the poll group
+            // calls between commands, never from `execute_in_memory`; the pointer only
+            // lets the store be used while the request's buffers are borrowed mutably.
             let store = unsafe { (*b).memory() };
             if let Some(store) = store {
                 self.execute_in_memory(i, cmd, store, nlb);
