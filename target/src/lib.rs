@@ -21,6 +21,7 @@ pub mod buffers;
 #[doc(hidden)]
 pub mod capsule;
 pub mod config;
+pub mod control_socket;
 pub mod controller;
 pub mod cpus;
 pub mod discovery;
@@ -41,4 +42,4 @@ pub mod subsystem;
 pub mod uring;
 
 pub use provider::{start, start_with_faults, ProviderKind};
-pub use server::{start_on, TargetError, TargetHandle};
+pub use server::{start_on, Reloader, TargetError, TargetHandle};

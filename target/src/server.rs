@@ -95,6 +95,48 @@ pub struct TargetHandle<P: Provider = DefaultProvider> {
     metrics: Option<crate::metrics::MetricsEndpoint>,
 }
 
+/// Asks a running target for reloads ([`TargetHandle::reloader`]); cheap to clone.
+#[derive(Clone)]
+pub struct Reloader {
+    control: Sender<ControlCmd>,
+}
+
+impl Reloader {
+    /// As [`TargetHandle::reload`].
+    ///
+    /// # Errors
+    /// As [`TargetHandle::reload`]; [`crate::reload::ReloadError::Stopped`] once the
+    /// target stopped.
+    pub fn reload(
+        &self,
+        cfg: &TargetConfig,
+    ) -> Result<crate::reload::ReloadReport, crate::reload::ReloadError> {
+        reload_through(&self.control, cfg)
+    }
+}
+
+impl std::fmt::Debug for Reloader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reloader").finish_non_exhaustive()
+    }
+}
+
+/// Sends `cfg` to the control thread on `control` and waits for the outcome.
+fn reload_through(
+    control: &Sender<ControlCmd>,
+    cfg: &TargetConfig,
+) -> Result<crate::reload::ReloadReport, crate::reload::ReloadError> {
+    let (reply, rx) = channel::bounded(1);
+    let cmd = ControlCmd::Reload {
+        cfg: Box::new(cfg.clone()),
+        reply,
+    };
+    control
+        .send(cmd)
+        .map_err(|_| crate::reload::ReloadError::Stopped)?;
+    rx.recv().map_err(|_| crate::reload::ReloadError::Stopped)?
+}
+
 /// What the handle asks of the control thread.
 enum ControlCmd {
     /// Stop the control thread.
@@ -165,15 +207,15 @@ impl<P: Provider> TargetHandle<P> {
         &self,
         cfg: &TargetConfig,
     ) -> Result<crate::reload::ReloadReport, crate::reload::ReloadError> {
-        let (reply, rx) = channel::bounded(1);
-        let cmd = ControlCmd::Reload {
-            cfg: Box::new(cfg.clone()),
-            reply,
-        };
-        self.stop
-            .send(cmd)
-            .map_err(|_| crate::reload::ReloadError::Stopped)?;
-        rx.recv().map_err(|_| crate::reload::ReloadError::Stopped)?
+        reload_through(&self.stop, cfg)
+    }
+
+    /// A handle that asks this target's control thread for reloads from another
+    /// thread (a control socket's), without the target handle itself.
+    pub fn reloader(&self) -> Reloader {
+        Reloader {
+            control: self.stop.clone(),
+        }
     }
 
     /// [`TargetHandle::reload`] from the configuration file at `path` (TOML or
