@@ -17,9 +17,9 @@ use nvme::{FeatureId, LogPageId, Sqe, Status};
 use nvmf_initiator::capsule::DataDir;
 use nvmf_initiator::queue::NvmeRdmaQueue;
 use nvmf_initiator::{Controller, ControllerOptions, HostError, HostOptions, SyncHost};
-use transport::soft::{CmAgent, DeviceConfig, SoftDevice};
 use nvmf_target::config::{NamespaceBackend, NamespaceConfig, SubsystemConfig, TargetConfig};
 use nvmf_target::reload::ReloadError;
+use transport::soft::{CmAgent, DeviceConfig, SoftDevice};
 
 const BLOCK: usize = 512;
 const SIZE: u64 = 8 << 20;
@@ -103,7 +103,10 @@ fn check_writes(q: &mut NvmeRdmaQueue, mut cids: Vec<u16>, tag: u8) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     let mut out = Vec::new();
     while !cids.is_empty() {
-        assert!(std::time::Instant::now() < deadline, "writes {cids:?} did not complete");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "writes {cids:?} did not complete"
+        );
         out.clear();
         q.poll(&mut out);
         for c in out.drain(..) {
@@ -114,7 +117,10 @@ fn check_writes(q: &mut NvmeRdmaQueue, mut cids: Vec<u16>, tag: u8) {
         }
     }
     for i in 0..8u64 {
-        assert!(read(q, 1, i * 8, 4096) == pattern(i * 4096, 4096, tag), "block {i}");
+        assert!(
+            read(q, 1, i * 8, 4096) == pattern(i * 4096, 4096, tag),
+            "block {i}"
+        );
     }
 }
 
@@ -158,7 +164,10 @@ fn a_namespace_appears_and_disappears_under_io_on_another() {
     fixed.subsystems[0].namespaces.push(ram_ns(3));
     match t.target.reload(&fixed) {
         Err(ReloadError::Refused(why)) => {
-            assert!(why.iter().any(|w| w.starts_with("mdts_bytes changed")), "{why:?}")
+            assert!(
+                why.iter().any(|w| w.starts_with("mdts_bytes changed")),
+                "{why:?}"
+            )
         }
         other => panic!("{other:?}"),
     }

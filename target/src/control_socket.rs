@@ -44,7 +44,10 @@ impl ControlSocket {
             if UnixStream::connect(path).is_ok() {
                 return Err(io::Error::new(
                     io::ErrorKind::AddrInUse,
-                    format!("{}: another daemon answers on this control socket", path.display()),
+                    format!(
+                        "{}: another daemon answers on this control socket",
+                        path.display()
+                    ),
                 ));
             }
             std::fs::remove_file(path)?;
@@ -112,10 +115,14 @@ pub fn request(path: &Path, command: &str) -> Result<String, String> {
         )
     };
     let mut c = UnixStream::connect(path).map_err(unreachable)?;
-    c.set_read_timeout(Some(CLIENT_TIMEOUT)).map_err(unreachable)?;
-    c.write_all(format!("{command}\n").as_bytes()).map_err(unreachable)?;
+    c.set_read_timeout(Some(CLIENT_TIMEOUT))
+        .map_err(unreachable)?;
+    c.write_all(format!("{command}\n").as_bytes())
+        .map_err(unreachable)?;
     let mut line = String::new();
-    BufReader::new(&c).read_line(&mut line).map_err(unreachable)?;
+    BufReader::new(&c)
+        .read_line(&mut line)
+        .map_err(unreachable)?;
     let line = line.trim_end();
     if let Some(ok) = line.strip_prefix("ok: ") {
         Ok(ok.to_string())
@@ -145,8 +152,14 @@ mod tests {
         .unwrap();
         let mode = std::fs::metadata(&path).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o600);
-        assert_eq!(request(&path, RELOAD), Ok("namespaces added: x nsid 2".into()));
-        assert_eq!(request(&path, RELOAD), Err("not applied: poll_groups changed".into()));
+        assert_eq!(
+            request(&path, RELOAD),
+            Ok("namespaces added: x nsid 2".into())
+        );
+        assert_eq!(
+            request(&path, RELOAD),
+            Err("not applied: poll_groups changed".into())
+        );
         let unknown = request(&path, "frobnicate").unwrap_err();
         assert!(unknown.contains("unknown command"), "{unknown}");
         // A second daemon on the same path is refused while the first answers.

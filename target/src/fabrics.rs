@@ -473,7 +473,12 @@ pub(crate) mod tests {
     #[test]
     fn discovery_off_refuses_the_discovery_nqn_as_unknown() {
         let on = registry_with(vec![]);
-        let reg = Registry::with_ports(on.subsystems().to_vec(), on.ports().to_vec(), on.limits, false);
+        let reg = Registry::with_ports(
+            on.subsystems().to_vec(),
+            on.ports().to_vec(),
+            on.limits,
+            false,
+        );
         let sqe = Sqe::connect(0, 0, 31, 0);
         let data = connect_data(0xFFFF, NVMF_DISCOVERY_NQN, HOST);
         // As for an unknown subsystem (capture (a)): status 0x8304, DW0 00010100h.

@@ -28,9 +28,11 @@ use std::time::Duration;
 use crossbeam::channel::{self, Sender};
 
 use crate::config::{diff, ReloadPlan, TargetConfig};
-use crate::controller::{AEN_DISCOVERY_CHANGED, ControllerKind};
+use crate::controller::{ControllerKind, AEN_DISCOVERY_CHANGED};
 use crate::rdma::GroupCmd;
-use crate::server::{access_of, open_namespace, port_of, remove_created, subsystem_of, TargetError};
+use crate::server::{
+    access_of, open_namespace, port_of, remove_created, subsystem_of, TargetError,
+};
 use crate::subsystem::{HostAccess, NamespaceEntry, Registry, Subsystem, MAX_NAMESPACE_FILES};
 
 /// How long the control thread waits for each poll group to take a namespace change.
@@ -238,7 +240,10 @@ fn commit(
             list.push(s.clone());
         }
     }
-    for s in old_subsystems.iter().filter(|s| plan.subsystems_removed.contains(&s.nqn)) {
+    for s in old_subsystems
+        .iter()
+        .filter(|s| plan.subsystems_removed.contains(&s.nqn))
+    {
         freed.extend(s.namespaces().iter().map(|e| e.file_index));
     }
     reg.set_subsystems(list);

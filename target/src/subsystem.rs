@@ -295,7 +295,12 @@ impl Subsystem {
 
     /// Largest active NSID, 0 without namespaces (Identify Controller NN).
     pub fn max_nsid(&self) -> u32 {
-        self.namespaces.load().iter().map(|n| n.nsid).max().unwrap_or(0)
+        self.namespaces
+            .load()
+            .iter()
+            .map(|n| n.nsid)
+            .max()
+            .unwrap_or(0)
     }
 }
 
@@ -436,7 +441,12 @@ impl Registry {
     ) -> Arc<Registry> {
         let next_file = subsystems
             .iter()
-            .flat_map(|s| s.namespaces().iter().map(|n| n.file_index + 1).collect::<Vec<_>>())
+            .flat_map(|s| {
+                s.namespaces()
+                    .iter()
+                    .map(|n| n.file_index + 1)
+                    .collect::<Vec<_>>()
+            })
             .max()
             .unwrap_or(0);
         Arc::new(Registry {
@@ -487,7 +497,11 @@ impl Registry {
 
     /// The NVM subsystem named `nqn` (not the discovery subsystem).
     pub fn subsystem(&self, nqn: &str) -> Option<Arc<Subsystem>> {
-        self.subsystems.load().iter().find(|s| s.nqn == nqn).cloned()
+        self.subsystems
+            .load()
+            .iter()
+            .find(|s| s.nqn == nqn)
+            .cloned()
     }
 
     /// The subsystem named `nqn`, the discovery subsystem included when it is served.

@@ -143,7 +143,10 @@ fn sighup_and_the_reload_command_change_namespaces_live() {
     std::fs::write(&cfg, config(true)).unwrap();
     d.signal(nix::sys::signal::Signal::SIGHUP);
     let line = d.wait_for("configuration reloaded");
-    assert!(line.contains(&format!("namespaces added: {NQN} nsid 2")), "{line}");
+    assert!(
+        line.contains(&format!("namespaces added: {NQN} nsid 2")),
+        "{line}"
+    );
     assert_eq!(active(admin), vec![1, 2]);
 
     // A file that does not parse: the CLI says why and exits 1; nothing changes.
@@ -159,8 +162,15 @@ fn sighup_and_the_reload_command_change_namespaces_live() {
     std::fs::write(&cfg, config(false)).unwrap();
     let out = reload_cli(&socket);
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(stdout.contains(&format!("namespaces removed: {NQN} nsid 2")), "{stdout}");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains(&format!("namespaces removed: {NQN} nsid 2")),
+        "{stdout}"
+    );
     assert_eq!(active(admin), vec![1]);
 
     host.disconnect().expect("disconnect");

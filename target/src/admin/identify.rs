@@ -54,10 +54,7 @@ pub(super) fn identify(c: &Ctx, sqe: &Sqe, out: &mut [u8]) -> AdminOutcome {
                 return AdminOutcome::status(generic(GenericStatus::InvalidNamespaceOrFormat));
             }
             let all = subsys.namespaces();
-            let ids = all
-                .iter()
-                .map(|n| n.nsid)
-                .filter(|&id| id > min);
+            let ids = all.iter().map(|n| n.nsid).filter(|&id| id > min);
             let list = NamespaceList::from_ids(ids);
             AdminOutcome::data(copy_out(out, list.as_bytes(), want))
         }

@@ -394,7 +394,13 @@ fn serve<P: Provider>(
     sigs: &SigSet,
     args: &Args,
 ) -> ExitCode {
-    serve_started(nvmf_target::start_on::<P>(cfg), cfg, packet_path, sigs, args)
+    serve_started(
+        nvmf_target::start_on::<P>(cfg),
+        cfg,
+        packet_path,
+        sigs,
+        args,
+    )
 }
 
 /// Reads the configuration again as at start ([`build_config`]) and applies it to the

@@ -62,7 +62,11 @@ impl ReloadPlan {
         let mut parts = Vec::new();
         let list = |v: Vec<String>| v.join(", ");
         if !self.subsystems_added.is_empty() {
-            let nqns = self.subsystems_added.iter().map(|s| s.nqn.clone()).collect();
+            let nqns = self
+                .subsystems_added
+                .iter()
+                .map(|s| s.nqn.clone())
+                .collect();
             parts.push(format!("subsystems added: {}", list(nqns)));
         }
         if !self.subsystems_removed.is_empty() {
@@ -90,7 +94,11 @@ impl ReloadPlan {
             ));
         }
         if !self.ports_changed.is_empty() {
-            let v = self.ports_changed.iter().map(|i| format!("listen[{i}]")).collect();
+            let v = self
+                .ports_changed
+                .iter()
+                .map(|i| format!("listen[{i}]"))
+                .collect();
             parts.push(format!("port links or referrals changed: {}", list(v)));
         }
         if self.host_entries_changed {
@@ -135,19 +143,27 @@ fn fixed_fields(old: &TargetConfig, new: &TargetConfig) -> Vec<String> {
     let mut refused = Vec::new();
     let mut fixed = |name: &str, changed: bool| {
         if changed {
-            refused.push(format!("{name} changed: it is fixed at start (restart the target to change it)"));
+            refused.push(format!(
+                "{name} changed: it is fixed at start (restart the target to change it)"
+            ));
         }
     };
     fixed("provider", old.provider != new.provider);
     fixed("poll_groups", old.poll_groups != new.poll_groups);
-    fixed("inline_data_size", old.inline_data_size != new.inline_data_size);
+    fixed(
+        "inline_data_size",
+        old.inline_data_size != new.inline_data_size,
+    );
     fixed("mdts_bytes", old.mdts_bytes != new.mdts_bytes);
     fixed("max_queue_size", old.max_queue_size != new.max_queue_size);
     fixed("kato_ms", old.kato_ms != new.kato_ms);
     fixed("discovery", old.discovery != new.discovery);
     fixed("data_slab", old.data_slab != new.data_slab);
     fixed("srq_depth", old.srq_depth != new.srq_depth);
-    fixed("shutdown_timeout_ms", old.shutdown_timeout_ms != new.shutdown_timeout_ms);
+    fixed(
+        "shutdown_timeout_ms",
+        old.shutdown_timeout_ms != new.shutdown_timeout_ms,
+    );
     fixed("cpus", old.cpus != new.cpus);
     fixed("metrics", old.metrics != new.metrics);
     fixed("roce_mtu", old.roce_mtu != new.roce_mtu);
@@ -283,9 +299,15 @@ mod tests {
         let mut new = base();
         new.subsystems[0].namespaces.push(ns(2, "/var/tmp/a2.img"));
         let p = diff(&old, &new);
-        assert_eq!(p.namespaces_added, vec![(A.to_string(), ns(2, "/var/tmp/a2.img"))]);
+        assert_eq!(
+            p.namespaces_added,
+            vec![(A.to_string(), ns(2, "/var/tmp/a2.img"))]
+        );
         assert!(p.namespaces_removed.is_empty() && p.refused.is_empty());
-        assert!(!p.discovery_changed(), "namespaces are not in the discovery log");
+        assert!(
+            !p.discovery_changed(),
+            "namespaces are not in the discovery log"
+        );
         // And back: removed.
         let p = diff(&new, &old);
         assert_eq!(p.namespaces_removed, vec![(A.to_string(), 2)]);
@@ -293,7 +315,10 @@ mod tests {
         // Disabled is removed; enabled again is added.
         let mut off = base();
         off.subsystems[0].namespaces[0].enable = false;
-        assert_eq!(diff(&old, &off).namespaces_removed, vec![(A.to_string(), 1)]);
+        assert_eq!(
+            diff(&old, &off).namespaces_removed,
+            vec![(A.to_string(), 1)]
+        );
         assert_eq!(diff(&off, &old).namespaces_added.len(), 1);
         // Disabled in both, though changed: nothing to do.
         let mut off2 = off.clone();
@@ -308,7 +333,10 @@ mod tests {
         moved.subsystems[0].namespaces[0].path = "/var/tmp/other.img".into();
         let p = diff(&old, &moved);
         assert_eq!(p.namespaces_removed, vec![(A.to_string(), 1)]);
-        assert_eq!(p.namespaces_added[0].1.path, std::path::Path::new("/var/tmp/other.img"));
+        assert_eq!(
+            p.namespaces_added[0].1.path,
+            std::path::Path::new("/var/tmp/other.img")
+        );
         assert!(p.refused.is_empty());
         let mut direct = base();
         direct.subsystems[0].namespaces[0].direct = true;
@@ -330,7 +358,10 @@ mod tests {
         let mut ram2 = ram.clone();
         ram2.subsystems[0].namespaces[0].size = Some("2M".into());
         let p = diff(&ram, &ram2);
-        assert_eq!((p.namespaces_removed.len(), p.namespaces_added.len()), (1, 1));
+        assert_eq!(
+            (p.namespaces_removed.len(), p.namespaces_added.len()),
+            (1, 1)
+        );
     }
 
     #[test]
@@ -345,12 +376,17 @@ mod tests {
         let p = diff(&old, &new);
         assert_eq!(p.subsystems_added.len(), 1);
         assert_eq!(p.subsystems_added[0].nqn, B);
-        assert!(p.namespaces_added.is_empty(), "a new subsystem brings its own");
+        assert!(
+            p.namespaces_added.is_empty(),
+            "a new subsystem brings its own"
+        );
         assert_eq!(p.hosts_changed, vec![A.to_string()]);
         assert!(p.discovery_changed());
         let p = diff(&new, &old);
         assert_eq!(p.subsystems_removed, vec![B.to_string()]);
-        assert!(p.words().contains("subsystems removed: nqn.2026-12.io.example:b"));
+        assert!(p
+            .words()
+            .contains("subsystems removed: nqn.2026-12.io.example:b"));
     }
 
     #[test]
@@ -371,9 +407,16 @@ mod tests {
         moved.listen[0].trsvcid = 4421;
         let p = diff(&old, &moved);
         assert_eq!(p.refused.len(), 1);
-        assert!(p.refused[0].starts_with("listen changed"), "{}", p.refused[0]);
+        assert!(
+            p.refused[0].starts_with("listen changed"),
+            "{}",
+            p.refused[0]
+        );
         let mut more = base();
-        more.listen.push(ListenAddr::new(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)), 4420));
+        more.listen.push(ListenAddr::new(
+            IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)),
+            4420,
+        ));
         assert_eq!(diff(&old, &more).refused.len(), 1);
         // The position-derived PORTID spelled out is no change.
         let mut spelled = base();

@@ -382,7 +382,11 @@ impl RequestCore {
             unsafe { BufferPool::new(mem.data.ptr, mem.data.len, MIN_DATA_BUFFER, max_block) }?;
         let mut ns_stats: Vec<Option<Arc<NamespaceStats>>> = Vec::new();
         let mut in_memory = Vec::new();
-        for ns in reg.subsystems().iter().flat_map(|s| s.namespaces().to_vec()) {
+        for ns in reg
+            .subsystems()
+            .iter()
+            .flat_map(|s| s.namespaces().to_vec())
+        {
             let at = ns.file_index as usize;
             if ns_stats.len() <= at {
                 ns_stats.resize(at + 1, None);

@@ -696,18 +696,23 @@ impl<P: Provider> PollGroup<P> {
         for &index in remove {
             self.core.remove_namespace(index);
             if let Err(e) = self.ring.update_file(index, -1) {
-                tracing::warn!(poll_group = self.index, "emptying fixed-file slot {index}: {e}");
+                tracing::warn!(
+                    poll_group = self.index,
+                    "emptying fixed-file slot {index}: {e}"
+                );
             }
         }
         for ns in add {
-            self.ring.update_file(ns.file_index, ns.ns.fd()).map_err(|e| {
-                format!(
-                    "poll group {}: io_uring fixed-file slot {} for {}: {e}",
-                    self.index,
-                    ns.file_index,
-                    ns.ns.path().display()
-                )
-            })?;
+            self.ring
+                .update_file(ns.file_index, ns.ns.fd())
+                .map_err(|e| {
+                    format!(
+                        "poll group {}: io_uring fixed-file slot {} for {}: {e}",
+                        self.index,
+                        ns.file_index,
+                        ns.ns.path().display()
+                    )
+                })?;
             self.core.add_namespace(&ns);
         }
         Ok(())
