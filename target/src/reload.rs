@@ -8,9 +8,12 @@
 //!    prepared (files closed, files it created removed, slots emptied) and the target
 //!    runs on as before.
 //! 2. **Commit**: swap the namespace lists, host lists, subsystems and ports in the
-//!    registry; empty the removed namespaces' slots. A command parsed before the swap
-//!    finishes on its snapshot; one after it on a removed NSID is answered Invalid
-//!    Namespace or Format.
+//!    registry; empty the removed namespaces' slots. A command on a removed NSID
+//!    that arrives after the swap is answered Invalid Namespace or Format; one whose
+//!    file I/O was submitted before finishes; one parsed before but still waiting for
+//!    a data buffer then meets an empty slot and fails with an error status (never a
+//!    panic). Removed namespaces are not flushed (as nvmet's disable): what the host
+//!    wrote is in the page cache or on the device.
 //! 3. **Notify**: each controller of a subsystem whose namespaces changed gets them
 //!    in its Changed Namespace List (log page 04h) and, when the host enabled it (AEC
 //!    bit 8), a Namespace Attribute Changed notice; when the discovery log may read
@@ -19,8 +22,8 @@
 //!    at once ([`crate::rdma::GroupCmd::CompleteHeldEvents`]).
 //!
 //! Connections are left alone except the controllers of a removed subsystem, which
-//! the control thread disconnects. A host dropped from an allow-list keeps the
-//! controller it has (as nvmet); its next Connect is refused.
+//! the control thread disconnects. A host dropped from an allow-list, or a subsystem
+//! unlinked from a port, keeps the controllers it has; the next Connect is refused.
 
 use std::sync::Arc;
 use std::time::Duration;

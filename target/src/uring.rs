@@ -376,12 +376,28 @@ impl Ring {
         if fds.len() > slots as usize {
             return Err(io::Error::from_raw_os_error(libc::EINVAL));
         }
-        self.ring.submitter().register_files_sparse(slots)?;
-        self.files_registered = slots as usize;
-        if !fds.is_empty() {
-            self.ring.submitter().register_files_update(0, fds)?;
+        match self.ring.submitter().register_files_sparse(slots) {
+            Ok(()) => {
+                self.files_registered = slots as usize;
+                if !fds.is_empty() {
+                    self.ring.submitter().register_files_update(0, fds)?;
+                }
+                Ok(())
+            }
+            // Before Linux 5.19: the start's files only; a reload cannot add one
+            // ([`Ring::update_file`] fails and the reload says so).
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                tracing::warn!(
+                    "io_uring has no sparse file tables here (Linux 5.19+): namespaces \
+                     cannot be added by a reload"
+                );
+                if !fds.is_empty() {
+                    self.register_files(fds)?;
+                }
+                Ok(())
+            }
+            Err(e) => Err(e),
         }
-        Ok(())
     }
 
     /// Puts `fd` in fixed-file slot `index` of the table ([`Ring::register_file_table`]),

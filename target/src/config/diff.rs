@@ -12,8 +12,8 @@
 //!
 //! ANA states are not in the model yet: once they are, compare them here (a field of
 //! [`ReloadPlan`] listing `(portid, grpid, state)`) and have the control thread call
-//! the ANA state setter after the namespaces (see `Control::apply_reload`'s
-//! `ANA hook` in `crate::server`).
+//! the ANA state setter after the namespaces (the `ANA hook` comment in
+//! `crate::reload`'s commit step).
 
 use super::model::{NamespaceBackend, NamespaceConfig, SubsystemConfig, TargetConfig};
 

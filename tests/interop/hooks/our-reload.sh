@@ -113,7 +113,7 @@ while [ ! -e "$LP_SHARE/out/stop" ]; do
     fi
     if [ -e "$LP_SHARE/out/B/want-bad" ] && [ ! -e "$LP_SHARE/out/A/bad-done" ]; then
         echo 'subsystems = "not a table' >>"$cfg"
-        reload sighup-bad-refused "reload: .*runs on unchanged"
+        reload sighup-bad-refused "WARN.*configuration reload: .*(parse error|not applied)"
         write_config 1
         touch "$LP_SHARE/out/A/bad-done"
     fi
