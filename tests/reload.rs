@@ -129,7 +129,9 @@ fn a_namespace_appears_and_disappears_under_io_on_another() {
     let t = start_target(172, SIZE);
     let mut cfg = config(&t);
     // No Keep Alive timer: the test drives the admin queue itself.
-    let mut o = host_options(&t, 173, 1, 32);
+    // Four I/O queues: the held AER must be answered on the admin queue whichever
+    // queue of the controller the poll group looks at first.
+    let mut o = host_options(&t, 173, 4, 32);
     o.kato_ms = 0;
     let mut host = SyncHost::connect(&o).expect("host connects");
     // Namespace Attribute Notices on (AEC bit 8), and an AER held.

@@ -487,7 +487,10 @@ impl RequestCore {
     /// this group's admin queues for which an event is pending (one a reload posted),
     /// at once rather than at the queue's next admin command (NVMe Base 2.x §5.2).
     pub fn complete_held_events(&mut self, cntlids: &[u16], now: Instant) {
+        // Admin queues only: an AER is an admin command, and `complete_events` takes the
+        // controller's held request, which only its admin queue can answer.
         let qpns: Vec<u32> = (self.queues.iter())
+            .filter(|(_, q)| q.qid == 0)
             .filter(|(_, q)| q.ctrl.as_ref().is_some_and(|c| cntlids.contains(&c.cntlid)))
             .map(|(&qpn, _)| qpn)
             .collect();
