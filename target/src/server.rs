@@ -210,6 +210,16 @@ impl<P: Provider> TargetHandle<P> {
         reload_through(&self.stop, cfg)
     }
 
+    /// Posts Asynchronous Events to the live controllers and answers their held
+    /// Asynchronous Event Requests at once ([`crate::rdma::GroupCmd::CompleteHeldEvents`]):
+    /// `post` is called with each controller, posts what it wants (e.g.
+    /// [`crate::controller::Controller::post_event`] with an ANA Change notice when the
+    /// host enabled it) and says whether it did. Returns how many it posted to.
+    pub fn post_events(&self, post: impl Fn(&crate::controller::Controller) -> bool) -> usize {
+        let groups: Vec<Sender<GroupCmd>> = self.groups.iter().map(|(tx, _)| tx.clone()).collect();
+        crate::reload::post_events(&self.reg, &groups, post)
+    }
+
     /// A handle that asks this target's control thread for reloads from another
     /// thread (a control socket's), without the target handle itself.
     pub fn reloader(&self) -> Reloader {
