@@ -11,6 +11,11 @@
 //! the flags that tune the whole target (`--provider`, `--poll-groups`, `--mdts`,
 //! `--data-slab`, `--direct`, `--cpus`, `--shutdown-timeout-ms`, `--metrics`) override
 //! the file, each with a log line.
+//!
+//! Signals: SIGTERM or SIGINT shuts down cleanly; SIGHUP reads the `--config` file
+//! again and applies it live ([`nvmf_target::reload`]). `--control-socket PATH` takes
+//! the same reload as a command, `nvmf-target reload --control-socket PATH`, which
+//! prints what changed or exits 1 with why nothing did.
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -387,7 +392,7 @@ const PIN_LESS: &str = "a smaller --data-slab (data_slab in a --config file; at 
                         --mdts), fewer --poll-groups, or a smaller inline_data_size (--config file)";
 
 /// Runs the target of `cfg` on provider `P` until SIGINT or SIGTERM (blocked in
-/// `sigs`), then stops it.
+/// `sigs`), then stops it; SIGHUP reloads `args`' configuration file.
 fn serve<P: Provider>(
     cfg: &TargetConfig,
     packet_path: &PacketPath,
