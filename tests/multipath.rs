@@ -221,8 +221,22 @@ fn io_follows_the_targets_ana_states() {
             "optimized before non-optimized: {moved:?}"
         );
 
+        // A reload that names the states (`[[listen]] ana_groups`) sets them too: path
+        // 0's group non-optimized, path 1's unlisted (optimized), so I/O moves to 1.
+        let mut cfg = nvmf_target::config::TargetConfig::default_for(ip(61), NQN, &t.path, SIZE);
+        cfg.listen.push(ListenAddr::new(ip(62), 4420));
+        cfg.listen[0].ana_groups = vec![nvmf_target::config::AnaGroupConfig {
+            grpid: 1,
+            state: nvmf_target::config::AnaStateConfig::NonOptimized,
+        }];
+        let report = tokio::task::block_in_place(|| t.target.reload(&cfg)).expect("reload");
+        eprintln!("reload: {report:?}");
+        wait_states(&mp, &ns, [AnaState::NonOptimized, AnaState::Optimized]).await;
+        let moved = write_blocks(&ns, &mp, 192, 64).await;
+        assert_eq!(moved, vec![0, 64], "after the reload: {moved:?}");
+
         let mut back = vec![0u8; BLOCK];
-        for i in 0..192 {
+        for i in 0..256 {
             let off = (i * BLOCK) as u64;
             ns.read(off / 512, &mut back).await.expect("read");
             assert!(back == common::pattern(off, BLOCK, 0xA5), "block {i}");

@@ -158,6 +158,21 @@ impl AnaTable {
         Ok((index, changed))
     }
 
+    /// The groups in use (by namespaces or configured on a port), in increasing order.
+    pub fn groups(&self) -> Vec<u32> {
+        (1..=ANAGRPMAX)
+            .filter(|&g| self.exists[g as usize].load(Ordering::Relaxed))
+            .collect()
+    }
+
+    /// Marks group `grpid` as in use (a namespace a reload added is in it), so the
+    /// ANA log lists it; IDs outside 1..=[`ANAGRPMAX`] are ignored.
+    pub fn note_group(&self, grpid: u32) {
+        if in_range(grpid) && !self.exists[grpid as usize].swap(true, Ordering::Relaxed) {
+            self.chgcnt.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
     /// The ANA log page of a controller of `subsys` on port `port`: one descriptor per
     /// existing group in increasing group order, each with the port's state and the
     /// subsystem's namespaces in the group (none under `rgo`, Return Groups Only).
@@ -174,7 +189,7 @@ impl AnaTable {
                 nsids: if rgo {
                     Vec::new()
                 } else {
-                    (subsys.namespaces.iter())
+                    (subsys.namespaces().iter())
                         .filter(|n| n.ana_grpid == grpid)
                         .map(|n| n.nsid)
                         .collect()
@@ -193,6 +208,37 @@ impl Default for AnaTable {
     fn default() -> Self {
         AnaTable::new(&[], [])
     }
+}
+
+/// Sets the state of group `grpid` on the port with PORTID `portid`
+/// ([`AnaTable::set`]) and, when it changed, posts the ANA Change notice (AER DW0
+/// 000C0302h) to the I/O controllers on that port whose host enabled it (AEC bit 11),
+/// whose held Asynchronous Event Requests the poll groups `groups` then answer at
+/// once. The one path of [`crate::TargetHandle::set_ana_state`] and of a reload.
+/// Returns whether the state changed.
+///
+/// # Errors
+/// As [`AnaTable::set`].
+pub(crate) fn set_and_notify(
+    reg: &crate::subsystem::Registry,
+    groups: &[crossbeam::channel::Sender<crate::rdma::GroupCmd>],
+    portid: u16,
+    grpid: u32,
+    state: AnaState,
+) -> Result<bool, AnaError> {
+    let (port, changed) = reg.ana.set(portid, grpid, state)?;
+    tracing::info!(portid, grpid, state = %state, changed, "ANA state set");
+    if changed {
+        crate::reload::post_events(reg, groups, |c| {
+            c.port == port
+                && c.kind == crate::controller::ControllerKind::Io
+                && c.post_event_if_enabled(
+                    nvme::ana::ANA_CHANGE_AEN_DW0,
+                    nvme::features::AEC_ANA_CHANGE,
+                )
+        });
+    }
+    Ok(changed)
 }
 
 #[cfg(test)]
@@ -238,7 +284,8 @@ mod tests {
         a.ana_grpid = 1;
         b.ana_grpid = 2;
         let reg = registry_with(vec![a, b]);
-        let sub = &reg.subsystems[0];
+        let subs = reg.subsystems();
+        let sub = &subs[0];
         let t = AnaTable::new(&[(1, vec![]), (2, vec![(1, AnaState::NonOptimized)])], [2]);
         let log = t.log(1, sub, false);
         assert_eq!(log.chgcnt, 1);

@@ -63,16 +63,14 @@ fn at(p: &PortInfo) -> (IpAddr, u16, u16) {
 /// that links none (see the module docs). `(NUMREC + 1) x 1024` bytes; the caller
 /// applies the Get Log Page offset and length.
 pub fn discovery_log_page(reg: &Registry, port: usize, hostnqn: &str) -> Vec<u8> {
-    let here = reg.ports.get(port);
+    let ports = reg.ports();
+    let subsystems = reg.subsystems();
+    let here = ports.get(port);
     let listed: Vec<&PortInfo> = match here {
         Some(p) if p.subsystems.is_some() => vec![p],
-        _ => reg
-            .ports
-            .iter()
-            .filter(|p| p.subsystems.is_none())
-            .collect(),
+        _ => ports.iter().filter(|p| p.subsystems.is_none()).collect(),
     };
-    let mut entries = Vec::with_capacity((reg.subsystems.len() + 1) * listed.len());
+    let mut entries = Vec::with_capacity((subsystems.len() + 1) * listed.len());
     for p in &listed {
         entries.extend(entry(
             at(p),
@@ -80,7 +78,7 @@ pub fn discovery_log_page(reg: &Registry, port: usize, hostnqn: &str) -> Vec<u8>
             &reg.discovery.nqn,
         ));
     }
-    for s in reg.subsystems.iter().filter(|s| s.host_allowed(hostnqn)) {
+    for s in subsystems.iter().filter(|s| s.host_allowed(hostnqn)) {
         for p in listed.iter().filter(|p| p.serves(&s.nqn)) {
             entries.extend(entry(at(p), SubsystemType::Nvm, &s.nqn));
         }

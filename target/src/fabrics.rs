@@ -226,7 +226,7 @@ fn connect_io(
     };
     let ctrl = reg
         .controller(d.cntlid())
-        .filter(|c| Arc::ptr_eq(&c.subsys, subsys) && c.hostnqn == hostnqn);
+        .filter(|c| Arc::ptr_eq(&c.subsys, &subsys) && c.hostnqn == hostnqn);
     let Some(ctrl) = ctrl else {
         return ConnectOutcome::invalid(ConnectInvalidParameter::CNTLID);
     };
@@ -473,7 +473,12 @@ pub(crate) mod tests {
     #[test]
     fn discovery_off_refuses_the_discovery_nqn_as_unknown() {
         let on = registry_with(vec![]);
-        let reg = Registry::with_ports(on.subsystems.clone(), on.ports.clone(), on.limits, false);
+        let reg = Registry::with_ports(
+            on.subsystems().to_vec(),
+            on.ports().to_vec(),
+            on.limits,
+            false,
+        );
         let sqe = Sqe::connect(0, 0, 31, 0);
         let data = connect_data(0xFFFF, NVMF_DISCOVERY_NQN, HOST);
         // As for an unknown subsystem (capture (a)): status 0x8304, DW0 00010100h.
@@ -639,10 +644,10 @@ pub(crate) mod tests {
     #[test]
     fn a_subsystem_not_linked_to_the_port_is_unknown_there() {
         let on = registry_with(vec![]);
-        let mut ports = on.ports.clone();
+        let mut ports = on.ports().to_vec();
         ports[0].subsystems = Some(vec![RESTRICTED_NQN.to_string()]);
         ports.push(crate::subsystem::PortInfo::new(ports[0].traddr, 4421));
-        let reg = Registry::with_ports(on.subsystems.clone(), ports, on.limits, true);
+        let reg = Registry::with_ports(on.subsystems().to_vec(), ports, on.limits, true);
         let sqe = Sqe::connect(0, 0, 31, 0);
         let data = connect_data(0xFFFF, REF_NQN, HOST);
         // Port 0 links only the restricted subsystem: as an unknown NQN (nvmet's

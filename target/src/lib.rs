@@ -22,6 +22,7 @@ pub mod buffers;
 #[doc(hidden)]
 pub mod capsule;
 pub mod config;
+pub mod control_socket;
 pub mod controller;
 pub mod cpus;
 pub mod discovery;
@@ -34,6 +35,7 @@ pub mod metrics;
 pub mod oplog;
 pub mod provider;
 pub mod rdma;
+pub mod reload;
 pub mod server;
 pub mod shutdown;
 pub mod stats;
@@ -41,4 +43,4 @@ pub mod subsystem;
 pub mod uring;
 
 pub use provider::{start, start_with_faults, ProviderKind};
-pub use server::{start_on, TargetError, TargetHandle};
+pub use server::{start_on, Reloader, TargetError, TargetHandle};

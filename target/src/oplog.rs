@@ -89,6 +89,8 @@ pub enum QueueEnd {
     /// In-band authentication (DH-HMAC-CHAP) failed on the queue: the AUTH_Failure1
     /// (or the CQE of the host's AUTH_Failure2) was sent, then the target disconnected.
     AuthenticationFailed,
+    /// A reload removed the queue's subsystem ([`crate::reload`]).
+    SubsystemRemoved,
 }
 
 impl QueueEnd {
@@ -129,6 +131,9 @@ impl QueueEnd {
                 "in-band authentication (DH-HMAC-CHAP) failed; the target answered, then \
                  disconnected the queue"
             }
+            QueueEnd::SubsystemRemoved => {
+                "a reload of the configuration removed its subsystem; the target disconnected it"
+            }
         }
     }
 
@@ -136,7 +141,10 @@ impl QueueEnd {
     pub fn is_trouble(self) -> bool {
         !matches!(
             self,
-            QueueEnd::HostDisconnected | QueueEnd::HostFabricsDisconnect | QueueEnd::TargetShutdown
+            QueueEnd::HostDisconnected
+                | QueueEnd::HostFabricsDisconnect
+                | QueueEnd::TargetShutdown
+                | QueueEnd::SubsystemRemoved
         )
     }
 }

@@ -97,6 +97,48 @@ pub struct TargetHandle<P: Provider = DefaultProvider> {
     metrics: Option<crate::metrics::MetricsEndpoint>,
 }
 
+/// Asks a running target for reloads ([`TargetHandle::reloader`]); cheap to clone.
+#[derive(Clone)]
+pub struct Reloader {
+    control: Sender<ControlCmd>,
+}
+
+impl Reloader {
+    /// As [`TargetHandle::reload`].
+    ///
+    /// # Errors
+    /// As [`TargetHandle::reload`]; [`crate::reload::ReloadError::Stopped`] once the
+    /// target stopped.
+    pub fn reload(
+        &self,
+        cfg: &TargetConfig,
+    ) -> Result<crate::reload::ReloadReport, crate::reload::ReloadError> {
+        reload_through(&self.control, cfg)
+    }
+}
+
+impl std::fmt::Debug for Reloader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reloader").finish_non_exhaustive()
+    }
+}
+
+/// Sends `cfg` to the control thread on `control` and waits for the outcome.
+fn reload_through(
+    control: &Sender<ControlCmd>,
+    cfg: &TargetConfig,
+) -> Result<crate::reload::ReloadReport, crate::reload::ReloadError> {
+    let (reply, rx) = channel::bounded(1);
+    let cmd = ControlCmd::Reload {
+        cfg: Box::new(cfg.clone()),
+        reply,
+    };
+    control
+        .send(cmd)
+        .map_err(|_| crate::reload::ReloadError::Stopped)?;
+    rx.recv().map_err(|_| crate::reload::ReloadError::Stopped)?
+}
+
 /// What the handle asks of the control thread.
 enum ControlCmd {
     /// Stop the control thread.
@@ -108,6 +150,11 @@ enum ControlCmd {
     DisconnectAll {
         queues: Sender<usize>,
         confirmed: Sender<()>,
+    },
+    /// Apply configuration `cfg` in place of the running one ([`crate::reload`]).
+    Reload {
+        cfg: Box<TargetConfig>,
+        reply: Sender<Result<crate::reload::ReloadReport, crate::reload::ReloadError>>,
     },
 }
 
@@ -168,21 +215,56 @@ impl<P: Provider> TargetHandle<P> {
         grpid: u32,
         state: nvme::ana::AnaState,
     ) -> Result<bool, crate::ana::AnaError> {
-        let (port, changed) = self.reg.ana.set(portid, grpid, state)?;
-        tracing::info!(portid, grpid, state = %state, changed, "ANA state set");
-        if changed {
-            let post = crate::rdma::EventPost {
-                port: Some(port),
-                io_only: true,
-                dw0: nvme::ana::ANA_CHANGE_AEN_DW0,
-                aec_mask: nvme::features::AEC_ANA_CHANGE,
-            };
-            for (tx, _) in &self.groups {
-                let _ = tx.send(GroupCmd::PostEvent(post));
-            }
-        }
-        Ok(changed)
+        let groups: Vec<Sender<GroupCmd>> = self.groups.iter().map(|(tx, _)| tx.clone()).collect();
+        crate::ana::set_and_notify(&self.reg, &groups, portid, grpid, state)
     }
+
+    /// Applies configuration `cfg` (validated) in place of the running one, live
+    /// (issue 16 item 2; the steps are [`crate::reload`]'s): namespaces, subsystems,
+    /// allowed hosts, port links and referrals added, removed or changed, without
+    /// dropping connections they do not concern; hosts are told through Asynchronous
+    /// Events and the Changed Namespace List. Logs what it did, or why not.
+    ///
+    /// # Errors
+    /// [`crate::reload::ReloadError`] saying why; then nothing changed.
+    pub fn reload(
+        &self,
+        cfg: &TargetConfig,
+    ) -> Result<crate::reload::ReloadReport, crate::reload::ReloadError> {
+        reload_through(&self.stop, cfg)
+    }
+
+    /// Posts Asynchronous Events to the live controllers and answers their held
+    /// Asynchronous Event Requests at once ([`crate::rdma::GroupCmd::CompleteHeldEvents`]):
+    /// `post` is called with each controller, posts what it wants (e.g.
+    /// [`crate::controller::Controller::post_event`] with an ANA Change notice when the
+    /// host enabled it) and says whether it did. Returns how many it posted to.
+    pub fn post_events(&self, post: impl Fn(&crate::controller::Controller) -> bool) -> usize {
+        let groups: Vec<Sender<GroupCmd>> = self.groups.iter().map(|(tx, _)| tx.clone()).collect();
+        crate::reload::post_events(&self.reg, &groups, post)
+    }
+
+    /// A handle that asks this target's control thread for reloads from another
+    /// thread (a control socket's), without the target handle itself.
+    pub fn reloader(&self) -> Reloader {
+        Reloader {
+            control: self.stop.clone(),
+        }
+    }
+
+    /// [`TargetHandle::reload`] from the configuration file at `path` (TOML or
+    /// nvmetcli JSON, [`TargetConfig::from_file`]).
+    ///
+    /// # Errors
+    /// [`crate::reload::ReloadError::Config`] when the file does not read, parse or
+    /// validate; else as [`TargetHandle::reload`].
+    pub fn reload_file(
+        &self,
+        path: &std::path::Path,
+    ) -> Result<crate::reload::ReloadReport, crate::reload::ReloadError> {
+        self.reload(&TargetConfig::from_file(path)?)
+    }
+
     /// Stops the target at once and waits for its threads: connections are not
     /// drained or disconnected (see [`TargetHandle::shutdown_within`] for that).
     pub fn shutdown(mut self) {
@@ -326,7 +408,7 @@ pub fn start_with<P: Provider>(
 }
 
 /// Removes the namespace files a failed start created, and says so.
-fn remove_created(created: &[std::path::PathBuf]) {
+pub(crate) fn remove_created(created: &[std::path::PathBuf]) {
     for path in created {
         match std::fs::remove_file(path) {
             Ok(()) => tracing::info!(
@@ -366,36 +448,9 @@ fn start_recording_created<P: Provider>(
         let mut namespaces = Vec::new();
         // A disabled namespace (`enable = false`) is configured, not served.
         for n in s.namespaces.iter().filter(|n| n.enable) {
-            let opts = n.options().map_err(TargetError::Config)?;
-            let opened = match n.backend {
-                NamespaceBackend::File => Backend::open_with(&n.path, &opts),
-                NamespaceBackend::Null | NamespaceBackend::Ram => Backend::open_memory(
-                    if n.backend == NamespaceBackend::Ram {
-                        BackendKind::Ram
-                    } else {
-                        BackendKind::Null
-                    },
-                    opts.create_size_bytes.unwrap_or(0),
-                    opts.block_size,
-                    opts.read_only,
-                ),
-            };
-            let ns = opened.map_err(|e| TargetError::Namespace {
-                nqn: s.nqn.clone(),
-                nsid: n.nsid,
-                source: e,
-            })?;
-            if ns.created() {
-                created.push(ns.path().to_path_buf());
-            }
             let file_index = files.len() as u32;
-            files.push(ns.fd());
-            let mut entry = NamespaceEntry::new(n.nsid, Arc::new(ns), file_index, &s.nqn).with_ids(
-                n.nguid.map(|g| g.0),
-                n.uuid.map(|u| u.into_bytes()),
-                n.eui64.map(|e| e.0),
-            );
-            entry.ana_grpid = n.ana_grpid;
+            let entry = open_namespace(n, &s.nqn, file_index, created)?;
+            files.push(entry.ns.fd());
             namespaces.push(entry);
         }
         subsystems.push(Arc::new(subsystem_of(s, namespaces)?));
@@ -535,6 +590,7 @@ fn start_recording_created<P: Provider>(
         reg: reg.clone(),
         conns: HashMap::new(),
         max_queue_size: cfg.max_queue_size,
+        cfg: cfg.clone(),
         accepting: true,
         awaiting_drep: HashSet::new(),
         drep_confirmed: None,
@@ -562,9 +618,53 @@ fn start_recording_created<P: Provider>(
     Ok(handle)
 }
 
+/// Opens namespace `n` of subsystem `nqn` (a file or block device, or memory) as
+/// io_uring fixed file `file_index`, pushing its path to `created` when the open
+/// created the file.
+///
+/// # Errors
+/// [`TargetError::Namespace`] naming the subsystem and NSID, or
+/// [`TargetError::Config`] for a size that does not parse.
+pub(crate) fn open_namespace(
+    n: &crate::config::NamespaceConfig,
+    nqn: &str,
+    file_index: u32,
+    created: &mut Vec<std::path::PathBuf>,
+) -> Result<NamespaceEntry, TargetError> {
+    let opts = n.options().map_err(TargetError::Config)?;
+    let opened = match n.backend {
+        NamespaceBackend::File => Backend::open_with(&n.path, &opts),
+        NamespaceBackend::Null | NamespaceBackend::Ram => Backend::open_memory(
+            if n.backend == NamespaceBackend::Ram {
+                BackendKind::Ram
+            } else {
+                BackendKind::Null
+            },
+            opts.create_size_bytes.unwrap_or(0),
+            opts.block_size,
+            opts.read_only,
+        ),
+    };
+    let ns = opened.map_err(|e| TargetError::Namespace {
+        nqn: nqn.to_string(),
+        nsid: n.nsid,
+        source: e,
+    })?;
+    if ns.created() {
+        created.push(ns.path().to_path_buf());
+    }
+    let mut entry = NamespaceEntry::new(n.nsid, Arc::new(ns), file_index, nqn).with_ids(
+        n.nguid.map(|g| g.0),
+        n.uuid.map(|u| u.into_bytes()),
+        n.eui64.map(|e| e.0),
+    );
+    entry.ana_grpid = n.ana_grpid;
+    Ok(entry)
+}
+
 /// The subsystem configuration `s` with its opened `namespaces`: identity (serial,
 /// model, firmware, IEEE OUI, version), hosts, CNTLID range and `qid_max`.
-fn subsystem_of(
+pub(crate) fn subsystem_of(
     s: &crate::config::SubsystemConfig,
     namespaces: Vec<NamespaceEntry>,
 ) -> Result<Subsystem, TargetError> {
@@ -585,6 +685,17 @@ fn subsystem_of(
     sub.version = s.version_vs().map_err(TargetError::Config)?;
     sub.cntlids = s.cntlid_min..=s.cntlid_max;
     sub.qid_max = s.qid_max;
+    sub.set_access(access_of(s)?);
+    Ok(sub)
+}
+
+/// Who may connect to subsystem `s`: its host list and each host's DH-HMAC-CHAP policy.
+///
+/// # Errors
+/// [`TargetError::Config`] naming the host whose key or lists do not parse.
+pub(crate) fn access_of(
+    s: &crate::config::SubsystemConfig,
+) -> Result<crate::subsystem::HostAccess, TargetError> {
     let mut host_keys = std::collections::HashMap::new();
     for k in &s.host_keys {
         let policy = k.policy().map_err(|e| {
@@ -595,12 +706,16 @@ fn subsystem_of(
         })?;
         host_keys.insert(k.hostnqn.clone(), Arc::new(policy));
     }
-    Ok(sub.with_host_keys(host_keys))
+    Ok(crate::subsystem::HostAccess {
+        allow_any_host: s.allow_any_host,
+        hosts: s.hosts.clone(),
+        host_keys,
+    })
 }
 
 /// Listen entry `i` as the registry's port: its PORTID (`i + 1` unless configured),
 /// the subsystems it links and its enabled referrals.
-fn port_of((i, l): (usize, &crate::config::ListenAddr)) -> PortInfo {
+pub(crate) fn port_of((i, l): (usize, &crate::config::ListenAddr)) -> PortInfo {
     PortInfo {
         portid: l.portid.unwrap_or(PORT_ID + i as u16),
         subsystems: l.subsystems.clone(),
@@ -698,6 +813,8 @@ struct Control<P: Provider> {
     /// (endpoint, CM connection id) -> its queue.
     conns: HashMap<(usize, u32), ConnRecord>,
     max_queue_size: u16,
+    /// The configuration running now (what a reload is the difference from).
+    cfg: TargetConfig,
     /// False once a shutdown began: connection requests are refused.
     accepting: bool,
     /// Connections the shutdown disconnected whose DREP (or end) has not come yet.
@@ -715,6 +832,9 @@ impl<P: Provider> Control<P> {
                 Some(Input::Cmd(ControlCmd::StopAccepting)) => self.accepting = false,
                 Some(Input::Cmd(ControlCmd::DisconnectAll { queues, confirmed })) => {
                     self.disconnect_all(queues, confirmed)
+                }
+                Some(Input::Cmd(ControlCmd::Reload { cfg, reply })) => {
+                    let _ = reply.send(self.reload(*cfg));
                 }
                 Some(Input::Event(ep, ev)) => self.handle_event(ep, ev),
                 Some(Input::QpError(ep, r)) => self.handle_qp_error(ep, r),
@@ -753,41 +873,72 @@ impl<P: Provider> Control<P> {
         }
     }
 
+    /// Applies `cfg` in place of the running configuration, logs the outcome, and
+    /// disconnects the controllers of the subsystems it removed.
+    fn reload(
+        &mut self,
+        cfg: TargetConfig,
+    ) -> Result<crate::reload::ReloadReport, crate::reload::ReloadError> {
+        match crate::reload::apply(&self.reg, &self.groups, &self.cfg, &cfg) {
+            Ok(report) => {
+                for &cntlid in &report.disconnect {
+                    if let Some(ctrl) = self.reg.controller(cntlid) {
+                        self.tear_down_controller(&ctrl, QueueEnd::SubsystemRemoved);
+                    }
+                }
+                tracing::info!("configuration reloaded: {}", report.words());
+                self.cfg = cfg;
+                Ok(report)
+            }
+            Err(e) => {
+                tracing::warn!("configuration reload: {e}; the target runs on unchanged");
+                Err(e)
+            }
+        }
+    }
+
+    /// Disconnects every queue of controller `ctrl` (and only those), as nvmet does on
+    /// a Keep Alive expiry, logging `why`, and forgets the controller.
+    fn tear_down_controller(&mut self, ctrl: &Arc<crate::controller::Controller>, why: QueueEnd) {
+        ctrl.set_fatal();
+        let mut qpns = Vec::new();
+        for (g, tx) in self.groups.iter().enumerate() {
+            let (rtx, rrx) = channel::bounded(1);
+            if tx
+                .send(GroupCmd::QueuesOf {
+                    cntlid: ctrl.cntlid,
+                    reply: rtx,
+                })
+                .is_ok()
+            {
+                if let Ok(list) = rrx.recv_timeout(Duration::from_secs(1)) {
+                    qpns.extend(list.into_iter().map(|q| (g, q)));
+                }
+            }
+        }
+        let ids: Vec<(usize, u32)> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| qpns.contains(&(c.group, c.peer.qpn)))
+            .map(|(&id, _)| id)
+            .collect();
+        let span = ctrl.span.clone();
+        let _span = span.enter();
+        if why == QueueEnd::KeepAliveExpired {
+            oplog::keep_alive_expired(ctrl, ids.len());
+        }
+        for (ep, id) in ids {
+            let _ = self.endpoints[ep].cm.disconnect(ConnId(id));
+            self.drop_conn((ep, id), why);
+        }
+        self.reg.remove_controller(ctrl.cntlid);
+    }
+
     fn check_keep_alive(&mut self) {
         let now = Instant::now();
         for ctrl in self.reg.controllers() {
             if ctrl.keep_alive_sweep(now) {
-                ctrl.set_fatal();
-                // Tear down every queue of that controller (and only those), as nvmet does.
-                let mut qpns = Vec::new();
-                for (g, tx) in self.groups.iter().enumerate() {
-                    let (rtx, rrx) = channel::bounded(1);
-                    if tx
-                        .send(GroupCmd::QueuesOf {
-                            cntlid: ctrl.cntlid,
-                            reply: rtx,
-                        })
-                        .is_ok()
-                    {
-                        if let Ok(list) = rrx.recv_timeout(Duration::from_secs(1)) {
-                            qpns.extend(list.into_iter().map(|q| (g, q)));
-                        }
-                    }
-                }
-                let ids: Vec<(usize, u32)> = self
-                    .conns
-                    .iter()
-                    .filter(|(_, c)| qpns.contains(&(c.group, c.peer.qpn)))
-                    .map(|(&id, _)| id)
-                    .collect();
-                let span = ctrl.span.clone();
-                let _span = span.enter();
-                oplog::keep_alive_expired(&ctrl, ids.len());
-                for (ep, id) in ids {
-                    let _ = self.endpoints[ep].cm.disconnect(ConnId(id));
-                    self.drop_conn((ep, id), QueueEnd::KeepAliveExpired);
-                }
-                self.reg.remove_controller(ctrl.cntlid);
+                self.tear_down_controller(&ctrl, QueueEnd::KeepAliveExpired);
             }
         }
     }
@@ -947,7 +1098,7 @@ impl<P: Provider> Control<P> {
         let qid = nvme_req.qid();
         let addr = self.endpoints[ep].addr;
         let Some(port) =
-            (self.reg.ports.iter()).position(|p| p.traddr == addr && p.trsvcid == req.local_port)
+            (self.reg.ports().iter()).position(|p| p.traddr == addr && p.trsvcid == req.local_port)
         else {
             tracing::warn!(host_addr = %remote_ip, qid, "a connection request to {addr}:{} which is no configured port", req.local_port);
             return self.reject(ep, id, RdmaCmRejectStatus::NoResources, from);

@@ -136,8 +136,8 @@ impl ShutdownReport {
 pub(crate) fn flush_namespaces(reg: &Registry, deadline: Instant, report: &mut ShutdownReport) {
     let (tx, rx) = channel::unbounded();
     let mut started = 0;
-    for s in &reg.subsystems {
-        for n in &s.namespaces {
+    for s in reg.subsystems().iter() {
+        for n in s.namespaces().iter() {
             if !n.ns.has_volatile_cache() {
                 continue;
             }

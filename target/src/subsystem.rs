@@ -9,9 +9,11 @@
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 use std::ops::RangeInclusive;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
+
+use arc_swap::{ArcSwap, Guard};
 
 use nvme::properties::Vs;
 use nvme::status::{CommandSpecificStatus, Status};
@@ -38,6 +40,11 @@ pub const CNTLID_MAX: u16 = 0xFFEF;
 /// address `i` (0-based, in configuration order) is port `PORT_ID + i` unless the
 /// configuration names its `portid`.
 pub const PORT_ID: u16 = 1;
+
+/// io_uring fixed-file slots of each poll group's ring: the most namespaces a target
+/// opens over its life (at start and by reloads; a slot is not reused, see
+/// [`Registry::next_file_index`]).
+pub const MAX_NAMESPACE_FILES: u32 = 4096;
 
 /// One namespace of a subsystem: its NSID, the backing file, and its identifiers.
 #[derive(Debug, Clone)]
@@ -122,9 +129,48 @@ fn derive_ids(subnqn: &str, nsid: u32) -> ([u8; 16], [u8; 16]) {
     (nguid, uuid)
 }
 
+/// A subsystem's namespace list as one snapshot, in increasing NSID order
+/// ([`Subsystem::namespaces`]); a reload swaps the whole list.
+pub type NamespaceList = Guard<Arc<Vec<NamespaceEntry>>>;
+
+/// One namespace of a snapshot of its subsystem's list ([`Subsystem::namespace`]):
+/// derefs to the entry; holding it keeps that snapshot (not the live list) alive.
+pub struct NamespaceRef {
+    list: NamespaceList,
+    at: usize,
+}
+
+impl std::ops::Deref for NamespaceRef {
+    type Target = NamespaceEntry;
+    fn deref(&self) -> &NamespaceEntry {
+        &self.list[self.at]
+    }
+}
+
+impl std::fmt::Debug for NamespaceRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        (**self).fmt(f)
+    }
+}
+
+/// Who may connect to a subsystem and who must authenticate (nvmet's
+/// `attr_allow_any_host`, `allowed_hosts` and the hosts' DH-HMAC-CHAP keys); a reload
+/// replaces it whole ([`Subsystem::set_access`]).
+#[derive(Debug, Clone, Default)]
+pub struct HostAccess {
+    /// Every host NQN may connect (nvmet's `attr_allow_any_host`).
+    pub allow_any_host: bool,
+    /// Host NQNs allowed when `allow_any_host` is false.
+    pub hosts: Vec<String>,
+    /// DH-HMAC-CHAP policy per host NQN: a host listed here must authenticate every
+    /// queue (NVMe Base 2.x §8.13; [`Subsystem::with_host_keys`]).
+    pub host_keys: HashMap<String, Arc<dhchap::ControllerPolicy>>,
+}
+
 /// An NVM subsystem (NVMe Base 2.x §1.5): an NQN, the hosts allowed to connect, and
 /// namespaces. Also used for the well-known discovery subsystem, which has no
-/// namespaces and admits every host.
+/// namespaces and admits every host. The hosts and the namespaces can change while it
+/// runs (a reload, [`crate::reload`]); the rest is fixed.
 #[derive(Debug)]
 pub struct Subsystem {
     /// NVM Subsystem NQN (Identify Controller SUBNQN, Connect SUBNQN).
@@ -145,15 +191,10 @@ pub struct Subsystem {
     /// Most I/O queues a controller is granted (nvmet's `qid_max`); the target's
     /// limit applies too. `None`: the target's limit.
     pub qid_max: Option<u16>,
-    /// Every host NQN may connect (nvmet's `attr_allow_any_host`).
-    pub allow_any_host: bool,
-    /// Host NQNs allowed when `allow_any_host` is false.
-    pub hosts: Vec<String>,
-    /// DH-HMAC-CHAP policy per host NQN: a host listed here must authenticate every
-    /// queue (NVMe Base 2.x §8.13; [`Subsystem::with_host_keys`]).
-    pub host_keys: HashMap<String, Arc<dhchap::ControllerPolicy>>,
-    /// Namespaces in increasing NSID order.
-    pub namespaces: Vec<NamespaceEntry>,
+    /// Who may connect ([`Subsystem::access`]).
+    access: ArcSwap<HostAccess>,
+    /// Namespaces in increasing NSID order ([`Subsystem::namespaces`]).
+    namespaces: ArcSwap<Vec<NamespaceEntry>>,
 }
 
 impl Subsystem {
@@ -180,23 +221,52 @@ impl Subsystem {
             version: crate::fabrics::VERSION,
             cntlids: CNTLID_MIN..=CNTLID_MAX,
             qid_max: None,
-            allow_any_host,
-            hosts,
-            host_keys: HashMap::new(),
-            namespaces,
+            access: ArcSwap::from_pointee(HostAccess {
+                allow_any_host,
+                hosts,
+                host_keys: HashMap::new(),
+            }),
+            namespaces: ArcSwap::from_pointee(namespaces),
         }
     }
 
     /// The subsystem with `keys`: the DH-HMAC-CHAP policy of each host that must
     /// authenticate.
-    pub fn with_host_keys(mut self, keys: HashMap<String, Arc<dhchap::ControllerPolicy>>) -> Self {
-        self.host_keys = keys;
+    pub fn with_host_keys(self, keys: HashMap<String, Arc<dhchap::ControllerPolicy>>) -> Self {
+        let mut access = HostAccess::clone(&self.access.load());
+        access.host_keys = keys;
+        self.set_access(access);
         self
     }
 
     /// The authentication policy of `hostnqn`, if it must authenticate.
     pub fn auth_policy(&self, hostnqn: &str) -> Option<Arc<dhchap::ControllerPolicy>> {
-        self.host_keys.get(hostnqn).cloned()
+        self.access.load().host_keys.get(hostnqn).cloned()
+    }
+
+    /// Who may connect now.
+    pub fn access(&self) -> Arc<HostAccess> {
+        self.access.load_full()
+    }
+
+    /// Replaces who may connect (a reload): later Connects are checked against
+    /// `access`; controllers already connected stay.
+    pub fn set_access(&self, access: HostAccess) {
+        self.access.store(Arc::new(access));
+    }
+
+    /// The namespaces now, in increasing NSID order (a snapshot: a reload does not
+    /// change it under the caller).
+    pub fn namespaces(&self) -> NamespaceList {
+        self.namespaces.load()
+    }
+
+    /// Replaces the namespace list (a reload); `namespaces` are sorted by NSID. A
+    /// command already parsed against the old list keeps its snapshot; later ones see
+    /// the new list (a removed NSID: Invalid Namespace or Format).
+    pub fn set_namespaces(&self, mut namespaces: Vec<NamespaceEntry>) {
+        namespaces.sort_by_key(|n| n.nsid);
+        self.namespaces.store(Arc::new(namespaces));
     }
 
     /// The well-known discovery subsystem (NQN [`NVMF_DISCOVERY_NQN`], NVMe over
@@ -217,19 +287,27 @@ impl Subsystem {
     }
 
     /// The active namespace `nsid`, if any.
-    pub fn namespace(&self, nsid: u32) -> Option<&NamespaceEntry> {
-        self.namespaces.iter().find(|n| n.nsid == nsid)
+    pub fn namespace(&self, nsid: u32) -> Option<NamespaceRef> {
+        let list = self.namespaces.load();
+        let at = list.iter().position(|n| n.nsid == nsid)?;
+        Some(NamespaceRef { list, at })
     }
 
     /// Whether `hostnqn` may connect: any host when `allow_any_host` or for the
     /// discovery subsystem (as nvmet), else only the listed hosts.
     pub fn host_allowed(&self, hostnqn: &str) -> bool {
-        self.allow_any_host || self.is_discovery() || self.hosts.iter().any(|h| h == hostnqn)
+        let a = self.access.load();
+        a.allow_any_host || self.is_discovery() || a.hosts.iter().any(|h| h == hostnqn)
     }
 
     /// Largest active NSID, 0 without namespaces (Identify Controller NN).
     pub fn max_nsid(&self) -> u32 {
-        self.namespaces.iter().map(|n| n.nsid).max().unwrap_or(0)
+        self.namespaces
+            .load()
+            .iter()
+            .map(|n| n.nsid)
+            .max()
+            .unwrap_or(0)
     }
 }
 
@@ -327,16 +405,16 @@ impl Default for Limits {
 /// Subsystems, the ports, limits, and the live controllers by CNTLID.
 #[derive(Debug)]
 pub struct Registry {
-    /// NVM subsystems (not the discovery subsystem).
-    pub subsystems: Vec<Arc<Subsystem>>,
+    /// NVM subsystems (not the discovery subsystem): [`Registry::subsystems`].
+    subsystems: ArcSwap<Vec<Arc<Subsystem>>>,
     /// The discovery subsystem.
     pub discovery: Arc<Subsystem>,
     /// Whether the discovery subsystem is served: when false, [`Registry::lookup`]
     /// does not find it, so a Connect to it is refused as one to an unknown NQN.
     pub serve_discovery: bool,
     /// The addresses the target listens on (at least one), in configuration order;
-    /// a queue knows its port by index in this list.
-    pub ports: Vec<PortInfo>,
+    /// a queue knows its port by index in this list ([`Registry::ports`]).
+    ports: ArcSwap<Vec<PortInfo>>,
     /// Advertised and enforced sizes.
     pub limits: Limits,
     /// When the registry (the target) started: the SMART log's Power On Hours.
@@ -349,6 +427,8 @@ pub struct Registry {
     pub ana: AnaTable,
     controllers: Mutex<ControllerTable>,
     genctr: AtomicU64,
+    /// The next io_uring fixed-file index a namespace gets ([`Registry::next_file_index`]).
+    next_file: AtomicU32,
 }
 
 #[derive(Debug)]
@@ -373,18 +453,33 @@ impl Registry {
         limits: Limits,
         serve_discovery: bool,
     ) -> Arc<Registry> {
+        let next_file = subsystems
+            .iter()
+            .flat_map(|s| {
+                s.namespaces()
+                    .iter()
+                    .map(|n| n.file_index + 1)
+                    .collect::<Vec<_>>()
+            })
+            .max()
+            .unwrap_or(0);
         let ana_ports: Vec<_> = (ports.iter())
             .map(|p| (p.portid, p.ana_groups.clone()))
             .collect();
         let ns_groups = (subsystems.iter())
-            .flat_map(|s| s.namespaces.iter().map(|n| n.ana_grpid))
+            .flat_map(|s| {
+                s.namespaces()
+                    .iter()
+                    .map(|n| n.ana_grpid)
+                    .collect::<Vec<_>>()
+            })
             .collect::<Vec<_>>();
         Arc::new(Registry {
             ana: AnaTable::new(&ana_ports, ns_groups),
-            subsystems,
+            subsystems: ArcSwap::from_pointee(subsystems),
             discovery: Arc::new(Subsystem::discovery()),
             serve_discovery,
-            ports,
+            ports: ArcSwap::from_pointee(ports),
             limits,
             started: Instant::now(),
             refusals: crate::metrics::ConnectRefusals::default(),
@@ -393,18 +488,52 @@ impl Registry {
                 next: CNTLID_MIN,
             }),
             genctr: AtomicU64::new(1),
+            next_file: AtomicU32::new(next_file),
         })
     }
 
+    /// The NVM subsystems now (not the discovery subsystem), in configuration order.
+    pub fn subsystems(&self) -> Guard<Arc<Vec<Arc<Subsystem>>>> {
+        self.subsystems.load()
+    }
+
+    /// Replaces the NVM subsystems (a reload). Controllers of a subsystem no longer
+    /// listed keep their `Arc` until the caller tears them down.
+    pub fn set_subsystems(&self, subsystems: Vec<Arc<Subsystem>>) {
+        self.subsystems.store(Arc::new(subsystems));
+    }
+
+    /// The ports now, in configuration order (a queue's port is an index here).
+    pub fn ports(&self) -> Guard<Arc<Vec<PortInfo>>> {
+        self.ports.load()
+    }
+
+    /// Replaces the ports' subsystem links and referrals (a reload); the caller keeps
+    /// the list's length and order, so a queue's port index stays its port.
+    pub fn set_ports(&self, ports: Vec<PortInfo>) {
+        self.ports.store(Arc::new(ports));
+    }
+
+    /// A fresh io_uring fixed-file index for a namespace opened after the start (a
+    /// reload): indices are never reused, so a command still queued against a removed
+    /// namespace can only fail (EBADF), never reach another file.
+    pub fn next_file_index(&self) -> u32 {
+        self.next_file.fetch_add(1, Ordering::Relaxed)
+    }
+
     /// The NVM subsystem named `nqn` (not the discovery subsystem).
-    pub fn subsystem(&self, nqn: &str) -> Option<&Arc<Subsystem>> {
-        self.subsystems.iter().find(|s| s.nqn == nqn)
+    pub fn subsystem(&self, nqn: &str) -> Option<Arc<Subsystem>> {
+        self.subsystems
+            .load()
+            .iter()
+            .find(|s| s.nqn == nqn)
+            .cloned()
     }
 
     /// The subsystem named `nqn`, the discovery subsystem included when it is served.
-    pub fn lookup(&self, nqn: &str) -> Option<&Arc<Subsystem>> {
+    pub fn lookup(&self, nqn: &str) -> Option<Arc<Subsystem>> {
         if nqn == NVMF_DISCOVERY_NQN {
-            self.serve_discovery.then_some(&self.discovery)
+            self.serve_discovery.then(|| self.discovery.clone())
         } else {
             self.subsystem(nqn)
         }
@@ -414,9 +543,10 @@ impl Registry {
     /// [`Registry::ports`]): an NVM subsystem only when that port serves it (nvmet
     /// looks the NQN up among the port's linked subsystems); the discovery subsystem
     /// on every port.
-    pub fn lookup_on(&self, port: usize, nqn: &str) -> Option<&Arc<Subsystem>> {
+    pub fn lookup_on(&self, port: usize, nqn: &str) -> Option<Arc<Subsystem>> {
         let s = self.lookup(nqn)?;
-        (s.is_discovery() || self.ports.get(port).is_some_and(|p| p.serves(nqn))).then_some(s)
+        (s.is_discovery() || self.ports.load().get(port).is_some_and(|p| p.serves(nqn)))
+            .then_some(s)
     }
 
     /// The live controller `cntlid`.
@@ -560,7 +690,7 @@ pub(crate) mod tests {
         assert_eq!(a.uuid[8] >> 6, 0b10, "RFC 9562 variant");
         let s = Subsystem::new(REF_NQN.into(), "sn".to_string(), true, vec![], vec![a, b]);
         assert_eq!(
-            s.namespaces.iter().map(|n| n.nsid).collect::<Vec<_>>(),
+            s.namespaces().iter().map(|n| n.nsid).collect::<Vec<_>>(),
             vec![1, 3]
         );
         assert_eq!(s.max_nsid(), 3);

@@ -366,6 +366,52 @@ impl Ring {
         Ok(())
     }
 
+    /// Registers a table of `slots` fixed files, `fds` in slots `0..fds.len()` and the
+    /// rest empty, for namespaces opened later ([`Ring::update_file`]; Linux 5.19's
+    /// `IORING_RSRC_REGISTER_SPARSE`).
+    ///
+    /// # Errors
+    /// As [`Ring::register_files`]; `EINVAL` when `fds` are more than `slots`.
+    pub fn register_file_table(&mut self, slots: u32, fds: &[RawFd]) -> io::Result<()> {
+        if fds.len() > slots as usize {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        match self.ring.submitter().register_files_sparse(slots) {
+            Ok(()) => {
+                self.files_registered = slots as usize;
+                if !fds.is_empty() {
+                    self.ring.submitter().register_files_update(0, fds)?;
+                }
+                Ok(())
+            }
+            // Before Linux 5.19: the start's files only; a reload cannot add one
+            // ([`Ring::update_file`] fails and the reload says so).
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                tracing::warn!(
+                    "io_uring has no sparse file tables here (Linux 5.19+): namespaces \
+                     cannot be added by a reload"
+                );
+                if !fds.is_empty() {
+                    self.register_files(fds)?;
+                }
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Puts `fd` in fixed-file slot `index` of the table ([`Ring::register_file_table`]),
+    /// or empties the slot with `fd` -1. Operations already submitted on the slot keep
+    /// the file they had; later ones on an empty slot fail with `EBADF`.
+    ///
+    /// # Errors
+    /// `EINVAL` for a slot beyond the table, `EBADF` for a bad fd, other
+    /// `io_uring_register(2)` errors.
+    pub fn update_file(&mut self, index: u32, fd: RawFd) -> io::Result<()> {
+        self.ring.submitter().register_files_update(index, &[fd])?;
+        Ok(())
+    }
+
     /// Unregisters the fixed buffers, and forgets the plain ones (their indices followed
     /// the fixed ones). Operations still in flight keep their pages.
     ///

@@ -63,6 +63,14 @@
 #                   (io-moved: per-path /sys/block/nvmeXcYn1/stat), fio-verify,
 #                   disconnect, target-exit (guest/ana-host.sh). Not a default group:
 #                   INTEROP_GROUPS=ana (.ci/run runs it with nvme-cli).
+#   reload/*        issue 16 item 2: Linux's host in VM B -> our nvmf-target --config,
+#                   reconfigured with SIGHUP by hooks/our-reload.sh while fio with
+#                   verification runs on namespace 1 (guest/reload-host.sh): connect,
+#                   fio-started, ns2-appears (same controller, no reconnect), ns2-io,
+#                   bad-config-unchanged, ns2-disappears, fio-n1-verify, no-reconnect,
+#                   disconnect; the hook's sighup-add, sighup-bad-refused,
+#                   sighup-remove (the target's log line for each); target-exit. Not
+#                   a default group: INTEROP_GROUPS=reload (.ci/run runs it).
 #   tshark/*        tshark's verdict on the capture of each run (check-capture.sh).
 # Exit status: 0 all cells passed, 1 a cell failed, 2 the matrix cannot run here (no
 # root, no network namespaces, no QEMU/tcpdump/tshark, no guest image) - with the reason.
@@ -122,7 +130,7 @@ ip netns add "$probe_ns" 2>/tmp/interop-netns.err ||
 ip netns del "$probe_ns"
 [ -x "$LP_DIR/run.sh" ] || cannot "linux-peer harness not found at $LP_DIR (set LP_DIR)"
 case " $GROUPS_ " in
-    *" linux-host"* | *" linux-target"* | *" nvme-cli "* | *" dhchap "*)
+    *" linux-host"* | *" linux-target"* | *" nvme-cli "* | *" dhchap "* | *" reload "*)
         for b in "$NVMF_TARGET_BIN" "$NVMF_BENCH_BIN"; do
             [ -x "$b" ] || cannot "$b not built (cargo build -p nvmf-target -p nvmf-bench --bins)"
         done ;;
@@ -343,6 +351,29 @@ run_ana() {
     fi
 }
 
+# ---- group 7: Linux host -> our target, reconfigured live with SIGHUP (issue 16 item 2) --
+run_reload() {
+    local g=$1 d="$OUT/$1"
+    mkdir -p "$d"
+    export INTEROP_IMG="$OUT/$g-ns1.img"
+    rm -f "$INTEROP_IMG"
+    say "$g: VM B (fio on n1) -> our nvmf-target --config, namespace 2 added and removed by SIGHUP"
+    local t0
+    t0=$(date +%s)
+    "$LP/run.sh" -t 480 -o "$d" -a target_ip=192.168.77.1 -a nqn="$INTEROP_NQN" \
+        -H "$HERE/hooks/our-reload.sh" B:192.168.77.11:reload-host.sh >"$OUT/$g.log" 2>&1
+    say "$g: run.sh exit status $? after $(( $(date +%s) - t0 )) s"
+    cat "$d/out/B/cells.txt" "$d/cells-hook.txt" >"$OUT/$g.cells" 2>/dev/null
+    local rc
+    rc=$(cat "$d/target.rc" 2>/dev/null || echo "?")
+    # ERROR as the log level: the refused reload's warning quotes a TOML "parse error".
+    if [ "$rc" = 0 ] && ! grep -qE "panicked| ERROR " "$d/target.log"; then
+        echo "cell target-exit PASS nvmf-target stopped cleanly (status 0, no ERROR/panic in its log)" >>"$OUT/$g.cells"
+    else
+        echo "cell target-exit FAIL status $rc; $(grep -m2 -E 'panicked| ERROR ' "$d/target.log" | tr '\n' ' ')" >>"$OUT/$g.cells"
+    fi
+}
+
 # ---- group 3: Linux host (VM B) -> our target on the verbs provider in VM A ----------------
 run_verbs_target() {
     local g=$1 d="$OUT/$1"
@@ -407,6 +438,9 @@ DHCHAP_CELLS="our-host/h1-right-key our-host/h2-bidirectional our-host/h2-wrong-
             linux-host/e-H2-wrong-ctrl-secret linux-host/c-H1-wrong-secret
             linux-host/refused-at-once-(c) linux-host/refused-at-once-(e) target-exit"
 ANA_CELLS="connect list-subsys io-before ana-flip io-moved fio-verify disconnect target-exit"
+RELOAD_CELLS="connect fio-started ns2-appears ns2-io bad-config-unchanged ns2-disappears
+            fio-n1-verify no-reconnect disconnect sighup-add sighup-bad-refused sighup-remove
+            target-exit"
 NVME_CLI_CELLS="discover connect id-ctrl id-ns list-ns ns-descs smart-log smart-log-ns1
             error-log fw-log effects-log changed-ns-list-log get-features get-logs compare
             disconnect"
@@ -424,6 +458,7 @@ for g in $GROUPS_; do
         perftest) fn=run_perftest ;;
         dhchap) fn=run_dhchap ;;
         ana) fn=run_ana ;;
+        reload) fn=run_reload ;;
         *) cannot "unknown group '$g' in INTEROP_GROUPS" ;;
     esac
     if [ "${INTEROP_PARALLEL:-0}" = 1 ]; then $fn "$g" & pids+=($!); else $fn "$g"; fi
@@ -450,6 +485,8 @@ for g in $GROUPS_; do
         dhchap) add_cells $g "$OUT/$g.cells" $DHCHAP_CELLS; continue ;;
         # No capture: the wire is the linux-host groups'.
         ana) add_cells $g "$OUT/$g.cells" $ANA_CELLS; continue ;;
+        # The reload's outcome is in its cells; the wire is the linux-host group's.
+        reload) add_cells $g "$OUT/$g.cells" $RELOAD_CELLS; continue ;;
     esac
     if [ -s "$OUT/$g.pcap" ]; then
         "$HERE/check-capture.sh" "$g" "$OUT/$g.pcap" "$ours" "$ref" >"$OUT/tshark-$g.txt" 2>&1

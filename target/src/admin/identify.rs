@@ -43,7 +43,7 @@ pub(super) fn identify(c: &Ctx, sqe: &Sqe, out: &mut [u8]) -> AdminOutcome {
             // As nvmet: an inactive NSID gets an all-zero structure.
             match subsys.namespace(nsid) {
                 Some(ns) => {
-                    let id = identify_namespace(ns);
+                    let id = identify_namespace(&ns);
                     AdminOutcome::data(copy_out(out, id.as_bytes(), want))
                 }
                 None => AdminOutcome::data(copy_out(out, &[], want)),
@@ -54,17 +54,14 @@ pub(super) fn identify(c: &Ctx, sqe: &Sqe, out: &mut [u8]) -> AdminOutcome {
             if min >= 0xFFFF_FFFE {
                 return AdminOutcome::status(generic(GenericStatus::InvalidNamespaceOrFormat));
             }
-            let ids = subsys
-                .namespaces
-                .iter()
-                .map(|n| n.nsid)
-                .filter(|&id| id > min);
+            let all = subsys.namespaces();
+            let ids = all.iter().map(|n| n.nsid).filter(|&id| id > min);
             let list = NamespaceList::from_ids(ids);
             AdminOutcome::data(copy_out(out, list.as_bytes(), want))
         }
         Some(IdentifyCns::NamespaceIdDescriptorList) => match subsys.namespace(sqe.nsid()) {
             Some(ns) => {
-                let list = namespace_descriptors(ns);
+                let list = namespace_descriptors(&ns);
                 AdminOutcome::data(copy_out(out, list.as_bytes(), want))
             }
             None => AdminOutcome::status(generic(GenericStatus::InvalidNamespaceOrFormat)),

@@ -194,7 +194,7 @@ fn smart_log(c: &Ctx, nsid: u32) -> Result<SmartLog, Status> {
     let subsys = &c.ctrl.subsys;
     let totals = match nsid {
         0 | u32::MAX => subsys
-            .namespaces
+            .namespaces()
             .iter()
             .map(|n| n.stats.totals())
             .fold(IoTotals::default(), |a, b| a + b),

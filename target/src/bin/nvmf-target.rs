@@ -11,6 +11,11 @@
 //! the flags that tune the whole target (`--provider`, `--poll-groups`, `--mdts`,
 //! `--data-slab`, `--direct`, `--cpus`, `--shutdown-timeout-ms`, `--metrics`) override
 //! the file, each with a log line.
+//!
+//! Signals: SIGTERM or SIGINT shuts down cleanly; SIGHUP reads the `--config` file
+//! again and applies it live ([`nvmf_target::reload`]). `--control-socket PATH` takes
+//! the same reload as a command, `nvmf-target reload --control-socket PATH`, which
+//! prints what changed or exits 1 with why nothing did.
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -39,7 +44,7 @@ const SUBSYSTEM_FLAGS: [&str; 8] = [
     "block_size",
 ];
 
-#[derive(Parser, Debug)]
+#[derive(Parser, Debug, Clone)]
 #[command(
     name = "nvmf-target",
     version,
@@ -140,6 +145,29 @@ struct Args {
     /// `roce_mtu` [default: from the interface MTU, as rxe derives it]
     #[arg(long, value_name = "BYTES")]
     roce_mtu: Option<u32>,
+    /// Take control commands on a Unix socket at PATH (mode 0600), for
+    /// `nvmf-target reload --control-socket PATH`, which reports the outcome and exits
+    /// non-zero when the reload was not applied. SIGHUP reloads too (systemd:
+    /// `ExecReload=kill -HUP $MAINPID`) [default: no socket]
+    #[arg(long, value_name = "PATH")]
+    control_socket: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+/// The daemon's client commands.
+#[derive(clap::Subcommand, Debug, Clone)]
+enum Command {
+    /// Ask the running daemon to read its --config file again and apply it live
+    /// (namespaces, subsystems, allowed hosts, port links and referrals; connections
+    /// they do not concern keep going). Prints what changed; exits 1 with the reason
+    /// when nothing was applied (the file does not parse or validate, a setting fixed
+    /// at start changed, a new namespace does not open).
+    Reload {
+        /// The daemon's --control-socket.
+        #[arg(long, value_name = "PATH")]
+        control_socket: PathBuf,
+    },
 }
 
 /// Whether `id` was given on the command line (not just defaulted).
@@ -167,33 +195,22 @@ fn refuse_subsystem_flags(matches: &clap::ArgMatches, config: &std::path::Path) 
     })
 }
 
-fn main() -> ExitCode {
-    use clap::{CommandFactory, FromArgMatches};
-    let matches = Args::command().get_matches();
-    let args = match Args::from_arg_matches(&matches) {
-        Ok(a) => a,
-        Err(e) => e.exit(),
-    };
-    logging::init(args.log_format, "info");
-    if let Some(config) = &args.config {
-        if let Some(msg) = refuse_subsystem_flags(&matches, config) {
-            eprintln!("nvmf-target: {msg}");
-            return ExitCode::from(2);
-        }
-    }
-    // The soft provider opens a UDP socket per QP: allow as many as the hard limit does.
-    if let Err(e) = transport::fdlimit::raise_soft_to_hard() {
-        tracing::warn!("cannot raise the open-file limit RLIMIT_NOFILE to its hard limit: {e}");
-    }
+/// The configuration the command line describes: the `--config` file (or the flags'
+/// default subsystem) with the tuning flags applied over it, validated. A reload reads
+/// it again the same way, so the flags keep overriding the file; `log_overrides` says
+/// each override (at start).
+///
+/// # Errors
+/// Why, in words (the file's path and the offending item, or the flag).
+fn build_config(args: &Args, log_overrides: bool) -> Result<TargetConfig, String> {
     let mdts = match args.mdts.as_deref().map(nvmf_target::config::parse_size) {
         None => None,
         Some(Ok(n)) => Some(u32::try_from(n).unwrap_or(u32::MAX)),
         Some(Err(e)) => {
-            eprintln!("nvmf-target: --mdts: {e}");
-            return ExitCode::FAILURE;
+            return Err(format!("--mdts: {e}"));
         }
     };
-    let from_file = args.config.is_some();
+    let from_file = args.config.is_some() && log_overrides;
     // A flag that overrides the configuration file says so.
     let overrides = |flag: &str, value: &dyn std::fmt::Display, key: &str| {
         if from_file {
@@ -201,20 +218,11 @@ fn main() -> ExitCode {
         }
     };
     let mut cfg = match &args.config {
-        Some(p) => match TargetConfig::from_file(p) {
-            Ok(c) => c,
-            Err(e) => {
-                eprintln!("nvmf-target: {e}");
-                return ExitCode::FAILURE;
-            }
-        },
+        Some(p) => TargetConfig::from_file(p).map_err(|e| e.to_string())?,
         None => {
             let size = match nvmf_target::config::parse_size(&args.size) {
                 Ok(s) => s,
-                Err(e) => {
-                    eprintln!("nvmf-target: --size {}: {e}", args.size);
-                    return ExitCode::FAILURE;
-                }
+                Err(e) => return Err(format!("--size {}: {e}", args.size)),
             };
             let mut c = TargetConfig::default_for(args.addr, &args.nqn, &args.file, size);
             if let Some(l) = c.listen.first_mut() {
@@ -263,10 +271,7 @@ fn main() -> ExitCode {
                 overrides("--data-slab", slab, "data_slab");
                 cfg.data_slab = Some(b)
             }
-            Err(e) => {
-                eprintln!("nvmf-target: --data-slab {slab}: {e}");
-                return ExitCode::FAILURE;
-            }
+            Err(e) => return Err(format!("--data-slab {slab}: {e}")),
         }
     }
     if let Some(p) = args.provider {
@@ -291,26 +296,64 @@ fn main() -> ExitCode {
                 overrides("--cpus", &c, "cpus");
                 cfg.cpus = Some(c)
             }
-            Err(e) => {
-                eprintln!("nvmf-target: --{e}");
-                return ExitCode::FAILURE;
-            }
+            Err(e) => return Err(format!("--{e}")),
         }
     }
     // The command line's values pass the configuration file's checks, with the same
     // messages.
-    if let Err(e) = cfg.validate_as("command line") {
-        eprintln!("nvmf-target: {e}");
-        return ExitCode::FAILURE;
+    cfg.validate_as("command line").map_err(|e| e.to_string())?;
+    Ok(cfg)
+}
+
+fn main() -> ExitCode {
+    use clap::{CommandFactory, FromArgMatches};
+    let matches = Args::command().get_matches();
+    let args = match Args::from_arg_matches(&matches) {
+        Ok(a) => a,
+        Err(e) => e.exit(),
+    };
+    if let Some(Command::Reload { control_socket }) = &args.command {
+        return match nvmf_target::control_socket::request(
+            control_socket,
+            nvmf_target::control_socket::RELOAD,
+        ) {
+            Ok(what) => {
+                println!("nvmf-target: reloaded: {what}");
+                ExitCode::SUCCESS
+            }
+            Err(why) => {
+                eprintln!("nvmf-target: reload: {why}");
+                ExitCode::FAILURE
+            }
+        };
     }
+    logging::init(args.log_format, "info");
+    if let Some(config) = &args.config {
+        if let Some(msg) = refuse_subsystem_flags(&matches, config) {
+            eprintln!("nvmf-target: {msg}");
+            return ExitCode::from(2);
+        }
+    }
+    // The soft provider opens a UDP socket per QP: allow as many as the hard limit does.
+    if let Err(e) = transport::fdlimit::raise_soft_to_hard() {
+        tracing::warn!("cannot raise the open-file limit RLIMIT_NOFILE to its hard limit: {e}");
+    }
+    let cfg = match build_config(&args, true) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("nvmf-target: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     if let Err(e) = cfg.provider.check_built("nvmf-target") {
         eprintln!("nvmf-target: {e}");
         return ExitCode::FAILURE;
     }
-    // Block SIGINT/SIGTERM before any thread starts, then wait for them here.
+    // Block SIGINT/SIGTERM/SIGHUP before any thread starts, then wait for them here.
     let mut sigs = SigSet::empty();
     sigs.add(Signal::SIGINT);
     sigs.add(Signal::SIGTERM);
+    sigs.add(Signal::SIGHUP);
     if let Err(e) = sigs.thread_block() {
         eprintln!("nvmf-target: blocking signals: {e}");
         return ExitCode::FAILURE;
@@ -333,10 +376,11 @@ fn main() -> ExitCode {
             &cfg,
             &packet_path,
             &sigs,
+            &args,
         ),
-        ProviderKind::Soft => serve::<SoftProvider>(&cfg, &packet_path, &sigs),
+        ProviderKind::Soft => serve::<SoftProvider>(&cfg, &packet_path, &sigs, &args),
         #[cfg(feature = "verbs")]
-        ProviderKind::Verbs => serve::<VerbsProvider>(&cfg, &packet_path, &sigs),
+        ProviderKind::Verbs => serve::<VerbsProvider>(&cfg, &packet_path, &sigs, &args),
         // Refused above (check_built).
         #[cfg(not(feature = "verbs"))]
         ProviderKind::Verbs => ExitCode::FAILURE,
@@ -348,9 +392,39 @@ const PIN_LESS: &str = "a smaller --data-slab (data_slab in a --config file; at 
                         --mdts), fewer --poll-groups, or a smaller inline_data_size (--config file)";
 
 /// Runs the target of `cfg` on provider `P` until SIGINT or SIGTERM (blocked in
-/// `sigs`), then stops it.
-fn serve<P: Provider>(cfg: &TargetConfig, packet_path: &PacketPath, sigs: &SigSet) -> ExitCode {
-    serve_started(nvmf_target::start_on::<P>(cfg), cfg, packet_path, sigs)
+/// `sigs`), then stops it; SIGHUP reloads `args`' configuration file.
+fn serve<P: Provider>(
+    cfg: &TargetConfig,
+    packet_path: &PacketPath,
+    sigs: &SigSet,
+    args: &Args,
+) -> ExitCode {
+    serve_started(
+        nvmf_target::start_on::<P>(cfg),
+        cfg,
+        packet_path,
+        sigs,
+        args,
+    )
+}
+
+/// Reads the configuration again as at start ([`build_config`]) and applies it to the
+/// target through `reloader`; logs the outcome (the control thread logs what changed).
+/// Returns what changed, or why nothing did.
+fn reload(args: &Args, reloader: &nvmf_target::Reloader) -> Result<String, String> {
+    if args.config.is_none() {
+        let why = "started without --config: there is no file to reload".to_string();
+        tracing::warn!("configuration reload: {why}");
+        return Err(why);
+    }
+    let cfg = build_config(args, false).map_err(|e| {
+        tracing::warn!("configuration reload: {e}; the target runs on unchanged");
+        e
+    })?;
+    reloader
+        .reload(&cfg)
+        .map(|r| r.words())
+        .map_err(|e| e.to_string())
 }
 
 /// How RoCEv2 reaches listen address `ip` on provider `kind`, for the "serving" line:
@@ -373,6 +447,7 @@ fn serve_started<P: Provider>(
     cfg: &TargetConfig,
     packet_path: &PacketPath,
     sigs: &SigSet,
+    args: &Args,
 ) -> ExitCode {
     let target = match started {
         Ok(t) => t,
@@ -420,7 +495,39 @@ fn serve_started<P: Provider>(
             );
         }
     }
-    let sig = sigs.wait();
+    let reloader = target.reloader();
+    let _control_socket = match &args.control_socket {
+        None => None,
+        Some(path) => {
+            let (args, reloader) = (args.clone(), reloader.clone());
+            match nvmf_target::control_socket::ControlSocket::serve(path, move || {
+                reload(&args, &reloader)
+            }) {
+                Ok(s) => {
+                    tracing::info!(
+                        "control socket {}: `nvmf-target reload --control-socket {}` reloads",
+                        path.display(),
+                        path.display()
+                    );
+                    Some(s)
+                }
+                Err(e) => {
+                    eprintln!("nvmf-target: --control-socket {}: {e}", path.display());
+                    return ExitCode::FAILURE;
+                }
+            }
+        }
+    };
+    // SIGHUP: reload (systemd's ExecReload=kill -HUP $MAINPID); SIGINT/SIGTERM: stop.
+    let sig = loop {
+        match sigs.wait() {
+            Ok(Signal::SIGHUP) => {
+                tracing::info!("received SIGHUP: reloading the configuration");
+                let _ = reload(args, &reloader);
+            }
+            other => break other,
+        }
+    };
     let bound = std::time::Duration::from_millis(u64::from(cfg.shutdown_timeout_ms));
     tracing::info!(
         bound_ms = cfg.shutdown_timeout_ms,
@@ -436,7 +543,11 @@ fn serve_started<P: Provider>(
     let _ = std::thread::Builder::new()
         .name("nvmf-signals".into())
         .spawn(move || {
-            if let Ok(s) = again.wait() {
+            while let Ok(s) = again.wait() {
+                if s == Signal::SIGHUP {
+                    tracing::info!("received SIGHUP while shutting down: not reloading");
+                    continue;
+                }
                 tracing::warn!("received {s} again: exiting now, without finishing the shutdown");
                 std::process::exit(1);
             }

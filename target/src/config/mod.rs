@@ -38,6 +38,7 @@
 //! nvmetcli JSON), each serves only those, and its discovery log page lists only
 //! itself, its subsystems and its referrals, as nvmet's.
 
+pub mod diff;
 pub mod ids;
 pub mod json;
 pub mod model;
@@ -50,6 +51,7 @@ mod tests;
 
 use std::path::{Path, PathBuf};
 
+pub use diff::{diff, ReloadPlan};
 pub use ids::{Eui64, IdParseError, Nguid};
 pub use model::*;
 pub use size::{parse_size, ParseSizeError};

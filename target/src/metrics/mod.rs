@@ -203,8 +203,8 @@ impl Sources {
             })
             .collect();
         let mut namespaces = Vec::new();
-        for s in &self.reg.subsystems {
-            for ns in &s.namespaces {
+        for s in self.reg.subsystems().iter() {
+            for ns in s.namespaces().iter() {
                 let mut lat = latency::ReadWrite::default();
                 for g in groups.iter().filter_map(|g| g.state.as_ref()) {
                     if let Some(h) = g.latency.get(ns.file_index as usize) {
@@ -223,7 +223,7 @@ impl Sources {
         let live = self.reg.controllers();
         let controllers = self
             .reg
-            .subsystems
+            .subsystems()
             .iter()
             .chain(std::iter::once(&self.reg.discovery))
             .map(|s| {

@@ -382,7 +382,11 @@ impl RequestCore {
             unsafe { BufferPool::new(mem.data.ptr, mem.data.len, MIN_DATA_BUFFER, max_block) }?;
         let mut ns_stats: Vec<Option<Arc<NamespaceStats>>> = Vec::new();
         let mut in_memory = Vec::new();
-        for ns in reg.subsystems.iter().flat_map(|s| s.namespaces.iter()) {
+        for ns in reg
+            .subsystems()
+            .iter()
+            .flat_map(|s| s.namespaces().to_vec())
+        {
             let at = ns.file_index as usize;
             if ns_stats.len() <= at {
                 ns_stats.resize(at + 1, None);
@@ -455,6 +459,44 @@ impl RequestCore {
     /// Queue `qpn`, if the core has it.
     pub fn queue(&self, qpn: u32) -> Option<&Queue> {
         self.queues.get(&qpn)
+    }
+
+    /// A namespace a reload opened: its statistics, and its memory store when it has
+    /// one, at its fixed-file index (the poll group put the file in that slot).
+    pub fn add_namespace(&mut self, ns: &crate::subsystem::NamespaceEntry) {
+        let at = ns.file_index as usize;
+        if self.ns_stats.len() <= at {
+            self.ns_stats.resize(at + 1, None);
+            self.in_memory.resize(at + 1, None);
+            self.latency.resize(at + 1, ReadWrite::default());
+        }
+        self.ns_stats[at] = Some(ns.stats.clone());
+        self.in_memory[at] = ns.ns.memory().is_some().then(|| ns.ns.clone());
+    }
+
+    /// A namespace a reload removed (fixed-file index `file_index`): its memory store
+    /// is let go (commands already on it keep theirs); its statistics stay until the
+    /// core goes.
+    pub fn remove_namespace(&mut self, file_index: u32) {
+        if let Some(m) = self.in_memory.get_mut(file_index as usize) {
+            *m = None;
+        }
+    }
+
+    /// Completes the held Asynchronous Event Requests of controllers `cntlids` on
+    /// this group's admin queues for which an event is pending (one a reload posted),
+    /// at once rather than at the queue's next admin command (NVMe Base 2.x §5.2).
+    pub fn complete_held_events(&mut self, cntlids: &[u16], now: Instant) {
+        // Admin queues only: an AER is an admin command, and `complete_events` takes the
+        // controller's held request, which only its admin queue can answer.
+        let qpns: Vec<u32> = (self.queues.iter())
+            .filter(|(_, q)| q.qid == 0)
+            .filter(|(_, q)| q.ctrl.as_ref().is_some_and(|c| cntlids.contains(&c.cntlid)))
+            .map(|(&qpn, _)| qpn)
+            .collect();
+        for qpn in qpns {
+            self.complete_events(qpn, now);
+        }
     }
 
     /// The QPNs of every queue of controller `cntlid`.
@@ -719,7 +761,7 @@ impl RequestCore {
                 if let Some((ns, nqn)) = self.namespace_of(i) {
                     let span = self.queues.get(&self.reqs[i].qpn).map(|q| q.span.clone());
                     let _span = span.map(tracing::Span::entered);
-                    io::log_io_error(ns, nqn, &cmd, errno, status, now);
+                    io::log_io_error(&ns, nqn, &cmd, errno, status, now);
                 }
             }
         }

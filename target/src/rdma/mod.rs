@@ -181,30 +181,20 @@ pub enum GroupCmd {
     /// latency, queues, its QPs' transport counters), for a scrape of the metrics
     /// endpoint ([`crate::metrics`]).
     Metrics(Sender<crate::metrics::GroupSnapshot>),
-    /// Post an asynchronous event to controllers whose admin queue this group holds,
-    /// then complete their held Asynchronous Event Requests at once
-    /// ([`core::RequestCore::complete_held_events`]).
-    PostEvent(EventPost),
+    /// A reload changed namespaces ([`crate::reload`]): put each of `add` in its
+    /// io_uring fixed-file slot (and the core's per-namespace tables), empty the slots
+    /// of `remove` (fixed-file indices); the reply says whether every slot took.
+    Namespaces {
+        add: Vec<crate::subsystem::NamespaceEntry>,
+        remove: Vec<u32>,
+        reply: Sender<Result<(), String>>,
+    },
+    /// Events were posted to controllers `cntlids` (a reload): complete their
+    /// Asynchronous Event Requests held in this group now
+    /// ([`core::RequestCore::complete_held_events`]), not at their next admin command.
+    CompleteHeldEvents { cntlids: Vec<u16> },
     /// Stop the poll loop.
     Shutdown,
-}
-
-/// An asynchronous event for the controllers it names ([`GroupCmd::PostEvent`]): e.g.
-/// an ANA change notice ([`nvme::ana::ANA_CHANGE_AEN_DW0`]) for the controllers of
-/// one port, gated by their ANA Change Notices (AEC bit 11).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct EventPost {
-    /// The controllers connected through this port (an index in
-    /// [`crate::subsystem::Registry::ports`]); `None`: every controller.
-    pub port: Option<usize>,
-    /// Only controllers of I/O subsystems (not discovery controllers).
-    pub io_only: bool,
-    /// The AER completion DW0.
-    pub dw0: u32,
-    /// The Asynchronous Event Configuration bits of which one must be set for the
-    /// controller to get the event ([`crate::controller::Controller::post_event_if_enabled`]);
-    /// 0: always.
-    pub aec_mask: u32,
 }
 
 /// A poll group's answer to [`GroupCmd::Drain`]: nothing of it is in flight any more.

@@ -255,9 +255,8 @@ impl<P: Provider> PollGroup<P> {
         counters
             .io_uring_fixed_buffers
             .store(ring.buffers_registered() as u64, Ordering::Relaxed);
-        if !files.is_empty() {
-            ring.register_files(files)?;
-        }
+        // A sparse table: namespaces a reload adds get slots of their own.
+        ring.register_file_table(crate::subsystem::MAX_NAMESPACE_FILES, files)?;
         // Every receive and every signaled send of every request fits, also when a
         // QP in error flushes its unsignaled WRITEs too.
         let cq = ctx.create_cq(4 * n as u32 + 64)?;
@@ -672,19 +671,51 @@ impl<P: Provider> PollGroup<P> {
             GroupCmd::Metrics(reply) => {
                 let _ = reply.send(self.metrics_snapshot());
             }
-            GroupCmd::PostEvent(post) => {
+            GroupCmd::Namespaces { add, remove, reply } => {
+                let _ = reply.send(self.change_namespaces(add, &remove));
+            }
+            GroupCmd::CompleteHeldEvents { cntlids } => {
                 let now = Instant::now();
-                let posted = self.core.complete_held_events(Some(&post), now);
+                self.core.complete_held_events(&cntlids, now);
                 self.execute_actions(now);
-                tracing::debug!(
-                    poll_group = self.index,
-                    posted,
-                    dw0 = post.dw0,
-                    "event posted"
-                );
             }
             GroupCmd::Shutdown => {}
         }
+    }
+
+    /// [`GroupCmd::Namespaces`]: the fixed-file slots and the core's tables.
+    ///
+    /// # Errors
+    /// The slot that the ring refused, and why (the slots set before it stay: the
+    /// control thread then removes them again).
+    fn change_namespaces(
+        &mut self,
+        add: Vec<crate::subsystem::NamespaceEntry>,
+        remove: &[u32],
+    ) -> Result<(), String> {
+        for &index in remove {
+            self.core.remove_namespace(index);
+            if let Err(e) = self.ring.update_file(index, -1) {
+                tracing::warn!(
+                    poll_group = self.index,
+                    "emptying fixed-file slot {index}: {e}"
+                );
+            }
+        }
+        for ns in add {
+            self.ring
+                .update_file(ns.file_index, ns.ns.fd())
+                .map_err(|e| {
+                    format!(
+                        "poll group {}: io_uring fixed-file slot {} for {}: {e}",
+                        self.index,
+                        ns.file_index,
+                        ns.ns.path().display()
+                    )
+                })?;
+            self.core.add_namespace(&ns);
+        }
+        Ok(())
     }
 
     /// A copy of the counters this poll group keeps in its own state.

@@ -19,7 +19,7 @@ use crate::fabrics::{self, ConnectOutcome};
 use crate::io::{self, IoCommand};
 use crate::oplog;
 use crate::rdma::action::{Action, Buf, IoOp, RegionId};
-use crate::subsystem::NamespaceEntry;
+use crate::subsystem::NamespaceRef;
 use crate::uring::{FALLOC_DEALLOCATE, FALLOC_WRITE_ZEROES};
 
 /// The status of an Authentication Send/Receive on a queue that owes no
@@ -93,7 +93,7 @@ impl RequestCore {
     }
 
     /// The namespace request `i` names on its queue's controller, and the subsystem NQN.
-    pub(super) fn namespace_of(&self, i: usize) -> Option<(&NamespaceEntry, &str)> {
+    pub(super) fn namespace_of(&self, i: usize) -> Option<(NamespaceRef, &str)> {
         let r = &self.reqs[i];
         let ctrl = self.queues.get(&r.qpn)?.ctrl.as_deref()?;
         Some((
@@ -278,9 +278,10 @@ impl RequestCore {
         self.reqs[i].file = file;
         if let Some(Some(b)) = self.in_memory.get(file as usize) {
             let b: *const crate::backend::Backend = Arc::as_ptr(b);
-            // SAFETY: the Arc stays in `self.in_memory`, which is never changed after
-            // construction, for as long as the core lives; the pointer only lets the
-            // store be used while the request's buffers are borrowed mutably.
+            // SAFETY: the Arc stays in `self.in_memory` through this call: an entry
+            // changes only in `add_namespace`/`remove_namespace`, which the poll group
+            // calls between commands, never from `execute_in_memory`; the pointer only
+            // lets the store be used while the request's buffers are borrowed mutably.
             let store = unsafe { (*b).memory() };
             if let Some(store) = store {
                 self.execute_in_memory(i, cmd, store, nlb);
@@ -488,33 +489,6 @@ impl RequestCore {
             self.finish(j, Status::SUCCESS);
             self.advance(j, now);
         }
-    }
-
-    /// Posts `post` (if any) to the controllers it names whose admin queue is in this
-    /// core, then completes the held Asynchronous Event Requests of every admin queue
-    /// whose controller has a pending event, without waiting for the next admin
-    /// command there. Returns the controllers the event was posted to.
-    pub fn complete_held_events(
-        &mut self,
-        post: Option<&crate::rdma::EventPost>,
-        now: Instant,
-    ) -> usize {
-        let admin: Vec<(u32, Arc<crate::controller::Controller>)> = (self.queues.iter())
-            .filter(|(_, q)| q.qid == 0)
-            .filter_map(|(&qpn, q)| q.ctrl.clone().map(|c| (qpn, c)))
-            .collect();
-        let mut posted = 0;
-        for (qpn, ctrl) in admin {
-            if let Some(p) = post {
-                let port_ok = p.port.is_none_or(|port| port == ctrl.port);
-                let kind_ok = !p.io_only || ctrl.kind == crate::controller::ControllerKind::Io;
-                if port_ok && kind_ok && ctrl.post_event_if_enabled(p.dw0, p.aec_mask) {
-                    posted += 1;
-                }
-            }
-            self.complete_events(qpn, now);
-        }
-        posted
     }
 
     /// Completes held Asynchronous Event Requests of queue `qpn` for which its
