@@ -1,5 +1,5 @@
 //! Live reconfiguration (issue 16 item 2): a reload is the difference of two
-//! configurations ([`crate::config::diff`]), applied by the control thread
+//! configurations ([`crate::config::diff()`]), applied by the control thread
 //! ([`crate::TargetHandle::reload`]) in three steps:
 //!
 //! 1. **Prepare**, changing nothing: refuse what cannot change live, open every new
