@@ -198,6 +198,19 @@ add_cells() {   # add_cells GROUP FILE EXPECTED...: cells of FILE, missing ones 
     done
 }
 
+# The cell target-exit of a group whose hook ran our target: PASS when its exit status
+# ($d/target.rc) is 0 and its log ($d/target.log) has no line matching PATTERN (grep -E,
+# with FLAG -i or ""). Usage: target_exit_cell DIR CELLS NAME FLAG PATTERN [PASS_EXTRA]
+target_exit_cell() {
+    local d=$1 f=$2 name=$3 flag=$4 pattern=$5 extra=${6:-} rc
+    rc=$(cat "$d/target.rc" 2>/dev/null || echo "?")
+    if [ "$rc" = 0 ] && ! grep -q $flag -E "$pattern" "$d/target.log"; then
+        echo "cell target-exit PASS $name stopped cleanly (status 0, no ERROR/panic in its log)$extra" >>"$f"
+    else
+        echo "cell target-exit FAIL status $rc; $(grep -m2 $flag -E "$pattern" "$d/target.log" | tr '\n' ' ')" >>"$f"
+    fi
+}
+
 # ---- group 1: Linux host -> our target (GROUP linux-host or linux-host-ipv6) -------------
 run_linux_host() {
     local g=$1 d="$OUT/$1" ipv6=0 tip=192.168.77.1 extra=() ns
@@ -269,13 +282,7 @@ run_linux_host() {
     else
         echo "cell slow-peer FAIL no target.log" >>"$f"
     fi
-    local rc
-    rc=$(cat "$d/target.rc" 2>/dev/null || echo "?")
-    if [ "$rc" = 0 ] && ! grep -qiE "panicked|ERROR" "$d/target.log"; then
-        echo "cell target-exit PASS nvmf-target stopped cleanly (status 0, no ERROR/panic in its log)" >>"$f"
-    else
-        echo "cell target-exit FAIL status $rc; $(grep -m2 -iE 'panicked|ERROR' "$d/target.log" | tr '\n' ' ')" >>"$f"
-    fi
+    target_exit_cell "$d" "$f" nvmf-target -i "panicked|ERROR"
 }
 
 # ---- group 2: our initiator -> Linux target (GROUP linux-target or linux-target-ipv6) ----
@@ -342,13 +349,7 @@ run_ana() {
     say "$g: run.sh exit status $? after $(( $(date +%s) - t0 )) s"
     local f="$OUT/$g.cells"
     cp "$d/out/B/cells.txt" "$f" 2>/dev/null || : >"$f"
-    local rc
-    rc=$(cat "$d/target.rc" 2>/dev/null || echo "?")
-    if [ "$rc" = 0 ] && ! grep -qiE "panicked|ERROR" "$d/target.log"; then
-        echo "cell target-exit PASS ana_control stopped cleanly (status 0, no ERROR/panic in its log); $(tr '\n' ';' <"$d/ana-control.txt")" >>"$f"
-    else
-        echo "cell target-exit FAIL status $rc; $(grep -m2 -iE 'panicked|ERROR' "$d/target.log" | tr '\n' ' ')" >>"$f"
-    fi
+    target_exit_cell "$d" "$f" ana_control -i "panicked|ERROR" "; $(tr '\n' ';' <"$d/ana-control.txt")"
 }
 
 # ---- group 7: Linux host -> our target, reconfigured live with SIGHUP (issue 16 item 2) --
@@ -364,14 +365,8 @@ run_reload() {
         -H "$HERE/hooks/our-reload.sh" B:192.168.77.11:reload-host.sh >"$OUT/$g.log" 2>&1
     say "$g: run.sh exit status $? after $(( $(date +%s) - t0 )) s"
     cat "$d/out/B/cells.txt" "$d/cells-hook.txt" >"$OUT/$g.cells" 2>/dev/null
-    local rc
-    rc=$(cat "$d/target.rc" 2>/dev/null || echo "?")
     # ERROR as the log level: the refused reload's warning quotes a TOML "parse error".
-    if [ "$rc" = 0 ] && ! grep -qE "panicked| ERROR " "$d/target.log"; then
-        echo "cell target-exit PASS nvmf-target stopped cleanly (status 0, no ERROR/panic in its log)" >>"$OUT/$g.cells"
-    else
-        echo "cell target-exit FAIL status $rc; $(grep -m2 -E 'panicked| ERROR ' "$d/target.log" | tr '\n' ' ')" >>"$OUT/$g.cells"
-    fi
+    target_exit_cell "$d" "$OUT/$g.cells" nvmf-target "" "panicked| ERROR "
 }
 
 # ---- group 3: Linux host (VM B) -> our target on the verbs provider in VM A ----------------

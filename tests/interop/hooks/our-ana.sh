@@ -14,6 +14,7 @@
 # when $LP_SHARE/out/stop appears; its exit status goes to $LP_SHARE/target.rc, its
 # log to $LP_SHARE/target.log, its answers to $LP_SHARE/ana-control.txt.
 set -u
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 ip=${LP_HOST_IP:-192.168.77.1}
 log="$LP_SHARE/target.log"
 cfg="$LP_SHARE/ana-target.toml"
@@ -57,16 +58,7 @@ stop_target() {
 }
 trap 'stop_target; exit 0' TERM INT
 
-for _ in $(seq 1 100); do
-    grep -q "serving" "$log" 2>/dev/null && break
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.1
-done
-if ! grep -q "serving" "$log" 2>/dev/null; then
-    echo "$(date +%T) ana_control did not come up:"; cat "$log"
-    stop_target
-    exit 1
-fi
+wait_serving ana_control
 mkdir -p "$LP_SHARE/out/A" "$LP_SHARE/out/B"
 touch "$LP_SHARE/out/A/ready"
 echo "$(date +%T) target ready"

@@ -18,6 +18,7 @@
 # Stops the target (SIGTERM) when $LP_SHARE/out/stop appears; its exit status goes to
 # $LP_SHARE/target.rc, its log is $LP_SHARE/target.log.
 set -u
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 ip=${LP_HOST_IP:-192.168.77.1}
 log="$LP_SHARE/target.log"
 cfg="$LP_SHARE/reload.toml"
@@ -69,16 +70,7 @@ stop_target() {
 }
 trap 'stop_target; exit 0' TERM INT
 
-for _ in $(seq 1 100); do
-    grep -q "serving" "$log" 2>/dev/null && break
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.1
-done
-if ! grep -q "serving" "$log" 2>/dev/null; then
-    echo "$(date +%T) nvmf-target did not come up:"; cat "$log"
-    stop_target
-    exit 1
-fi
+wait_serving nvmf-target
 mkdir -p "$LP_SHARE/out/A"
 touch "$LP_SHARE/out/A/ready"
 echo "$(date +%T) target ready"

@@ -23,6 +23,7 @@
 # when $LP_SHARE/out/stop appears, and writes its exit status to
 # $LP_SHARE/target.rc. The target's log is $LP_SHARE/target.log.
 set -u
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 ip=${LP_HOST_IP:-192.168.77.1}
 log="$LP_SHARE/target.log"
 if [ "${INTEROP_IPV6:-0}" = 1 ]; then
@@ -68,16 +69,7 @@ stop_target() {
 }
 trap 'stop_target; exit 0' TERM INT
 
-for _ in $(seq 1 100); do
-    grep -q "serving" "$log" 2>/dev/null && break
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.1
-done
-if ! grep -q "serving" "$log" 2>/dev/null; then
-    echo "$(date +%T) nvmf-target did not come up:"; cat "$log"
-    stop_target
-    exit 1
-fi
+wait_serving nvmf-target
 ready="$LP_SHARE/out/${INTEROP_READY:-A}"
 mkdir -p "$ready"
 touch "$ready/ready"
