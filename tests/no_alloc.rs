@@ -27,6 +27,9 @@ use nvmf_initiator::IoBuf;
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
+/// The tests of this binary count process-wide: one at a time.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// The I/O mix: (bytes, write, queue depth). 4 KiB writes go in the capsule, 128 KiB
 /// writes are RDMA READs by the target, reads are RDMA WRITEs of one or many packets.
 const MIX: [(usize, bool, usize); 5] = [
@@ -91,6 +94,7 @@ fn run_ios(
 
 #[test]
 fn io_after_warm_up_allocates_nothing() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let t = start_target(60, 16 << 20);
     let mut opts = host_options(&t, 61, 1, 64);
     // No Keep Alive: a controller timer is not the data path.
@@ -139,4 +143,56 @@ fn io_after_warm_up_allocates_nothing() {
         N * MIX.len()
     );
     host.disconnect().expect("disconnect");
+}
+
+/// The ICRC checker meets a packet length or a source for the first time on the data
+/// path (a train of a new shape, a first response of a new size): its per-length ID
+/// basis and per-source state are made without allocating, on receive
+/// (`IcrcChecker::check` solving a segment's IPv4 ID) and on transmit
+/// (`IcrcChecker::ipv4_id_delta` for segment `i` of a GSO train).
+#[test]
+fn the_icrc_checker_meets_new_lengths_without_allocating() {
+    use std::net::Ipv4Addr;
+    use transport::wire::{icrc::IcrcIpInfo, IcrcCheck, IcrcChecker};
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let info = |id: u16, host: u8| IcrcIpInfo {
+        src: Ipv4Addr::new(10, 0, 0, host).into(),
+        dst: Ipv4Addr::new(10, 0, 0, 1).into(),
+        ipv4_id: id,
+        udp_sport: 0xC000,
+        udp_dport: 4791,
+    };
+    // Packets of 40 lengths (12 bytes to ~4 KiB), each as segment 3 of a train, from
+    // 8 sources; built before watching.
+    let packets: Vec<(u8, Vec<u8>)> = (0..40usize)
+        .map(|k| {
+            let host = 2 + (k % 8) as u8;
+            let mut p: Vec<u8> = (0..12 + k * 101).map(|i| (i * 7 + k) as u8).collect();
+            let crc = transport::wire::icrc::icrc(&info(3, host), &p);
+            p.extend_from_slice(&crc.to_le_bytes());
+            (host, p)
+        })
+        .collect();
+    let mut rx = IcrcChecker::new();
+    let mut tx = IcrcChecker::new();
+    let mut results = Vec::with_capacity(packets.len());
+    let mut deltas = 0u32;
+    let me = tid();
+    reset();
+    WATCH.store(true, Ordering::SeqCst);
+    for (host, p) in &packets {
+        results.push(rx.check(&info(0, *host), p));
+        deltas ^= tx.ipv4_id_delta(p.len(), 5);
+    }
+    WATCH.store(false, Ordering::SeqCst);
+    let (allocs, threads, traces) = data_path_allocs(|t, _| t == me);
+    assert!(
+        results.iter().all(|r| *r == IcrcCheck::SolvedIpv4Id(3)),
+        "every segment's ID is solved: {results:?}"
+    );
+    std::hint::black_box(deltas);
+    assert_eq!(
+        allocs, 0,
+        "{allocs} allocations for 40 new lengths; {threads:?}; the first:\n{traces}"
+    );
 }

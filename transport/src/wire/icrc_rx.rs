@@ -75,15 +75,25 @@ struct IdDeltas {
 }
 
 impl IdDeltas {
-    /// The deltas for `n` bytes hashed after the ID.
+    /// The deltas for `n` bytes hashed after the ID. Allocates nothing (it runs on the
+    /// data path the first time a packet length is seen): the zeros come from a static
+    /// block, hashed as many times as `n` needs.
     fn new(n: usize) -> Self {
-        let zeros = vec![0u8; n + 2];
-        let base = crc32fast::hash(&zeros);
-        let mut msg = zeros;
+        let hash = |id: u16| {
+            let mut h = crc32fast::Hasher::new();
+            h.update(&id.to_be_bytes());
+            let mut rest = n;
+            while rest > 0 {
+                let k = rest.min(ZEROS.len());
+                h.update(&ZEROS[..k]);
+                rest -= k;
+            }
+            h.finalize()
+        };
+        let base = hash(0);
         let mut bits = [0u32; 16];
         for (bit, d) in bits.iter_mut().enumerate() {
-            msg[..2].copy_from_slice(&(1u16 << bit).to_be_bytes());
-            *d = crc32fast::hash(&msg) ^ base;
+            *d = hash(1u16 << bit) ^ base;
         }
         IdDeltas { bits }
     }
@@ -105,19 +115,22 @@ impl IdDeltas {
 #[derive(Clone, Debug)]
 struct IdBasis {
     deltas: IdDeltas,
-    rows: Vec<(u32, u16, u32)>,
+    /// `rows[..len]` is the basis (at most 16 rows, one per ID bit).
+    rows: [(u32, u16, u32); 16],
+    len: usize,
 }
 
 impl IdBasis {
     /// Basis for `n` bytes hashed after the ID.
     fn new(n: usize) -> Self {
         let deltas = IdDeltas::new(n);
-        let mut rows: Vec<(u32, u16, u32)> = Vec::with_capacity(16);
+        let mut rows = [(0u32, 0u16, 0u32); 16];
+        let mut len = 0;
         for (bit, &raw) in deltas.bits.iter().enumerate() {
             let id = 1u16 << bit;
             let mut v = raw;
             let mut combo = id;
-            for &(rv, rc, pivot) in &rows {
+            for &(rv, rc, pivot) in &rows[..len] {
                 if v & pivot != 0 {
                     v ^= rv;
                     combo ^= rc;
@@ -126,22 +139,23 @@ impl IdBasis {
             if v != 0 {
                 let pivot = 1 << v.trailing_zeros();
                 // Keep the basis fully reduced: clear the new pivot from older rows.
-                for row in &mut rows {
+                for row in &mut rows[..len] {
                     if row.0 & pivot != 0 {
                         row.0 ^= v;
                         row.1 ^= combo;
                     }
                 }
-                rows.push((v, combo, pivot));
+                rows[len] = (v, combo, pivot);
+                len += 1;
             }
         }
-        IdBasis { deltas, rows }
+        IdBasis { deltas, rows, len }
     }
 
     /// The ID whose deltas sum to `target`, if any.
     fn solve(&self, mut target: u32) -> Option<u16> {
         let mut id = 0u16;
-        for &(v, combo, pivot) in &self.rows {
+        for &(v, combo, pivot) in &self.rows[..self.len] {
             if target & pivot != 0 {
                 target ^= v;
                 id ^= combo;
@@ -160,6 +174,13 @@ pub const UDP_GSO_MAX_SEGMENTS: u16 = 64;
 /// Consecutive exact (predicted ID) matches after which a source that never needed a solved ID
 /// is taken to be a zero-ID sender, from which only exact matches are accepted.
 pub const ZERO_ID_SENDER_AFTER: u32 = 8;
+/// Packet lengths whose ID basis fits the checker's table before it grows (a QP's
+/// traffic uses a handful: ACKs, capsules, responses, full and last segments).
+pub const LENGTHS_RESERVED: usize = 64;
+/// Sources that fit the checker's table before it grows.
+pub const SOURCES_RESERVED: usize = 16;
+/// A block of zeros hashed for the ID deltas of any packet length.
+static ZEROS: [u8; 1024] = [0; 1024];
 /// Sources remembered at most; the table is cleared when full (learning starts again).
 const MAX_SOURCES: usize = 4096;
 
@@ -174,7 +195,7 @@ struct Sender {
 
 /// Receive-side ICRC checker for one receiving thread; caches one small basis per
 /// packet length seen (a few hundred bytes each) and what it learnt per source.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct IcrcChecker {
     bases: HashMap<usize, IdBasis>,
     senders: HashMap<IpAddr, Sender>,
@@ -183,10 +204,22 @@ pub struct IcrcChecker {
     settled: Option<IpAddr>,
 }
 
+impl Default for IcrcChecker {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl IcrcChecker {
-    /// A checker with an empty cache.
+    /// A checker with an empty cache, its tables sized up front so that the first
+    /// packets of a new length or source do not allocate on the data path (up to
+    /// [`LENGTHS_RESERVED`] lengths and [`SOURCES_RESERVED`] sources).
     pub fn new() -> Self {
-        Self::default()
+        IcrcChecker {
+            bases: HashMap::with_capacity(LENGTHS_RESERVED),
+            senders: HashMap::with_capacity(SOURCES_RESERVED),
+            settled: None,
+        }
     }
 
     /// Checks the ICRC of a received UDP payload (BTH .. ICRC). `ip` gives the
