@@ -1,5 +1,6 @@
 //! Completer (IBTA Vol 1 §9.7.5.1, §9.7.6, §9.9.2): ACK, NAK and READ response
 //! processing, go-back-N restarts, RNR waits and the local ACK timer.
+use super::timers::Timer;
 use crate::time::Timestamp;
 use crate::verbs::{QpState, WcStatus};
 use crate::wire::{NakCode, Packet};
@@ -130,8 +131,11 @@ impl RcQp {
         // Sent and unacknowledged (after a go-back-N restart the cursor may lag).
         let outstanding = psn_lt(r.una, r.psn_high);
         let t = ack_timeout(self.a.timeout).filter(|_| outstanding);
-        self.req.ack_deadline = t.map(|d| now + d);
-        self.req.rto_deadline = self.rto_now().filter(|_| outstanding).map(|d| now + d);
+        self.timers.set_opt(Timer::Ack, t.map(|d| now + d));
+        self.timers.set_opt(
+            Timer::Rto,
+            self.rto_now().filter(|_| outstanding).map(|d| now + d),
+        );
         let mtu = self.mtu();
         self.req.recount_inflight(mtu);
     }
@@ -144,17 +148,19 @@ impl RcQp {
             return;
         }
         if let Some(rto) = self.rto_now() {
-            self.req.rto_deadline = Some(now + rto);
+            self.timers.set(Timer::Rto, now + rto);
         }
         if ibta {
-            self.req.ack_deadline = ack_timeout(self.a.timeout).map(|d| now + d);
+            self.timers
+                .set_opt(Timer::Ack, ack_timeout(self.a.timeout).map(|d| now + d));
         }
     }
 
     /// Go-back-N to `psn` (every READ from there asked again); the IBTA local ACK
     /// timer restarts.
     fn rewind(&mut self, now: Timestamp, psn: u32) {
-        self.req.ack_deadline = ack_timeout(self.a.timeout).map(|d| now + d);
+        self.timers
+            .set_opt(Timer::Ack, ack_timeout(self.a.timeout).map(|d| now + d));
         self.rewind_keep_timer(now, psn, LostReads::All);
     }
 
@@ -165,7 +171,8 @@ impl RcQp {
     /// measurement (Karn).
     fn rewind_keep_timer(&mut self, now: Timestamp, psn: u32, lost: LostReads) {
         self.req.seek(psn, lost);
-        self.req.rto_deadline = self.rto_now().map(|d| now + d);
+        self.timers
+            .set_opt(Timer::Rto, self.rto_now().map(|d| now + d));
         self.req.timed = None;
         self.req.probe = None;
         self.req.probe_send = None;
@@ -206,7 +213,8 @@ impl RcQp {
             spurious: false,
         });
         self.req.probe_send = Some(last);
-        self.req.rto_deadline = self.rto_now().map(|d| now + d);
+        self.timers
+            .set_opt(Timer::Rto, self.rto_now().map(|d| now + d));
         true
     }
 
@@ -223,7 +231,7 @@ impl RcQp {
         // During an RNR wait the sequence NAK for the RNR-NAKed PSN (packets sent behind
         // it) is the same event: go-back-N resends from there when the wait ends, so a
         // selective resend would send it twice and the timer would back off needlessly.
-        if self.req.rnr_until.is_some() && self.req.rewound_at == Some(p) {
+        if self.timers.is_armed(Timer::Rnr) && self.req.rewound_at == Some(p) {
             return;
         }
         let Some(idx) = self.req.idx_containing(p) else {
@@ -248,7 +256,8 @@ impl RcQp {
         }
         // The NAK shows the responder alive and receiving; the resend needs a round
         // trip, so the adaptive timer restarts (the IBTA timer does not).
-        self.req.rto_deadline = self.rto_now().map(|d| now + d);
+        self.timers
+            .set_opt(Timer::Rto, self.rto_now().map(|d| now + d));
     }
 
     /// Go-back-N after evidence of a lost READ response, once per restart point.
@@ -339,13 +348,13 @@ impl RcQp {
             self.req.rnr_retries_left -= 1;
         }
         self.req.seek(p, LostReads::All);
-        self.req.ack_deadline = None;
-        self.req.rto_deadline = None;
+        self.timers.stop(Timer::Ack);
+        self.timers.stop(Timer::Rto);
         self.req.timed = None;
         // The wait goes back to `p`: a PSN sequence NAK for `p` drawn by the packets
         // already sent behind it is a repeat, not a loss (costs no retry).
         self.req.rewound_at = Some(p);
-        self.req.rnr_until = Some(now + rnr_timer(timer));
+        self.timers.set(Timer::Rnr, now + rnr_timer(timer));
     }
 
     fn on_nak(&mut self, now: Timestamp, p: u32, code: NakCode) {
@@ -400,19 +409,19 @@ impl RcQp {
     /// up); the IBTA local ACK timer (go-back-N and one retry used up, or
     /// IBV_WC_RETRY_EXC_ERR once `retry_cnt` retries are spent).
     pub(crate) fn requester_timeout(&mut self, now: Timestamp) {
-        if self.req.rnr_until.is_some_and(|t| now >= t) {
-            self.req.rnr_until = None;
+        if self.timers.is_due(Timer::Rnr, now) {
+            self.timers.stop(Timer::Rnr);
         }
-        let ibta_due = self.req.ack_deadline.is_some_and(|t| now >= t);
-        let rto_due = self.req.rto_deadline.is_some_and(|t| now >= t);
+        let ibta_due = self.timers.is_due(Timer::Ack, now);
+        let rto_due = self.timers.is_due(Timer::Rto, now);
         if !ibta_due && !rto_due {
             return;
         }
         let active = matches!(self.state, QpState::Rts | QpState::Sqd | QpState::SqError)
             && psn_lt(self.req.una, self.req.psn_high);
         if !active {
-            self.req.ack_deadline = None;
-            self.req.rto_deadline = None;
+            self.timers.stop(Timer::Ack);
+            self.timers.stop(Timer::Rto);
             return;
         }
         let expired = self.rto_now().unwrap_or_default();
@@ -430,7 +439,8 @@ impl RcQp {
                 .idx_containing(una)
                 .is_some_and(|i| self.req.sq[i].is_read());
             if read_at_una && self.req.rewound_at == Some(una) {
-                self.req.rto_deadline = self.rto_now().map(|d| now + d);
+                self.timers
+                    .set_opt(Timer::Rto, self.rto_now().map(|d| now + d));
                 return;
             }
             // Only the first expiry after a clean stretch (no back-off in force) probes:
@@ -441,7 +451,7 @@ impl RcQp {
             self.rewind_keep_timer(now, una, LostReads::Containing);
             return;
         }
-        self.req.ack_deadline = None;
+        self.timers.stop(Timer::Ack);
         self.counters.local_ack_timeout_err += 1;
         if self.req.retries_left == 0 {
             self.counters.retry_exceeded_err += 1;
@@ -451,7 +461,8 @@ impl RcQp {
         }
         self.req.retries_left -= 1;
         let una = self.req.una;
-        self.req.ack_deadline = ack_timeout(self.a.timeout).map(|d| now + d);
+        self.timers
+            .set_opt(Timer::Ack, ack_timeout(self.a.timeout).map(|d| now + d));
         self.rewind_keep_timer(now, una, LostReads::Containing);
     }
 }

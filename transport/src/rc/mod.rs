@@ -32,6 +32,7 @@ mod responder;
 pub mod rtt;
 #[cfg(test)]
 mod tests;
+pub mod timers;
 
 pub use counters::QpCounters;
 pub use mem::{KeyTable, MemRef, MrKeys, MrMemory};
@@ -40,3 +41,4 @@ pub use payload::{Payload, TxPacket};
 pub use qp::{Completion, CompletionQueueKind, RcConfig, RcEnv, RcQp};
 pub use recv_queue::RecvQueue;
 pub use rtt::RttEstimator;
+pub use timers::{Timer, Timers};

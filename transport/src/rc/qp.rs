@@ -1,6 +1,7 @@
 //! The RC queue pair: state machine (IBTA Vol 1 §10.3), verbs entry points and the
 //! sans-IO driver interface. The requester/completer lives in `requester.rs`, the
 //! responder in `responder.rs`.
+use super::timers::Timers;
 use std::collections::VecDeque;
 use std::time::Duration;
 
@@ -130,6 +131,8 @@ pub struct RcQp {
     pub(crate) resp: RespState,
     pub(crate) cq: VecDeque<Completion>,
     pub(crate) counters: QpCounters,
+    /// Every timer of the QP, by name.
+    pub(crate) timers: Timers,
 }
 
 impl RcQp {
@@ -170,6 +173,7 @@ impl RcQp {
                 (cap.max_send_wr + cap.max_recv_wr).clamp(16, CQ_BACKLOG_PRESIZE) as usize,
             ),
             counters: QpCounters::default(),
+            timers: Timers::default(),
         }
     }
 
@@ -373,6 +377,7 @@ impl RcQp {
     fn reset(&mut self) {
         self.state = QpState::Reset;
         self.req = ReqState::new(self.cap.max_send_wr);
+        self.timers.clear();
         self.resp = RespState::default();
         self.rq = RecvQueue::new(
             self.pd,
@@ -519,14 +524,7 @@ impl RcQp {
     /// The earliest time at which [`RcQp::handle_timeout`] has work; `None` if no timer
     /// is armed.
     pub fn poll_timeout(&self) -> Option<Timestamp> {
-        [
-            self.req.ack_deadline,
-            self.req.rto_deadline,
-            self.req.rnr_until,
-        ]
-        .into_iter()
-        .flatten()
-        .min()
+        self.timers.next()
     }
 
     /// The requester's round-trip estimate (RFC 6298 SRTT / RTTVAR over packets sent

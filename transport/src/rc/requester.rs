@@ -1,6 +1,7 @@
 //! Requester and completer (IBTA Vol 1 §9.7.1-§9.7.6, §9.9.2): segmentation of send
 //! WRs into packets, the window, ACK / NAK / READ response processing, go-back-N
 //! retransmission, the local ACK timer and RNR waits.
+use super::timers::Timer;
 use std::collections::VecDeque;
 
 use crate::time::Timestamp;
@@ -125,8 +126,6 @@ pub(crate) struct ReqState {
     pub(super) rd_bytes: u64,
     pub(crate) retries_left: u8,
     pub(crate) rnr_retries_left: u8,
-    pub(crate) ack_deadline: Option<Timestamp>,
-    pub(crate) rnr_until: Option<Timestamp>,
     /// PSN of the last go-back-N restart without progress since (suppresses repeats).
     pub(super) rewound_at: Option<u32>,
     /// First PSN never transmitted (high-water mark of `psn_next`).
@@ -135,8 +134,6 @@ pub(crate) struct ReqState {
     pub(crate) rtt: RttEstimator,
     /// The request packet being timed for a round-trip sample: PSN and time sent.
     pub(super) timed: Option<(u32, Timestamp)>,
-    /// Adaptive retransmission deadline (go-back-N without using up `retry_cnt`).
-    pub(crate) rto_deadline: Option<Timestamp>,
     /// Resend pacing: most request PSNs outstanding while a loss is being repaired;
     /// `None` outside recovery.
     pub(super) cwnd: Option<u32>,
@@ -187,13 +184,10 @@ impl ReqState {
             rd_bytes: 0,
             retries_left: 7,
             rnr_retries_left: 7,
-            ack_deadline: None,
-            rnr_until: None,
             rewound_at: None,
             psn_high: 0,
             rtt: RttEstimator::default(),
             timed: None,
-            rto_deadline: None,
             cwnd: None,
             recover: 0,
             una_seen: 0,
@@ -326,11 +320,11 @@ impl RcQp {
         if !matches!(self.state, QpState::Rts | QpState::Sqd) {
             return None;
         }
-        if let Some(t) = self.req.rnr_until {
+        if let Some(t) = self.timers.get(Timer::Rnr) {
             if now < t {
                 return None;
             }
-            self.req.rnr_until = None;
+            self.timers.stop(Timer::Rnr);
         }
         if let Some(pkt) = self.probe_transmit(now) {
             self.arm_timers(now);
@@ -382,11 +376,12 @@ impl RcQp {
         let Some(t) = ack_timeout(self.a.timeout) else {
             return;
         };
-        if self.req.ack_deadline.is_none() {
-            self.req.ack_deadline = Some(now + t);
+        if !self.timers.is_armed(Timer::Ack) {
+            self.timers.set(Timer::Ack, now + t);
         }
-        if self.req.rto_deadline.is_none() {
-            self.req.rto_deadline = Some(now + self.rto_now().unwrap_or(t));
+        if !self.timers.is_armed(Timer::Rto) {
+            self.timers
+                .set(Timer::Rto, now + self.rto_now().unwrap_or(t));
         }
     }
 
@@ -743,6 +738,9 @@ impl RcQp {
         }
         let (psn, retry, rnr) = (self.req.psn_max, self.a.retry_cnt, self.a.rnr_retry);
         self.req = ReqState::new(self.cap.max_send_wr);
+        self.timers.stop(Timer::Ack);
+        self.timers.stop(Timer::Rto);
+        self.timers.stop(Timer::Rnr);
         self.req.start(psn, retry, rnr);
     }
 }
