@@ -399,3 +399,71 @@ fn dropping_one_poll_group_leaves_the_others_steered() {
     assert!(dev_a.open_context(1).is_ok());
     drop(ctx0);
 }
+
+/// ECN over real sockets: B's receive path marks a fifth of what arrives CE (the
+/// fault layer sets what the provider makes of an IP CE mark), so B's notification
+/// point sends CNPs, spaced, to A, whose DCQCN reaction point acts on them; every
+/// RDMA WRITE still lands intact.
+#[test]
+fn ce_marks_make_cnps_and_the_sender_reacts() {
+    let mut a = side(31);
+    let ip_b = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 32));
+    let mut cfg = DeviceConfig::new(ip_b);
+    cfg.faults = Some(transport::soft::FaultConfig {
+        ce_mark: 0.2,
+        ..transport::soft::FaultConfig::with_seed(11)
+    });
+    let dev_b = SoftDevice::open(cfg).expect("open device");
+    let ctx_b = dev_b.open_context(0).unwrap();
+    let mut b = side_on(dev_b, ctx_b);
+    connect(&mut a, &mut b);
+    let len = 256 << 10;
+    let data = pattern(len, 9);
+    a.mr.write(0, &data);
+    let start = Instant::now();
+    for i in 0..32u64 {
+        let w = SendWr {
+            wr_id: i,
+            op: SendOp::RdmaWrite {
+                remote_addr: b.mr.addr() + (i % 8) * len as u64,
+                rkey: b.mr.rkey(),
+            },
+            sg_list: SgList::one(Sge {
+                addr: a.mr.addr(),
+                length: len as u32,
+                lkey: a.mr.lkey(),
+            }),
+            flags: SendFlags::SIGNALED,
+        };
+        a.ctx.post_send(a.qp, &w).unwrap();
+        let wc = wait_wcs(&mut a, &mut b, true, 1);
+        assert_eq!((wc[0].wr_id, wc[0].status), (i, WcStatus::Success));
+    }
+    let elapsed = start.elapsed();
+    let mut got = vec![0u8; len];
+    for k in 0..8 {
+        b.mr.read(k * len, &mut got);
+        assert!(got == data, "block {k} differs");
+    }
+    let marks = b.dev.counters().injected.snapshot().ce_marked;
+    let cb = *b.ctx.qp_counters(b.qp).unwrap();
+    let ca = *a.ctx.qp_counters(a.qp).unwrap();
+    assert!(marks > 100, "{marks} marks");
+    assert_eq!(
+        cb.np_ecn_marked_roce_packets, marks,
+        "B counts every mark: {cb:?}"
+    );
+    let spaced = elapsed.as_micros() as u64 / 50 + 1;
+    assert!(
+        cb.np_cnp_sent > 0 && cb.np_cnp_sent <= spaced,
+        "{} CNPs in {elapsed:?} (at most one per 50 us)",
+        cb.np_cnp_sent
+    );
+    assert!(
+        ca.rp_cnp_handled > 0 && ca.rp_cnp_handled <= cb.np_cnp_sent,
+        "A acted on {} of {} CNPs",
+        ca.rp_cnp_handled,
+        cb.np_cnp_sent
+    );
+    assert_eq!(ca.rp_cnp_ignored, 0);
+}

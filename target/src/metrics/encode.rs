@@ -25,9 +25,10 @@ type Labels = Vec<(&'static str, String)>;
 type Exported<T> = (&'static str, &'static str, fn(&T) -> u64);
 
 /// The transport counters of a poll group's QPs that are exported, each as
-/// `nvmf_target_rdma_NAME_total` with rxe's name (Linux `rxe_hw_counters.c`) or, for
-/// the five that rxe lacks, the RC core's.
-const QP_COUNTERS: [Exported<QpCounters>; 19] = [
+/// `nvmf_target_rdma_NAME_total` with rxe's name (Linux `rxe_hw_counters.c`), the
+/// ECN/CNP counters with mlx5's names, or, for the five that neither has, the RC
+/// core's.
+const QP_COUNTERS: [Exported<QpCounters>; 23] = [
     ("sent_pkts", "RoCEv2 packets the QPs sent (requests, responses, ACKs)", |c| c.sent_pkts),
     ("rcvd_pkts", "RoCEv2 packets the QPs accepted", |c| c.rcvd_pkts),
     ("duplicate_request", "Responder: duplicate requests (re-ACKed or answered again, never executed twice)", |c| c.duplicate_request),
@@ -47,6 +48,10 @@ const QP_COUNTERS: [Exported<QpCounters>; 19] = [
     ("rto_probes", "Requester: tail loss probes, the last packet resent alone at a timer expiry (not an rxe counter)", |c| c.rto_probes),
     ("spurious_rto", "Requester: timer expiries found spurious, the peer had stalled (not an rxe counter)", |c| c.spurious_rto),
     ("sr_retransmits", "Requester: packets resent alone after a selective NAK (not an rxe counter)", |c| c.sr_retransmits),
+    ("np_ecn_marked_roce_packets", "Notification point: CE-marked RoCEv2 packets received", |c| c.np_ecn_marked_roce_packets),
+    ("np_cnp_sent", "Notification point: CNPs sent (at most one per QP per interval)", |c| c.np_cnp_sent),
+    ("rp_cnp_handled", "Reaction point: CNPs the DCQCN rate control acted on", |c| c.rp_cnp_handled),
+    ("rp_cnp_ignored", "Reaction point: CNPs received without rate control to act on them", |c| c.rp_cnp_ignored),
 ];
 
 /// The poll group counters that are exported, as `nvmf_target_poll_group_NAME_total`.

@@ -62,6 +62,16 @@ pub struct QpCounters {
     /// Responder: out-of-order request packets kept for in-order execution (selective
     /// retransmission negotiated). Not an rxe counter.
     pub sr_buffered: u64,
+    /// Notification point: CE-marked packets received (ConnectX's
+    /// `np_ecn_marked_roce_packets`).
+    pub np_ecn_marked_roce_packets: u64,
+    /// Notification point: CNPs sent (`np_cnp_sent`).
+    pub np_cnp_sent: u64,
+    /// Reaction point: CNPs acted on by the rate control (`rp_cnp_handled`).
+    pub rp_cnp_handled: u64,
+    /// Reaction point: CNPs received without rate control to act on them
+    /// (`rp_cnp_ignored`).
+    pub rp_cnp_ignored: u64,
 }
 
 /// Sums counters (a poll group's QPs, live and destroyed).
@@ -88,5 +98,9 @@ impl std::ops::AddAssign<&QpCounters> for QpCounters {
         self.spurious_rto += b.spurious_rto;
         self.sr_retransmits += b.sr_retransmits;
         self.sr_buffered += b.sr_buffered;
+        self.np_ecn_marked_roce_packets += b.np_ecn_marked_roce_packets;
+        self.np_cnp_sent += b.np_cnp_sent;
+        self.rp_cnp_handled += b.rp_cnp_handled;
+        self.rp_cnp_ignored += b.rp_cnp_ignored;
     }
 }

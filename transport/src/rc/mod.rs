@@ -18,6 +18,7 @@
 //! retransmission: the responder keeps out-of-order requests for in-order execution
 //! and NAKs the expected PSN as go-back-N would; the requester resends only that
 //! packet. `docs/reliability.md` describes all of it.
+pub mod cc;
 mod completer;
 pub mod counters;
 pub mod mem;

@@ -1,7 +1,11 @@
 //! The RC queue pair: state machine (IBTA Vol 1 §10.3), verbs entry points and the
 //! sans-IO driver interface. The requester/completer lives in `requester.rs`, the
 //! responder in `responder.rs`.
-use super::timers::Timers;
+use super::cc::{
+    cnp_headers, cnp_payload, CnpPacer, CongestionConfig, CongestionControl, Rp,
+    PACKET_OVERHEAD_BYTES,
+};
+use super::timers::{Timer, Timers};
 use std::collections::VecDeque;
 use std::time::Duration;
 
@@ -52,6 +56,9 @@ pub struct RcConfig {
     /// execution (payload plus 64 bytes per packet). In practice the peer's window
     /// (`max_inflight_bytes`) bounds what is kept. Default 2 MiB.
     pub sr_buffer_bytes: u64,
+    /// Congestion control (ECN notification point, DCQCN reaction point). Default:
+    /// on, as RoCE NICs ship ([`CongestionConfig::default`]).
+    pub cc: CongestionConfig,
 }
 
 impl Default for RcConfig {
@@ -64,6 +71,7 @@ impl Default for RcConfig {
             initial_rto: Duration::from_secs(1),
             recovery_window_pkts: 16,
             sr_buffer_bytes: 2 << 20,
+            cc: CongestionConfig::default(),
         }
     }
 }
@@ -133,6 +141,10 @@ pub struct RcQp {
     pub(crate) counters: QpCounters,
     /// Every timer of the QP, by name.
     pub(crate) timers: Timers,
+    /// Congestion control: the reaction point (this QP sending) and the notification
+    /// point (CNPs due for CE-marked packets received).
+    pub(crate) rp: Rp,
+    pub(crate) np: CnpPacer,
 }
 
 impl RcQp {
@@ -174,6 +186,8 @@ impl RcQp {
             ),
             counters: QpCounters::default(),
             timers: Timers::default(),
+            rp: Rp::new(cfg.cc.rp),
+            np: CnpPacer::default(),
         }
     }
 
@@ -496,7 +510,14 @@ impl RcQp {
         if pkt.hdr.bth.dest_qp & PSN_MASK != self.qpn {
             return;
         }
+        if pkt.hdr.bth.opcode == Opcode::Cnp {
+            self.handle_cnp(now);
+            return;
+        }
         let (kind, ..) = classify(pkt.hdr.bth.opcode);
+        if pkt.hdr.bth.fecn && kind != Kind::Other && self.is_receiving() {
+            self.note_ce(now);
+        }
         match (kind, self.state) {
             (_, QpState::Reset | QpState::Init | QpState::Error) | (Kind::Other, _) => {}
             // No atomics are ever sent, so an Atomic Acknowledge answers nothing.
@@ -518,7 +539,86 @@ impl RcQp {
     /// (go-back-N using up one of `retry_cnt`, or IBV_WC_RETRY_EXC_ERR) and the end of
     /// an RNR wait. See `docs/reliability.md`.
     pub fn handle_timeout(&mut self, now: Timestamp, _env: &mut RcEnv<'_>) {
+        for t in [Timer::CcRate, Timer::Pacing] {
+            if self.timers.is_due(t, now) {
+                self.timers.stop(t);
+                self.rp.on_timer(now, t, &mut self.timers);
+            }
+        }
         self.requester_timeout(now);
+    }
+
+    /// The rate congestion control holds this QP's requests to (Mbit/s), `None`
+    /// while unlimited.
+    pub fn cc_rate_mbps(&self) -> Option<f64> {
+        self.rp.rate_mbps()
+    }
+
+    /// Whether the QP takes packets (RTR and later, not Error).
+    fn is_receiving(&self) -> bool {
+        matches!(
+            self.state,
+            QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::SqError
+        )
+    }
+
+    /// A CNP for this QP: the reaction point acts on it (or counts it ignored).
+    fn handle_cnp(&mut self, now: Timestamp) {
+        if !matches!(self.state, QpState::Rts | QpState::Sqd | QpState::SqError) {
+            return;
+        }
+        self.counters.rcvd_pkts += 1;
+        if self.rp.on_cnp(now, &mut self.timers) {
+            self.counters.rp_cnp_handled += 1;
+        } else {
+            self.counters.rp_cnp_ignored += 1;
+        }
+    }
+
+    /// A CE-marked packet arrived: counted, and a CNP to the peer becomes due unless
+    /// one left within the notification point's interval.
+    fn note_ce(&mut self, now: Timestamp) {
+        self.counters.np_ecn_marked_roce_packets += 1;
+        if let Some(gap) = self.cfg.cc.np_min_time_between_cnps {
+            self.np.on_marked(now, gap);
+        }
+    }
+
+    /// The due CNP, if any (sent ahead of everything else, as NICs do).
+    fn cnp_transmit(&mut self, now: Timestamp) -> Option<TxPacket> {
+        if !self.np.is_due() {
+            return None;
+        }
+        self.np.sent(now);
+        self.counters.np_cnp_sent += 1;
+        Some(TxPacket {
+            hdr: cnp_headers(self.a.dest_qpn),
+            payload: cnp_payload(),
+        })
+    }
+
+    /// Whether the reaction point lets a paced packet leave at `now`; if not, the
+    /// pacing timer wakes the driver when it may.
+    fn paced_out(&mut self, now: Timestamp) -> bool {
+        match self.rp.next_send_time() {
+            Some(t) if t > now => {
+                self.timers.set(Timer::Pacing, t);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// A packet carrying data left: the reaction point counts it.
+    fn cc_note_sent(&mut self, now: Timestamp, p: &TxPacket) {
+        if p.payload.is_empty() && p.hdr.bth.opcode.is_response() {
+            return;
+        }
+        self.rp.on_sent(
+            now,
+            p.payload.len() + PACKET_OVERHEAD_BYTES,
+            &mut self.timers,
+        );
     }
 
     /// The earliest time at which [`RcQp::handle_timeout`] has work; `None` if no timer
@@ -546,12 +646,18 @@ impl RcQp {
         if matches!(self.state, QpState::Reset | QpState::Init) {
             return None;
         }
+        if let Some(p) = self.cnp_transmit(now) {
+            self.counters.sent_pkts += 1;
+            return Some(p);
+        }
         let p = match self.responder_transmit() {
             Some(p) => Some(p),
+            None if self.paced_out(now) => None,
             None => self.requester_transmit(now, env),
         };
-        if p.is_some() {
+        if let Some(p) = &p {
             self.counters.sent_pkts += 1;
+            self.cc_note_sent(now, p);
         }
         p
     }
@@ -568,12 +674,20 @@ impl RcQp {
         if matches!(self.state, QpState::Reset | QpState::Init) {
             return None;
         }
-        let p = match self.requester_transmit(now, env) {
+        if let Some(p) = self.cnp_transmit(now) {
+            self.counters.sent_pkts += 1;
+            return Some(p);
+        }
+        let p = match (!self.paced_out(now))
+            .then(|| self.requester_transmit(now, env))
+            .flatten()
+        {
             Some(p) => Some(p),
             None => self.responder_transmit(),
         };
-        if p.is_some() {
+        if let Some(p) = &p {
             self.counters.sent_pkts += 1;
+            self.cc_note_sent(now, p);
         }
         p
     }

@@ -643,7 +643,10 @@ impl Context {
             .recv(super::socket::RX_BATCH as u32, |f| match frame::parse(f) {
                 Some(d) if d.dst_port == ROCE_V2_UDP_DPORT => {
                     let from = SocketAddr::new(d.src, d.src_port);
-                    deliver(dev, qps, srqs, icrc, dirty, now, from, d.ipv4_id, d.payload);
+                    let ce = d.ecn() == crate::wire::frame::ECN_CE;
+                    deliver(
+                        dev, qps, srqs, icrc, dirty, now, from, d.ipv4_id, ce, d.payload,
+                    );
                 }
                 // The program redirects only UDP 4791: a frame that does not parse as one
                 // was cut short or garbled.
@@ -770,11 +773,12 @@ impl Context {
             from,
             data,
             ipv4_id,
+            ce,
         }) = rx.get(i)
         else {
             return;
         };
-        deliver(dev, qps, srqs, icrc, dirty, now, from, ipv4_id, data);
+        deliver(dev, qps, srqs, icrc, dirty, now, from, ipv4_id, ce, data);
     }
 
     /// Transmits what the QP has to send (in batches of up to [`TX_BATCH`] packets
@@ -1153,19 +1157,23 @@ fn deliver(
     now: Timestamp,
     from: SocketAddr,
     ipv4_id: u16,
+    ce: bool,
     data: &[u8],
 ) {
     let counters = dev.counters();
     if !icrc_ok(icrc, counters, from, dev.ip(), ipv4_id, data) {
         return;
     }
-    let pkt = match wire::parse(data) {
+    let mut pkt = match wire::parse(data) {
         Ok(p) => p,
         Err(_) => {
             counters.malformed_pkts.fetch_add(1, Ordering::Relaxed);
             return;
         }
     };
+    // RoCEv2 carries congestion in the IP header's ECN field; the RC core reads it as
+    // the BTH FECN bit (which the ICRC masks), its meaning on InfiniBand.
+    pkt.hdr.bth.fecn |= ce;
     counters.rcvd_pkts.fetch_add(1, Ordering::Relaxed);
     let qpn = pkt.hdr.bth.dest_qp;
     let Some(slot) = qps.get_mut(&qpn) else {

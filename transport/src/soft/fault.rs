@@ -32,6 +32,8 @@ use std::time::{Duration, Instant};
 /// the ICRC computation masks to ones (RoCEv2 Annex A17.4): a flip there would go
 /// unnoticed, so corruption never picks it.
 const ICRC_MASKED_BYTE: usize = 4;
+/// The FECN bit in that byte.
+const BTH_FECN_BIT: u8 = 0x80;
 
 /// What to inject and how often (per received datagram), and the seed.
 ///
@@ -47,6 +49,10 @@ pub struct FaultConfig {
     pub duplicate: f64,
     /// Probability that one bit of a datagram is flipped.
     pub corrupt: f64,
+    /// Probability that a delivered datagram arrives CE-marked (congestion
+    /// experienced), besides whatever else befalls it: the layer sets the BTH FECN
+    /// bit, which is what the provider makes of an IP CE mark (the ICRC masks it).
+    pub ce_mark: f64,
     /// Datagrams a reordered one is held behind (at least 1). Default 3.
     pub reorder_depth: u32,
     /// Longest a reordered datagram is held when no others arrive. Default 1 ms: below
@@ -66,6 +72,7 @@ impl Default for FaultConfig {
             reorder: 0.0,
             duplicate: 0.0,
             corrupt: 0.0,
+            ce_mark: 0.0,
             reorder_depth: 3,
             reorder_max_hold: Duration::from_millis(1),
             seed: 0,
@@ -79,7 +86,7 @@ pub enum FaultConfigError {
     /// A probability outside `[0, 1]` or not a number.
     #[error("fault probability {name} = {value} is not in [0, 1]")]
     OutOfRange {
-        /// Field name (`loss`, `reorder`, `duplicate`, `corrupt`).
+        /// Field name (`loss`, `reorder`, `duplicate`, `corrupt`, `ce_mark`).
         name: &'static str,
         /// The value given.
         value: f64,
@@ -121,6 +128,12 @@ impl FaultConfig {
         if sum > 1.0 + 1e-12 {
             return Err(FaultConfigError::SumAboveOne { sum });
         }
+        if !(0.0..=1.0).contains(&self.ce_mark) {
+            return Err(FaultConfigError::OutOfRange {
+                name: "ce_mark",
+                value: self.ce_mark,
+            });
+        }
         if self.reorder_depth == 0 {
             return Err(FaultConfigError::ZeroReorderDepth);
         }
@@ -129,7 +142,11 @@ impl FaultConfig {
 
     /// Whether every probability is 0 (the layer would never act).
     pub fn is_noop(&self) -> bool {
-        self.loss == 0.0 && self.reorder == 0.0 && self.duplicate == 0.0 && self.corrupt == 0.0
+        self.loss == 0.0
+            && self.reorder == 0.0
+            && self.duplicate == 0.0
+            && self.corrupt == 0.0
+            && self.ce_mark == 0.0
     }
 }
 
@@ -144,6 +161,8 @@ pub struct FaultCounters {
     pub reordered: AtomicU64,
     /// Datagrams with one bit flipped.
     pub corrupted: AtomicU64,
+    /// Datagrams delivered CE-marked.
+    pub ce_marked: AtomicU64,
 }
 
 /// A snapshot of [`FaultCounters`].
@@ -157,6 +176,8 @@ pub struct FaultCountersSnapshot {
     pub reordered: u64,
     /// [`FaultCounters::corrupted`].
     pub corrupted: u64,
+    /// [`FaultCounters::ce_marked`].
+    pub ce_marked: u64,
 }
 
 impl FaultCounters {
@@ -168,6 +189,7 @@ impl FaultCounters {
             duplicated: r(&self.duplicated),
             reordered: r(&self.reordered),
             corrupted: r(&self.corrupted),
+            ce_marked: r(&self.ce_marked),
         }
     }
 }
@@ -220,6 +242,8 @@ pub struct FaultDecider {
     /// Upper ends (exclusive) of the drop, corrupt, duplicate and reorder ranges of
     /// the draw, as fractions of 2^64.
     thresholds: [u128; 4],
+    /// A second draw below this marks CE (as a fraction of 2^64; 0: never drawn).
+    ce_mark: u128,
 }
 
 impl FaultDecider {
@@ -238,7 +262,14 @@ impl FaultDecider {
         FaultDecider {
             rng: SplitMix64(seed),
             thresholds,
+            ce_mark: scale(cfg.ce_mark),
         }
+    }
+
+    /// Whether the next delivered datagram is CE-marked (no draw when marking is off,
+    /// so the fates of a configuration without it stay as they were).
+    pub fn next_ce_mark(&mut self) -> bool {
+        self.ce_mark > 0 && u128::from(self.rng.next_u64()) < self.ce_mark
     }
 
     /// The fate of the next datagram.
@@ -344,6 +375,14 @@ impl RxFaults {
                 None => Fate::Deliver,
             };
             let held_before = self.held.len();
+            if from.is_some()
+                && matches!(fate, Fate::Deliver | Fate::Corrupt | Fate::Duplicate)
+                && data.len() > ICRC_MASKED_BYTE
+                && self.decider.next_ce_mark()
+            {
+                data[ICRC_MASKED_BYTE] |= BTH_FECN_BIT;
+                self.counters.ce_marked.fetch_add(1, Ordering::Relaxed);
+            }
             match fate {
                 Fate::Deliver => self.order.push(Delivery::Slot(j)),
                 Fate::Drop => {

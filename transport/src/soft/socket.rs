@@ -26,6 +26,7 @@ use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
 use super::fault::{Delivery, RxFaults};
 use crate::fdlimit::NofileError;
+use crate::wire::frame::ECN_CE;
 use crate::wire::ROCE_V2_UDP_DPORT;
 
 const SO_ATTACH_REUSEPORT_CBPF: libc::c_int = 51;
@@ -254,6 +255,16 @@ pub fn bind_rx_group(ip: IpAddr, rx_queues: u32) -> Result<Vec<Socket>, SocketEr
         if !socks.is_empty() && setsockopt_int(s.as_raw_fd(), libc::SOL_UDP, UDP_GRO, 1).is_err() {
             tracing::debug!("UDP_GRO refused on {ip}: trains arrive segmented");
         }
+        // The ECN field of each datagram, for the notification point (a CE mark becomes
+        // the packet's BTH FECN). Without it no CE is ever seen, and CNPs never sent.
+        let recv_ecn = if ip.is_ipv4() {
+            setsockopt_int(s.as_raw_fd(), libc::IPPROTO_IP, libc::IP_RECVTOS, 1)
+        } else {
+            setsockopt_int(s.as_raw_fd(), libc::IPPROTO_IPV6, libc::IPV6_RECVTCLASS, 1)
+        };
+        if recv_ecn.is_err() {
+            tracing::debug!("IP_RECVTOS/IPV6_RECVTCLASS refused on {ip}: CE marks go unseen");
+        }
         set_buffer(&s, SO_RCVBUFFORCE, libc::SO_RCVBUF, RX_SOCKET_BUFFER_BYTES);
         s.bind(&addr).map_err(|e| bind_error(ip, port, e))?;
         socks.push(s);
@@ -372,6 +383,9 @@ pub struct RxPacket<'a> {
     /// segment `i` of a coalesced train, 0 for a lone datagram (the receive ICRC
     /// check's prediction, [`crate::wire::icrc_rx`]).
     pub ipv4_id: u16,
+    /// The IP header's ECN field was CE (congestion experienced), as the socket's
+    /// `IP_TOS` / `IPV6_TCLASS` control message reported it.
+    pub ce: bool,
 }
 
 /// Where one packet of the batch lies: `len` bytes at `start` of the buffer, segment
@@ -382,10 +396,12 @@ struct RxSeg {
     len: u32,
     slot: u16,
     index: u16,
+    ce: bool,
 }
 
-/// Control-message space of a receive slot: one `UDP_GRO` int (CMSG_SPACE(4) = 24).
-type RxControl = [u64; 4];
+/// Control-message space of a receive slot: a `UDP_GRO` int and an `IP_TOS` byte or
+/// `IPV6_TCLASS` int (CMSG_SPACE of each 24 bytes), with room to spare.
+type RxControl = [u64; 8];
 
 /// A batch of receive slots for `recvmmsg`, optionally behind a fault layer
 /// ([`RxFaults`]), which then decides what [`RxBatch::recv`] delivers. Datagrams that
@@ -439,7 +455,7 @@ impl RxBatch {
             addrs: vec![unsafe { zeroed() }; RX_BATCH],
             iovs: vec![unsafe { zeroed() }; RX_BATCH],
             hdrs: vec![unsafe { zeroed() }; RX_BATCH],
-            ctrl: vec![[0; 4]; RX_BATCH],
+            ctrl: vec![[0; 8]; RX_BATCH],
             count: 0,
             // Room for every slot holding a train of the most segments GRO coalesces
             // (64, `UDP_GRO_CNT_MAX`): the list never grows on the data path.
@@ -506,10 +522,10 @@ impl RxBatch {
                 continue;
             }
             let len = h.msg_len as usize;
-            let gso = if h.msg_hdr.msg_controllen == 0 {
-                0
+            let (gso, ce) = if h.msg_hdr.msg_controllen == 0 {
+                (0, false)
             } else {
-                gro_segment_size(&h.msg_hdr)
+                rx_control(&h.msg_hdr)
             };
             let start = j * self.slot_bytes;
             if gso == 0 || gso >= len {
@@ -518,6 +534,7 @@ impl RxBatch {
                     len: len as u32,
                     slot: j as u16,
                     index: 0,
+                    ce,
                 });
                 continue;
             }
@@ -527,6 +544,7 @@ impl RxBatch {
                     len: gso.min(len - off) as u32,
                     slot: j as u16,
                     index: index.min(u16::MAX as usize) as u16,
+                    ce,
                 });
             }
         }
@@ -583,10 +601,12 @@ impl RxBatch {
                 Delivery::Slot(j) => j,
                 Delivery::Released(k) => {
                     let (from, ipv4_id, data) = f.released(k)?;
+                    // A held datagram's ECN field is not kept: delivered unmarked.
                     return Some(RxPacket {
                         from,
                         data,
                         ipv4_id,
+                        ce: false,
                     });
                 }
             },
@@ -598,25 +618,38 @@ impl RxBatch {
             from,
             data: &self.bufs[start..start + s.len as usize],
             ipv4_id: s.index,
+            ce: s.ce,
         })
     }
 }
 
-/// The segment size of a `UDP_GRO` control message in `h` (0: none).
-fn gro_segment_size(h: &libc::msghdr) -> usize {
+/// What the control messages of `h` say: the `UDP_GRO` segment size (0: none) and
+/// whether the `IP_TOS` / `IPV6_TCLASS` ECN field is CE. GRO coalesces only datagrams
+/// of one ToS, so the mark holds for every segment.
+fn rx_control(h: &libc::msghdr) -> (usize, bool) {
+    let (mut gso, mut ce) = (0, false);
     // SAFETY: the kernel wrote `msg_controllen` bytes of control messages at
     // `msg_control`, which points into the batch's own buffer.
     unsafe {
         let mut c = libc::CMSG_FIRSTHDR(h);
         while !c.is_null() {
-            if (*c).cmsg_level == libc::SOL_UDP && (*c).cmsg_type == UDP_GRO {
-                let v = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::c_int);
-                return v.max(0) as usize;
+            let data = libc::CMSG_DATA(c);
+            match ((*c).cmsg_level, (*c).cmsg_type) {
+                (libc::SOL_UDP, UDP_GRO) => {
+                    let v = std::ptr::read_unaligned(data as *const libc::c_int);
+                    gso = v.max(0) as usize;
+                }
+                (libc::IPPROTO_IP, libc::IP_TOS) => ce = *data & ECN_CE == ECN_CE,
+                (libc::IPPROTO_IPV6, libc::IPV6_TCLASS) => {
+                    let v = std::ptr::read_unaligned(data as *const libc::c_int);
+                    ce = v as u8 & ECN_CE == ECN_CE;
+                }
+                _ => {}
             }
             c = libc::CMSG_NXTHDR(h, c);
         }
     }
-    0
+    (gso, ce)
 }
 
 fn sockaddr_to_std(ss: &libc::sockaddr_storage) -> Option<SocketAddr> {
@@ -829,6 +862,44 @@ mod tests {
 
     /// A real UDP socket behind the fault layer: every datagram duplicated, so the
     /// batch delivers each twice with its source address, and the counter says so.
+    /// The receive sockets report each datagram's ECN field: a datagram sent with CE
+    /// in its ToS / traffic class arrives as `ce`, one with ECT(0) does not (IPv4 and
+    /// IPv6, through the sockets `bind_rx_group` makes).
+    #[test]
+    fn the_receive_group_reports_ce_marks() {
+        for (ip, tos) in [
+            ("127.0.0.138", (libc::IPPROTO_IP, libc::IP_TOS)),
+            ("::1", (libc::IPPROTO_IPV6, libc::IPV6_TCLASS)),
+        ] {
+            let ip: IpAddr = ip.parse().unwrap();
+            let socks = bind_rx_group(ip, 1).unwrap();
+            let dest = SockAddr::from(SocketAddr::new(ip, ROCE_V2_UDP_DPORT));
+            let tx = udp_socket(ip).unwrap();
+            tx.bind(&SockAddr::from(SocketAddr::new(ip, 0))).unwrap();
+            for (mark, ecn) in [(1u8, 0x03), (2u8, 0x02)] {
+                setsockopt_int(tx.as_raw_fd(), tos.0, tos.1, ecn).unwrap();
+                assert!(send_gather(&tx, &dest, &[&[mark; 40]]).unwrap());
+            }
+            let mut seen = Vec::new();
+            let mut batch = RxBatch::new();
+            for _ in 0..1000 {
+                for s in &socks {
+                    let n = batch.recv(s.as_raw_fd()).unwrap();
+                    for i in 0..n {
+                        let p = batch.get(i).unwrap();
+                        seen.push((p.data[0], p.ce));
+                    }
+                }
+                if seen.len() >= 2 {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            seen.sort_unstable();
+            assert_eq!(seen, [(1, true), (2, false)], "{ip}");
+        }
+    }
+
     #[test]
     fn rx_batch_applies_its_fault_layer_to_real_datagrams() {
         let ip: IpAddr = "127.0.0.129".parse().unwrap();

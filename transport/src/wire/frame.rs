@@ -42,6 +42,10 @@ pub struct LinkFrame<'a> {
     pub link: LinkType,
 }
 
+/// The ECN codepoint CE (congestion experienced) in the low two bits of the IPv4 ToS
+/// or IPv6 traffic class (RFC 3168).
+pub const ECN_CE: u8 = 0x03;
+
 /// A UDP datagram found in a [`LinkFrame`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct UdpDatagram<'a> {
@@ -55,6 +59,19 @@ pub struct UdpDatagram<'a> {
     pub dst_port: u16,
     /// The UDP payload (for RoCEv2: BTH .. ICRC).
     pub payload: &'a [u8],
+}
+
+impl UdpDatagram<'_> {
+    /// The IP header's ECN field (0..=3; [`ECN_CE`] when congestion was experienced).
+    pub fn ecn(&self) -> u8 {
+        let p = self.ip_packet;
+        match p.first().map(|b| b >> 4) {
+            Some(4) => p.get(1).map_or(0, |tos| tos & 3),
+            // IPv6: the traffic class is bits 4..12 of the first word.
+            Some(6) => p.get(1).map_or(0, |b| (b >> 4) & 3),
+            _ => 0,
+        }
+    }
 }
 
 impl<'a> LinkFrame<'a> {
@@ -177,6 +194,24 @@ fn be16(b: &[u8]) -> u16 {
 mod tests {
     use super::*;
     use crate::test_captures::Capture;
+
+    #[test]
+    fn the_ecn_field_is_read_from_either_ip_version() {
+        let d = |ip_packet: &'static [u8]| UdpDatagram {
+            ip_packet,
+            src: IpAddr::from([127, 0, 0, 1]),
+            dst: IpAddr::from([127, 0, 0, 1]),
+            ipv4_id: 0,
+            src_port: 1,
+            dst_port: 4791,
+            payload: &[],
+        };
+        // IPv4: ToS 0xbb (DSCP 46, CE); IPv6: traffic class 0x02 (ECT(0)), then 0x03.
+        assert_eq!(d(&[0x45, 0xbb, 0, 0]).ecn(), ECN_CE);
+        assert_eq!(d(&[0x60, 0x20, 0, 0]).ecn(), 0x02);
+        assert_eq!(d(&[0x60, 0x30, 0, 0]).ecn(), ECN_CE);
+        assert_eq!(d(&[]).ecn(), 0);
+    }
 
     /// Frame and UDP/4791 counts of the reference captures (testdata/captures/README.md).
     #[test]

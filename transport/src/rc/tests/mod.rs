@@ -13,6 +13,7 @@ use crate::wire::{pad_for, parse};
 
 mod access;
 mod basic;
+mod congestion;
 mod loss;
 mod props;
 mod recovery;
