@@ -1,29 +1,47 @@
 //! Live reconfiguration (issue 16 item 2): a reload is the difference of two
 //! configurations ([`crate::config::diff()`]), applied by the control thread
-//! ([`crate::TargetHandle::reload`]) in three steps:
+//! ([`crate::TargetHandle::reload`]) in these steps:
 //!
-//! 1. **Prepare**, changing nothing: refuse what cannot change live, open every new
-//!    back end, build the new subsystems and host lists, and put the new files in
-//!    every poll group's io_uring fixed-file table. Any failure undoes what was
-//!    prepared (files closed, files it created removed, slots emptied) and the target
-//!    runs on as before.
-//! 2. **Commit**: swap the namespace lists, host lists, subsystems and ports in the
-//!    registry; empty the removed namespaces' slots. A command on a removed NSID
-//!    that arrives after the swap is answered Invalid Namespace or Format; one whose
-//!    file I/O was submitted before finishes; one parsed before but still waiting for
-//!    a data buffer then meets an empty slot and fails with an error status (never a
-//!    panic). Removed namespaces are not flushed (as nvmet's disable): what the host
-//!    wrote is in the page cache or on the device.
-//! 3. **Notify**: each controller of a subsystem whose namespaces changed gets them
+//! 1. **Listen** (the control thread, before anything else changes): each listen
+//!    entry the plan adds is listened on: a new `trsvcid` on an address served already
+//!    is one more listen on its connection manager; a new address is brought up as at
+//!    start (its RDMA device, with the soft provider its own UDP 4791 socket, its
+//!    connection manager and its poll groups, one code path with the start). A
+//!    request arriving there waits for the control thread, which finishes the reload
+//!    first. If a later step fails, these are undone.
+//! 2. **Prepare**, changing nothing: open every new back end, build the new
+//!    subsystems and host lists, and put the new files in every poll group's io_uring
+//!    fixed-file table. Any failure undoes what was prepared (files closed, files it
+//!    created removed, slots emptied) and the target runs on as before.
+//! 3. **Commit**: swap the namespace lists, host lists, subsystems and ports in the
+//!    registry (a removed port stays as a slot marked removed, so queues keep their
+//!    port index; an added one is appended); empty the removed namespaces' slots. A
+//!    command on a removed NSID that arrives after the swap is answered Invalid
+//!    Namespace or Format; one whose file I/O was submitted before finishes; one
+//!    parsed before but still waiting for a data buffer then meets an empty slot and
+//!    fails with an error status (never a panic). Then the removed namespaces are
+//!    **flushed**: once io_uring holds nothing of theirs ([`GroupCmd::Quiesce`], at
+//!    most [`QUIESCE_WAIT`]) each with a volatile cache gets an `fdatasync`, and is
+//!    closed when the last command holding it is done, so a write the host was
+//!    answered for is on stable storage ([`ReloadReport::namespaces_flushed`]).
+//! 4. **Notify**: each controller of a subsystem whose namespaces changed gets them
 //!    in its Changed Namespace List (log page 04h) and, when the host enabled it (AEC
 //!    bit 8), a Namespace Attribute Changed notice; when the discovery log may read
-//!    differently, GENCTR moves and each discovery controller that enabled it (AEC bit
-//!    31) gets a Discovery Log Change notice. Held Asynchronous Event Requests complete
-//!    at once ([`crate::rdma::GroupCmd::CompleteHeldEvents`]).
+//!    differently (subsystems, hosts, links, referrals, listen entries), GENCTR moves
+//!    and each discovery controller that enabled it (AEC bit 31) gets a Discovery Log
+//!    Change notice. Held Asynchronous Event Requests complete at once
+//!    ([`crate::rdma::GroupCmd::CompleteHeldEvents`]).
+//! 5. **End** (the control thread): the controllers the reload no longer admits are
+//!    disconnected, as Linux nvmet does: those of a removed subsystem or a removed
+//!    port, and the I/O controllers whose host left their subsystem's allowed hosts
+//!    (or `allow_any_host` was turned off) or whose subsystem was unlinked from their
+//!    port. Their queues first take no new command (answered Command Aborted due to SQ
+//!    Deletion) while those in flight get their CQEs (at most [`QUIESCE_WAIT`]); then
+//!    each queue gets a CM DREQ and is destroyed. The queues left on a removed port
+//!    are dropped likewise, its listen is closed, and an address left without listen
+//!    entries stops its poll groups and closes its device.
 //!
-//! Connections are left alone except the controllers of a removed subsystem, which
-//! the control thread disconnects. A host dropped from an allow-list, or a subsystem
-//! unlinked from a port, keeps the controllers it has; the next Connect is refused.
+//! Every other connection is left alone.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

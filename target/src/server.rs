@@ -12,7 +12,9 @@
 //! listens. The subsystems, controllers and Keep Alive are shared by all, in one
 //! [`Registry`] and one control thread; a queue knows the port (address and
 //! `trsvcid`) it connected through, and its Connect reaches only the subsystems that
-//! port serves.
+//! port serves. A reload ([`crate::reload`]) adds and removes listen entries while
+//! the target runs: an address is brought up by the start's own code ([`bring_up`])
+//! and, once its last entry is removed, its poll groups stop and its device closes.
 use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -276,9 +278,11 @@ impl<P: Provider> TargetHandle<P> {
 
     /// Applies configuration `cfg` (validated) in place of the running one, live
     /// (issue 16 item 2; the steps are [`crate::reload`]'s): namespaces, subsystems,
-    /// allowed hosts, port links and referrals added, removed or changed, without
-    /// dropping connections they do not concern; hosts are told through Asynchronous
-    /// Events and the Changed Namespace List. Logs what it did, or why not.
+    /// allowed hosts, listen entries, port links, referrals and ANA states added,
+    /// removed or changed, without dropping connections they do not concern (the
+    /// controllers of a removed port, of a dropped host or of an unlinked subsystem are
+    /// disconnected); hosts are told through Asynchronous Events and the Changed
+    /// Namespace List. Logs what it did, or why not.
     ///
     /// # Errors
     /// [`crate::reload::ReloadError`] saying why; then nothing changed.
