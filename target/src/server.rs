@@ -13,7 +13,7 @@
 //! [`Registry`] and one control thread; a queue knows the port (address and
 //! `trsvcid`) it connected through, and its Connect reaches only the subsystems that
 //! port serves. A reload ([`crate::reload`]) adds and removes listen entries while
-//! the target runs: an address is brought up by the start's own code ([`bring_up`])
+//! the target runs: an address is brought up by the start's own code (`bring_up`)
 //! and, once its last entry is removed, its poll groups stop and its device closes.
 use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
@@ -412,12 +412,14 @@ impl<P: Provider> Drop for TargetHandle<P> {
     }
 }
 
-/// The distinct addresses of `listen` entries, in order, each with its ports
-/// (`trsvcid`, `tos`).
+/// A listened port of an address: its `trsvcid` and the traffic class it sets (`tos`).
+type PortListen = (u16, Option<u8>);
+
+/// The distinct addresses of `listen` entries, in order, each with its ports.
 fn listen_addresses<'a>(
     listen: impl IntoIterator<Item = &'a crate::config::ListenAddr>,
-) -> Vec<(IpAddr, Vec<(u16, Option<u8>)>)> {
-    let mut out: Vec<(IpAddr, Vec<(u16, Option<u8>)>)> = Vec::new();
+) -> Vec<(IpAddr, Vec<PortListen>)> {
+    let mut out: Vec<(IpAddr, Vec<PortListen>)> = Vec::new();
     for l in listen {
         match out.iter_mut().find(|(ip, _)| *ip == l.addr) {
             Some((_, ports)) => ports.push((l.trsvcid, l.tos)),
@@ -639,7 +641,7 @@ fn bring_up<P: Provider>(
     setup: &AddressSetup<P>,
     reg: &Arc<Registry>,
     ip: IpAddr,
-    ports: &[(u16, Option<u8>)],
+    ports: &[PortListen],
     first_group: usize,
 ) -> Result<AddressUp<P>, TargetError> {
     let poll_groups = setup.poll_groups;
@@ -1108,7 +1110,7 @@ impl<P: Provider> Control<P> {
     fn listen_more(
         &mut self,
         e: usize,
-        ports: &[(u16, Option<u8>)],
+        ports: &[PortListen],
         done: &mut Vec<Listened>,
     ) -> Result<(), TargetError> {
         let Some(ep) = self.endpoints[e].as_mut() else {
@@ -1134,7 +1136,7 @@ impl<P: Provider> Control<P> {
     fn bring_up_address(
         &mut self,
         ip: IpAddr,
-        ports: &[(u16, Option<u8>)],
+        ports: &[PortListen],
         done: &mut Vec<Listened>,
     ) -> Result<(), TargetError> {
         let up = bring_up(&self.setup, &self.reg, ip, ports, self.groups.len())?;
