@@ -596,3 +596,61 @@ fn a_removed_namespace_is_flushed_before_it_is_closed() {
     }
     host.disconnect().expect("disconnect");
 }
+
+#[test]
+fn a_second_port_on_one_address_comes_and_goes() {
+    let t = start_target(172, SIZE);
+    let mut cfg = config(&t);
+    let (stop, ops) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicU64::new(0)),
+    );
+    let mut oa = host_options(&t, 173, 1, 8);
+    oa.kato_ms = 0;
+    let a = writer(oa, 0, stop.clone(), ops.clone());
+    wait_ops(&ops, 5, "host A before the reloads");
+
+    // 4421 on the same address (PORTID 2): one more listen, no new device.
+    cfg.listen.push(ListenAddr {
+        portid: Some(2),
+        ..ListenAddr::new(ip(172), 4421)
+    });
+    t.target.reload(&cfg).expect("reload adds trsvcid 4421");
+    assert_eq!(
+        t.target.devices().len(),
+        1,
+        "the address's device serves both ports"
+    );
+    let mut ob = host_options(&t, 176, 1, 8);
+    ob.traddr = SocketAddr::new(ip(172), 4421);
+    ob.kato_ms = 0;
+    let mut b = SyncHost::connect(&ob).expect("host B connects through 4421");
+    let data = pattern(0, 4096, 0xB);
+    write(&mut b.io_queues()[0], 1, 4096, &data).expect("host B writes");
+
+    // Removed again: host B's queues go, host A's stay.
+    cfg.listen.truncate(1);
+    let report = t.target.reload(&cfg).expect("reload removes trsvcid 4421");
+    assert_eq!(report.plan.listen_removed, vec![(ip(172), 4421)]);
+    let e = wait_io_fails(&mut b.io_queues()[0], 4096, "host B after 4421 was removed");
+    eprintln!("host B after the removal: {e}");
+    drop(b);
+    // Past the CM's TimeWait of host B's connections: the target still answers
+    // reloads and connections, and host A still writes.
+    std::thread::sleep(Duration::from_secs(4));
+    let before = ops.load(Ordering::Relaxed);
+    wait_ops(&ops, before + 10, "host A after the removal");
+    assert!(t
+        .target
+        .reload(&cfg)
+        .expect("the control thread answers")
+        .plan
+        .is_empty());
+    match SyncHost::connect(&ob) {
+        Err(HostError::Rejected { reason, .. }) => assert_eq!(reason, 8, "invalid service ID"),
+        other => panic!("connecting to the removed port: {:?}", other.map(|_| ())),
+    }
+    stop.store(true, Ordering::Relaxed);
+    let (n, err) = a.join().expect("host A's thread");
+    assert_eq!(err, None, "host A across both reloads ({n} blocks)");
+}

@@ -1216,8 +1216,10 @@ impl<P: Provider> Control<P> {
         if let Err(err) = ep.cm.unlisten(port) {
             tracing::warn!(traddr = %addr, trsvcid = port, "stopping the listen: {err}");
         }
-        // The channel stays while the address does: the connections accepted from
-        // this listen that remain send their last events on it.
+        // Its channel goes too: the connections that came in through it are dropped
+        // (drop_port_conns), and once the CM forgets them the channel would read as
+        // disconnected, which ends the control thread (a CM gone).
+        ep.events.retain(|(p, _)| *p != port);
         ep.tos.retain(|&(p, _)| p != port);
         let listening = (self.cfg_ports_on(addr)).any(|p| p != port);
         tracing::info!(traddr = %addr, trsvcid = port, "a reload removed a listen");
