@@ -16,6 +16,7 @@
 //! namespace's `ana_grpid`; its group 1 always exists.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::Arc;
 
 use nvme::ana::{AnaGroupDesc, AnaLog, AnaState, ANA_MAX_GROUPS};
 use thiserror::Error;
@@ -55,6 +56,9 @@ pub enum AnaError {
 #[derive(Debug)]
 struct PortAna {
     portid: u16,
+    /// A reload removed the port: its PORTID no longer names it (the slot stays, so
+    /// the later ports keep their indices).
+    removed: AtomicBool,
     /// State of group `g` at index `g` (index 0 unused), as [`AnaState::value`].
     states: Box<[AtomicU8]>,
     /// Changes of group `g` on this port (its descriptor's Change Count).
@@ -63,10 +67,11 @@ struct PortAna {
 
 /// Every port's ANA state of every group (see the module docs). Ports are in the
 /// order of [`crate::subsystem::Registry::ports`]; a queue knows its port by that
-/// index.
+/// index. A reload appends the ports it adds ([`AnaTable::add_port`]) and marks those
+/// it removes ([`AnaTable::remove_port`]).
 #[derive(Debug)]
 pub struct AnaTable {
-    ports: Vec<PortAna>,
+    ports: arc_swap::ArcSwap<Vec<Arc<PortAna>>>,
     /// Whether group `g` exists (is reported in the log page): group 1, every group a
     /// port configures, every group a namespace names, every group set since.
     exists: Box<[AtomicBool]>,
@@ -95,26 +100,36 @@ impl AnaTable {
         }
         let ports = ports
             .iter()
-            .map(|(portid, configured)| {
-                let states: Box<[AtomicU8]> = (0..n)
-                    .map(|_| AtomicU8::new(AnaState::Optimized.value()))
-                    .collect();
-                for &(g, s) in configured.iter().filter(|(g, _)| in_range(*g)) {
-                    states[g as usize].store(s.value(), Ordering::Relaxed);
-                    exists[g as usize].store(true, Ordering::Relaxed);
-                }
-                PortAna {
-                    portid: *portid,
-                    states,
-                    chgcnt: (0..n).map(|_| AtomicU64::new(0)).collect(),
-                }
-            })
+            .map(|(portid, configured)| Arc::new(port_ana(*portid, configured, &exists)))
             .collect();
         AnaTable {
-            ports,
+            ports: arc_swap::ArcSwap::from_pointee(ports),
             exists,
             chgcnt: AtomicU64::new(1),
         }
+    }
+
+    /// Appends a port a reload added (PORTID `portid`, its configured groups'
+    /// states; the others optimized) and returns its index.
+    pub fn add_port(&self, portid: u16, configured: &[(u32, AnaState)]) -> usize {
+        let mut ports = self.ports.load().to_vec();
+        ports.push(Arc::new(port_ana(portid, configured, &self.exists)));
+        let index = ports.len() - 1;
+        self.ports.store(Arc::new(ports));
+        index
+    }
+
+    /// Marks port `index` removed by a reload: [`AnaTable::port_index`] no longer
+    /// finds its PORTID (a port added later may reuse it).
+    pub fn remove_port(&self, index: usize) {
+        if let Some(p) = self.ports.load().get(index) {
+            p.removed.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// How many port slots the table has (removed ones included).
+    pub fn port_slots(&self) -> usize {
+        self.ports.load().len()
     }
 
     /// The state of group `grpid` through port `port` (an index in the registry's
@@ -122,6 +137,7 @@ impl AnaTable {
     /// without ANA configuration).
     pub fn state(&self, port: usize, grpid: u32) -> AnaState {
         self.ports
+            .load()
             .get(port)
             .and_then(|p| p.states.get(grpid as usize))
             .and_then(|s| AnaState::from_value(s.load(Ordering::Relaxed)))
@@ -130,7 +146,8 @@ impl AnaTable {
 
     /// The index of the port with PORTID `portid`.
     pub fn port_index(&self, portid: u16) -> Option<usize> {
-        self.ports.iter().position(|p| p.portid == portid)
+        (self.ports.load().iter())
+            .position(|p| p.portid == portid && !p.removed.load(Ordering::Relaxed))
     }
 
     /// Sets group `grpid` on the port with PORTID `portid` to `state` and returns the
@@ -146,7 +163,8 @@ impl AnaTable {
         let index = self
             .port_index(portid)
             .ok_or(AnaError::UnknownPort { portid })?;
-        let p = &self.ports[index];
+        let ports = self.ports.load();
+        let p = &ports[index];
         let g = grpid as usize;
         let was_new = !self.exists[g].swap(true, Ordering::Relaxed);
         let old = p.states[g].swap(state.value(), Ordering::Release);
@@ -177,12 +195,12 @@ impl AnaTable {
     /// existing group in increasing group order, each with the port's state and the
     /// subsystem's namespaces in the group (none under `rgo`, Return Groups Only).
     pub fn log(&self, port: usize, subsys: &Subsystem, rgo: bool) -> AnaLog {
+        let ports = self.ports.load();
         let groups = (1..=ANAGRPMAX)
             .filter(|&g| self.exists[g as usize].load(Ordering::Relaxed))
             .map(|grpid| AnaGroupDesc {
                 grpid,
-                chgcnt: self
-                    .ports
+                chgcnt: ports
                     .get(port)
                     .map_or(0, |p| p.chgcnt[grpid as usize].load(Ordering::Relaxed)),
                 state: self.state(port, grpid),
@@ -200,6 +218,25 @@ impl AnaTable {
             chgcnt: self.chgcnt.load(Ordering::Relaxed),
             groups,
         }
+    }
+}
+
+/// Port `portid`'s states: every group optimized but `configured`, which (in range)
+/// also exist from now on in `exists`.
+fn port_ana(portid: u16, configured: &[(u32, AnaState)], exists: &[AtomicBool]) -> PortAna {
+    let n = ANAGRPMAX as usize + 1;
+    let states: Box<[AtomicU8]> = (0..n)
+        .map(|_| AtomicU8::new(AnaState::Optimized.value()))
+        .collect();
+    for &(g, s) in configured.iter().filter(|(g, _)| in_range(*g)) {
+        states[g as usize].store(s.value(), Ordering::Relaxed);
+        exists[g as usize].store(true, Ordering::Relaxed);
+    }
+    PortAna {
+        portid,
+        removed: AtomicBool::new(false),
+        states,
+        chgcnt: (0..n).map(|_| AtomicU64::new(0)).collect(),
     }
 }
 

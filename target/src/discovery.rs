@@ -68,7 +68,9 @@ pub fn discovery_log_page(reg: &Registry, port: usize, hostnqn: &str) -> Vec<u8>
     let here = ports.get(port);
     let listed: Vec<&PortInfo> = match here {
         Some(p) if p.subsystems.is_some() => vec![p],
-        _ => ports.iter().filter(|p| p.subsystems.is_none()).collect(),
+        _ => (ports.iter())
+            .filter(|p| p.subsystems.is_none() && !p.removed)
+            .collect(),
     };
     let mut entries = Vec::with_capacity((subsystems.len() + 1) * listed.len());
     for p in &listed {

@@ -91,6 +91,14 @@ pub enum QueueEnd {
     AuthenticationFailed,
     /// A reload removed the queue's subsystem ([`crate::reload`]).
     SubsystemRemoved,
+    /// A reload dropped the controller's host from its subsystem's allowed hosts (or
+    /// turned `allow_any_host` off).
+    HostNotAllowed,
+    /// A reload unlinked the controller's subsystem from the port it connected
+    /// through.
+    SubsystemUnlinked,
+    /// A reload removed the listen entry (port) the queue connected through.
+    PortRemoved,
 }
 
 impl QueueEnd {
@@ -134,6 +142,18 @@ impl QueueEnd {
             QueueEnd::SubsystemRemoved => {
                 "a reload of the configuration removed its subsystem; the target disconnected it"
             }
+            QueueEnd::HostNotAllowed => {
+                "a reload of the configuration no longer allows its host on the subsystem; the \
+                 target answered its commands in flight, then disconnected it"
+            }
+            QueueEnd::SubsystemUnlinked => {
+                "a reload of the configuration unlinked its subsystem from the port; the target \
+                 answered its commands in flight, then disconnected it"
+            }
+            QueueEnd::PortRemoved => {
+                "a reload of the configuration removed the port it connected through; the \
+                 target disconnected it"
+            }
         }
     }
 
@@ -145,6 +165,9 @@ impl QueueEnd {
                 | QueueEnd::HostFabricsDisconnect
                 | QueueEnd::TargetShutdown
                 | QueueEnd::SubsystemRemoved
+                | QueueEnd::HostNotAllowed
+                | QueueEnd::SubsystemUnlinked
+                | QueueEnd::PortRemoved
         )
     }
 }

@@ -68,7 +68,7 @@ pub fn start_with_packet_path(
     packet_path: transport::soft::xdp::PacketPath,
 ) -> Result<TargetHandle<SoftProvider>, TargetError> {
     check_soft(cfg)?;
-    server::start_with::<SoftProvider>(cfg, |ip, poll_groups| SoftDeviceConfig {
+    server::start_with::<SoftProvider>(cfg, move |ip, poll_groups| SoftDeviceConfig {
         packet_path: packet_path.clone(),
         ..SoftProvider::device_config(ip, poll_groups)
     })
@@ -84,7 +84,7 @@ pub fn start_with_faults(
     faults: Option<FaultConfig>,
 ) -> Result<TargetHandle<SoftProvider>, TargetError> {
     check_soft(cfg)?;
-    server::start_with::<SoftProvider>(cfg, |ip, poll_groups| SoftDeviceConfig {
+    server::start_with::<SoftProvider>(cfg, move |ip, poll_groups| SoftDeviceConfig {
         faults,
         ..SoftProvider::device_config(ip, poll_groups)
     })

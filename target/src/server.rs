@@ -12,7 +12,9 @@
 //! listens. The subsystems, controllers and Keep Alive are shared by all, in one
 //! [`Registry`] and one control thread; a queue knows the port (address and
 //! `trsvcid`) it connected through, and its Connect reaches only the subsystems that
-//! port serves.
+//! port serves. A reload ([`crate::reload`]) adds and removes listen entries while
+//! the target runs: an address is brought up by the start's own code (`bring_up`)
+//! and, once its last entry is removed, its poll groups stop and its device closes.
 use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -83,18 +85,60 @@ pub enum TargetError {
 /// A running target on provider `P` (the soft provider unless named). Dropping it
 /// stops every thread.
 pub struct TargetHandle<P: Provider = DefaultProvider> {
-    /// One device (and its connection manager) per distinct listen address, in order.
-    devices: Vec<(Arc<DeviceOf<P>>, CmOf<P>)>,
+    /// The listen addresses' devices and poll groups (a reload adds and removes them).
+    served: Arc<parking_lot::Mutex<Served<P>>>,
     reg: Arc<Registry>,
-    groups: Vec<(Sender<GroupCmd>, Option<JoinHandle<()>>)>,
-    counters: Vec<Arc<PollGroupCounters>>,
     control: Option<JoinHandle<()>>,
     stop: Sender<ControlCmd>,
-    listen: Vec<SocketAddr>,
-    /// The listen address of each poll group, in order.
-    group_addrs: Vec<IpAddr>,
     /// The metrics endpoint, when the configuration asks for one.
     metrics: Option<crate::metrics::MetricsEndpoint>,
+}
+
+/// What the handle and the control thread share of the listen addresses: the control
+/// thread changes it on a reload, the handle reads it.
+struct Served<P: Provider> {
+    /// One device (and its connection manager) per distinct listen address served now.
+    devices: Vec<(Arc<DeviceOf<P>>, CmOf<P>)>,
+    /// Every poll group since the start, by global index (a removed address's are
+    /// marked [`GroupSlot::removed`] and keep their index).
+    groups: Vec<GroupSlot>,
+    /// Address and RDMA CM port of every listen entry now, in configuration order.
+    listen: Vec<SocketAddr>,
+}
+
+/// One poll group: how to reach it, its thread, its counters, its listen address.
+struct GroupSlot {
+    tx: Sender<GroupCmd>,
+    thread: Option<JoinHandle<()>>,
+    counters: Arc<PollGroupCounters>,
+    addr: IpAddr,
+    /// A reload removed its address: the group stopped.
+    removed: bool,
+}
+
+impl<P: Provider> Served<P> {
+    /// The command channels of the poll groups of addresses served now.
+    fn senders(&self) -> Vec<Sender<GroupCmd>> {
+        (self.groups.iter())
+            .filter(|g| !g.removed)
+            .map(|g| g.tx.clone())
+            .collect()
+    }
+}
+
+/// Stops poll groups: `Shutdown` to each, then waits for each thread.
+fn stop_groups(groups: Vec<(Sender<GroupCmd>, Option<JoinHandle<()>>)>) -> usize {
+    let mut stopped = 0;
+    for (tx, _) in &groups {
+        let _ = tx.send(GroupCmd::Shutdown);
+    }
+    for (_, h) in groups {
+        if let Some(h) = h {
+            let _ = h.join();
+            stopped += 1;
+        }
+    }
+    stopped
 }
 
 /// Asks a running target for reloads ([`TargetHandle::reloader`]); cheap to clone.
@@ -162,35 +206,48 @@ impl<P: Provider> std::fmt::Debug for TargetHandle<P> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TargetHandle")
             .field("provider", &P::NAME)
-            .field("listen", &self.listen)
+            .field("listen", &self.served.lock().listen)
             .finish()
     }
 }
 
 impl<P: Provider> TargetHandle<P> {
-    /// Address and RDMA CM port of the first listen entry.
+    /// Address and RDMA CM port of the first listen entry (now: a reload may change
+    /// the entries).
     pub fn listen_addr(&self) -> SocketAddr {
-        self.listen[0]
+        self.served.lock().listen[0]
     }
-    /// Address and RDMA CM port of every listen entry, in configuration order.
-    pub fn listen_addrs(&self) -> &[SocketAddr] {
-        &self.listen
+    /// Address and RDMA CM port of every listen entry now, in configuration order.
+    pub fn listen_addrs(&self) -> Vec<SocketAddr> {
+        self.served.lock().listen.clone()
     }
-    /// The RDMA device of the first listen address (for its counters).
-    pub fn device(&self) -> &Arc<DeviceOf<P>> {
-        &self.devices[0].0
+    /// The RDMA device of the first listen address served now (for its counters).
+    pub fn device(&self) -> Arc<DeviceOf<P>> {
+        self.served.lock().devices[0].0.clone()
     }
-    /// The RDMA device of every distinct listen address, in configuration order.
-    pub fn devices(&self) -> Vec<&Arc<DeviceOf<P>>> {
-        self.devices.iter().map(|(d, _)| d).collect()
+    /// The RDMA device of every distinct listen address served now, in the order
+    /// they were brought up (configuration order at start, a reload's after).
+    pub fn devices(&self) -> Vec<Arc<DeviceOf<P>>> {
+        (self.served.lock().devices.iter())
+            .map(|(d, _)| d.clone())
+            .collect()
     }
     /// Subsystems and controllers.
     pub fn registry(&self) -> &Arc<Registry> {
         &self.reg
     }
-    /// Counters of each poll group (the first address's groups first).
-    pub fn poll_group_counters(&self) -> &[Arc<PollGroupCounters>] {
-        &self.counters
+    /// Counters of each poll group of the addresses served now (the first address's
+    /// groups first, those a reload added last).
+    pub fn poll_group_counters(&self) -> Vec<Arc<PollGroupCounters>> {
+        (self.served.lock().groups.iter())
+            .filter(|g| !g.removed)
+            .map(|g| g.counters.clone())
+            .collect()
+    }
+
+    /// The command channels of the poll groups of the addresses served now.
+    fn group_senders(&self) -> Vec<Sender<GroupCmd>> {
+        self.served.lock().senders()
     }
     /// The address the metrics endpoint serves (`GET /metrics`), when the
     /// configuration asked for one (`metrics`; port 0 there: the port the kernel chose).
@@ -215,15 +272,17 @@ impl<P: Provider> TargetHandle<P> {
         grpid: u32,
         state: nvme::ana::AnaState,
     ) -> Result<bool, crate::ana::AnaError> {
-        let groups: Vec<Sender<GroupCmd>> = self.groups.iter().map(|(tx, _)| tx.clone()).collect();
+        let groups = self.group_senders();
         crate::ana::set_and_notify(&self.reg, &groups, portid, grpid, state)
     }
 
     /// Applies configuration `cfg` (validated) in place of the running one, live
     /// (issue 16 item 2; the steps are [`crate::reload`]'s): namespaces, subsystems,
-    /// allowed hosts, port links and referrals added, removed or changed, without
-    /// dropping connections they do not concern; hosts are told through Asynchronous
-    /// Events and the Changed Namespace List. Logs what it did, or why not.
+    /// allowed hosts, listen entries, port links, referrals and ANA states added,
+    /// removed or changed, without dropping connections they do not concern (the
+    /// controllers of a removed port, of a dropped host or of an unlinked subsystem are
+    /// disconnected); hosts are told through Asynchronous Events and the Changed
+    /// Namespace List. Logs what it did, or why not.
     ///
     /// # Errors
     /// [`crate::reload::ReloadError`] saying why; then nothing changed.
@@ -240,7 +299,7 @@ impl<P: Provider> TargetHandle<P> {
     /// [`crate::controller::Controller::post_event`] with an ANA Change notice when the
     /// host enabled it) and says whether it did. Returns how many it posted to.
     pub fn post_events(&self, post: impl Fn(&crate::controller::Controller) -> bool) -> usize {
-        let groups: Vec<Sender<GroupCmd>> = self.groups.iter().map(|(tx, _)| tx.clone()).collect();
+        let groups = self.group_senders();
         crate::reload::post_events(&self.reg, &groups, post)
     }
 
@@ -284,7 +343,7 @@ impl<P: Provider> TargetHandle<P> {
         // Drain: every poll group answers when nothing of it is in flight.
         let (drained_tx, drained) = channel::unbounded();
         let mut waiting = 0;
-        for (tx, _) in &self.groups {
+        for tx in &self.group_senders() {
             if tx.send(GroupCmd::Drain(drained_tx.clone())).is_ok() {
                 waiting += 1;
             }
@@ -324,18 +383,11 @@ impl<P: Provider> TargetHandle<P> {
     /// serving. For failover tests of hosts (issue 15 item 4). Returns how many poll
     /// groups stopped (0 for an address the target does not listen on).
     pub fn kill_address(&mut self, ip: IpAddr) -> usize {
-        let mut stopped = 0;
-        for (i, (tx, h)) in self.groups.iter_mut().enumerate() {
-            if self.group_addrs.get(i) != Some(&ip) {
-                continue;
-            }
-            let _ = tx.send(GroupCmd::Shutdown);
-            if let Some(h) = h.take() {
-                let _ = h.join();
-                stopped += 1;
-            }
-        }
-        stopped
+        let groups = (self.served.lock().groups.iter_mut())
+            .filter(|g| g.addr == ip && !g.removed)
+            .map(|g| (g.tx.clone(), g.thread.take()))
+            .collect();
+        stop_groups(groups)
     }
 
     fn stop_all(&mut self) {
@@ -347,12 +399,10 @@ impl<P: Provider> TargetHandle<P> {
         if let Some(c) = self.control.take() {
             let _ = c.join();
         }
-        for (tx, h) in &mut self.groups {
-            let _ = tx.send(GroupCmd::Shutdown);
-            if let Some(h) = h.take() {
-                let _ = h.join();
-            }
-        }
+        let groups = (self.served.lock().groups.iter_mut())
+            .map(|g| (g.tx.clone(), g.thread.take()))
+            .collect();
+        stop_groups(groups);
     }
 }
 
@@ -362,13 +412,18 @@ impl<P: Provider> Drop for TargetHandle<P> {
     }
 }
 
-/// The distinct addresses of `cfg`'s listen entries, in order, each with its ports.
-fn listen_addresses(cfg: &TargetConfig) -> Vec<(IpAddr, Vec<u16>)> {
-    let mut out: Vec<(IpAddr, Vec<u16>)> = Vec::new();
-    for l in &cfg.listen {
+/// A listened port of an address: its `trsvcid` and the traffic class it sets (`tos`).
+type PortListen = (u16, Option<u8>);
+
+/// The distinct addresses of `listen` entries, in order, each with its ports.
+fn listen_addresses<'a>(
+    listen: impl IntoIterator<Item = &'a crate::config::ListenAddr>,
+) -> Vec<(IpAddr, Vec<PortListen>)> {
+    let mut out: Vec<(IpAddr, Vec<PortListen>)> = Vec::new();
+    for l in listen {
         match out.iter_mut().find(|(ip, _)| *ip == l.addr) {
-            Some((_, ports)) => ports.push(l.trsvcid),
-            None => out.push((l.addr, vec![l.trsvcid])),
+            Some((_, ports)) => ports.push((l.trsvcid, l.tos)),
+            None => out.push((l.addr, vec![(l.trsvcid, l.tos)])),
         }
     }
     out
@@ -397,7 +452,7 @@ pub fn start_on<P: Provider>(cfg: &TargetConfig) -> Result<TargetHandle<P>, Targ
 /// (`mdts_bytes` above the data slab, a data slab over `RLIMIT_MEMLOCK`).
 pub fn start_with<P: Provider>(
     cfg: &TargetConfig,
-    device_config: impl Fn(IpAddr, u32) -> P::DeviceConfig,
+    device_config: impl Fn(IpAddr, u32) -> P::DeviceConfig + Send + 'static,
 ) -> Result<TargetHandle<P>, TargetError> {
     let mut created = Vec::new();
     let started = start_recording_created::<P>(cfg, device_config, &mut created);
@@ -426,7 +481,7 @@ pub(crate) fn remove_created(created: &[std::path::PathBuf]) {
 /// [`start_with`], pushing the path of every namespace file it creates to `created`.
 fn start_recording_created<P: Provider>(
     cfg: &TargetConfig,
-    device_config: impl Fn(IpAddr, u32) -> P::DeviceConfig,
+    device_config: impl Fn(IpAddr, u32) -> P::DeviceConfig + Send + 'static,
     created: &mut Vec<std::path::PathBuf>,
 ) -> Result<TargetHandle<P>, TargetError> {
     if cfg.listen.is_empty() {
@@ -482,111 +537,34 @@ fn start_recording_created<P: Provider>(
             cfg.mdts_bytes, gcfg.data_slab_bytes
         )));
     }
-    let mut devices = Vec::new();
+    let setup = AddressSetup::<P> {
+        gcfg,
+        poll_groups,
+        cpus: cfg.cpus.clone(),
+        roce_mtu: cfg.roce_mtu,
+        device_config: Box::new(device_config),
+    };
+    let mut served = Served::<P> {
+        devices: Vec::new(),
+        groups: Vec::new(),
+        listen: cfg.listen.iter().map(|l| l.socket_addr()).collect(),
+    };
     let mut endpoints = Vec::new();
-    let mut groups = Vec::new();
-    let mut counters = Vec::new();
-    let mut group_addrs = Vec::new();
-    for (ip, listen_ports) in listen_addresses(cfg) {
-        let mut dev_cfg = device_config(ip, poll_groups);
-        if let Some(mtu) = cfg.roce_mtu.and_then(transport::verbs::Mtu::from_bytes) {
-            P::set_roce_mtu(&mut dev_cfg, mtu)
-                .map_err(|e| TargetError::Config(format!("roce_mtu: {e}")))?;
-        }
-        let dev = P::open(&dev_cfg).map_err(|e| TargetError::Device {
-            addr: ip,
-            provider: P::NAME,
-            source: Box::new(e),
-        })?;
-        let cm_error = |source| TargetError::Cm {
-            addr: ip,
-            source: Box::new(source),
-        };
-        let cm = dev.cm().map_err(|e| cm_error(ConnError::Verbs(e)))?;
-        let mut events = Vec::new();
-        for port in listen_ports {
-            events.push(cm.listen(port).map_err(cm_error)?);
-        }
-        let (qp_err_tx, qp_errors) = channel::unbounded();
-        let first_group = groups.len();
-        for index in 0..poll_groups {
-            let (tx, rx) = channel::unbounded();
-            let c = Arc::new(PollGroupCounters::default());
-            let (ready_tx, ready_rx) = channel::bounded(1);
-            let (dev2, cm2, reg2, files2, c2) = (
-                dev.clone(),
-                cm.clone(),
-                reg.clone(),
-                files.clone(),
-                c.clone(),
-            );
-            let errs = qp_err_tx.clone();
-            let global = first_group + index as usize;
-            let cpu = cfg.cpus.as_ref().map(|c| c.for_group(global));
-            let h = std::thread::Builder::new()
-                .name(format!("nvmf-pg{global}"))
-                .spawn(move || {
-                    // Pinned before the poll group allocates: its memory is then
-                    // first touched on that CPU's node.
-                    if let Some(cpu) = cpu {
-                        match crate::cpus::pin_current_thread(cpu) {
-                            Ok(()) => tracing::info!(
-                                poll_group = global,
-                                cpu,
-                                "poll group pinned to CPU {cpu}"
-                            ),
-                            Err(e) => tracing::warn!(
-                                poll_group = global,
-                                cpu,
-                                "pinning the poll group to CPU {cpu}: {e}"
-                            ),
-                        }
-                    }
-                    match PollGroup::<P>::new(&dev2, cm2, index, gcfg, reg2, &files2, rx, errs, c2)
-                    {
-                        Ok(g) => {
-                            let _ = ready_tx.send(Ok(()));
-                            g.run();
-                        }
-                        Err(e) => {
-                            let _ = ready_tx.send(Err(e));
-                        }
-                    }
-                })
-                .map_err(|e| TargetError::Config(format!("spawning poll group: {e}")))?;
-            match ready_rx.recv() {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => return Err(TargetError::PollGroup { index, source: e }),
-                Err(_) => return Err(TargetError::Config("poll group thread died".into())),
-            }
-            groups.push((tx, Some(h)));
-            counters.push(c);
-            group_addrs.push(ip);
-        }
-        let tos = cfg
-            .listen
-            .iter()
-            .filter(|l| l.addr == ip)
-            .filter_map(|l| l.tos.map(|t| (l.trsvcid, t)))
-            .collect();
-        endpoints.push(Endpoint::<P> {
-            addr: ip,
-            cm: cm.clone(),
-            tos,
-            events,
-            qp_errors,
-            _qp_errors_open: qp_err_tx,
-            first_group,
-            group_count: poll_groups as usize,
-            next_group: 0,
-        });
-        devices.push((dev, cm));
+    for (ip, listen_ports) in listen_addresses(&cfg.listen) {
+        // On an error the groups brought up so far stop when their channels drop.
+        let up = bring_up(&setup, &reg, ip, &listen_ports, served.groups.len())?;
+        endpoints.push(Some(up.endpoint));
+        served.devices.push((up.device, up.cm));
+        served.groups.extend(up.groups);
     }
+    let served = Arc::new(parking_lot::Mutex::new(served));
     let (stop_tx, stop_rx) = channel::unbounded();
     let ctl = Control::<P> {
         endpoints,
         cmds: stop_rx,
-        groups: groups.iter().map(|(tx, _)| tx.clone()).collect(),
+        groups: served.lock().groups.iter().map(|g| g.tx.clone()).collect(),
+        served: served.clone(),
+        setup,
         reg: reg.clone(),
         conns: HashMap::new(),
         max_queue_size: cfg.max_queue_size,
@@ -600,22 +578,187 @@ fn start_recording_created<P: Provider>(
         .spawn(move || ctl.run())
         .map_err(|e| TargetError::Config(format!("spawning control thread: {e}")))?;
     let mut handle = TargetHandle {
-        devices,
+        served,
         reg,
-        groups,
-        counters,
         control: Some(control),
         stop: stop_tx,
-        listen: cfg.listen.iter().map(|l| l.socket_addr()).collect(),
-        group_addrs,
         metrics: None,
     };
     if let Some(bound) = metrics {
-        let sources = metric_sources(&handle, &handle.group_addrs);
+        let sources = metric_sources(&handle);
         // On an error the handle's drop stops what started.
         handle.metrics = Some(bound.serve(sources)?);
     }
     Ok(handle)
+}
+
+/// What bringing up a listen address needs beyond the registry, kept by the control
+/// thread for the addresses a reload adds.
+struct AddressSetup<P: Provider> {
+    gcfg: PollGroupConfig,
+    /// Poll groups per address.
+    poll_groups: u32,
+    cpus: Option<crate::cpus::CpuList>,
+    roce_mtu: Option<u32>,
+    /// The device configuration of an address with so many poll groups.
+    device_config: Box<dyn Fn(IpAddr, u32) -> P::DeviceConfig + Send>,
+}
+
+/// A listen address brought up: the control thread's endpoint, the device and its
+/// connection manager, the poll groups.
+struct AddressUp<P: Provider> {
+    endpoint: Endpoint<P>,
+    device: Arc<DeviceOf<P>>,
+    cm: CmOf<P>,
+    groups: Vec<GroupSlot>,
+}
+
+/// The namespace files of `reg` by io_uring fixed-file index (-1: an empty slot), for
+/// a poll group's file table.
+fn file_table(reg: &Registry) -> Vec<std::os::fd::RawFd> {
+    let mut files = Vec::new();
+    for s in reg.subsystems().iter() {
+        for n in s.namespaces().iter() {
+            let at = n.file_index as usize;
+            if files.len() <= at {
+                files.resize(at + 1, -1);
+            }
+            files[at] = n.ns.fd();
+        }
+    }
+    files
+}
+
+/// Brings up listen address `ip` with its `ports` (`trsvcid`, `tos`): opens its RDMA
+/// device (soft: binds UDP 4791 of `ip`), its connection manager and its listens, and
+/// starts `setup.poll_groups` poll groups (global indices `first_group..`) with the
+/// registry's namespace files. The one path of the start and of a reload.
+///
+/// # Errors
+/// [`TargetError::Device`], [`TargetError::Cm`], [`TargetError::PollGroup`],
+/// [`TargetError::Config`]; what was brought up stops when the error is dropped.
+fn bring_up<P: Provider>(
+    setup: &AddressSetup<P>,
+    reg: &Arc<Registry>,
+    ip: IpAddr,
+    ports: &[PortListen],
+    first_group: usize,
+) -> Result<AddressUp<P>, TargetError> {
+    let poll_groups = setup.poll_groups;
+    let gcfg = setup.gcfg;
+    let mut dev_cfg = (setup.device_config)(ip, poll_groups);
+    if let Some(mtu) = setup.roce_mtu.and_then(transport::verbs::Mtu::from_bytes) {
+        P::set_roce_mtu(&mut dev_cfg, mtu)
+            .map_err(|e| TargetError::Config(format!("roce_mtu: {e}")))?;
+    }
+    let dev = P::open(&dev_cfg).map_err(|e| TargetError::Device {
+        addr: ip,
+        provider: P::NAME,
+        source: Box::new(e),
+    })?;
+    let cm_error = |source| TargetError::Cm {
+        addr: ip,
+        source: Box::new(source),
+    };
+    let cm = dev.cm().map_err(|e| cm_error(ConnError::Verbs(e)))?;
+    let mut events = Vec::new();
+    for &(port, _) in ports {
+        events.push((port, cm.listen(port).map_err(cm_error)?));
+    }
+    let files = file_table(reg);
+    let (qp_err_tx, qp_errors) = channel::unbounded();
+    let mut groups: Vec<GroupSlot> = Vec::new();
+    let fail = |groups: Vec<GroupSlot>, e: TargetError| {
+        stop_groups(groups.into_iter().map(|g| (g.tx, g.thread)).collect());
+        Err(e)
+    };
+    for index in 0..poll_groups {
+        let (tx, rx) = channel::unbounded();
+        let c = Arc::new(PollGroupCounters::default());
+        let (ready_tx, ready_rx) = channel::bounded(1);
+        let (dev2, cm2, reg2, files2, c2) = (
+            dev.clone(),
+            cm.clone(),
+            reg.clone(),
+            files.clone(),
+            c.clone(),
+        );
+        let errs = qp_err_tx.clone();
+        let global = first_group + index as usize;
+        let cpu = setup.cpus.as_ref().map(|c| c.for_group(global));
+        let spawned = std::thread::Builder::new()
+            .name(format!("nvmf-pg{global}"))
+            .spawn(move || {
+                // Pinned before the poll group allocates: its memory is then
+                // first touched on that CPU's node.
+                if let Some(cpu) = cpu {
+                    match crate::cpus::pin_current_thread(cpu) {
+                        Ok(()) => tracing::info!(
+                            poll_group = global,
+                            cpu,
+                            "poll group pinned to CPU {cpu}"
+                        ),
+                        Err(e) => tracing::warn!(
+                            poll_group = global,
+                            cpu,
+                            "pinning the poll group to CPU {cpu}: {e}"
+                        ),
+                    }
+                }
+                match PollGroup::<P>::new(&dev2, cm2, index, gcfg, reg2, &files2, rx, errs, c2) {
+                    Ok(g) => {
+                        let _ = ready_tx.send(Ok(()));
+                        g.run();
+                    }
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e));
+                    }
+                }
+            });
+        let h = match spawned {
+            Ok(h) => h,
+            Err(e) => {
+                return fail(
+                    groups,
+                    TargetError::Config(format!("spawning poll group: {e}")),
+                )
+            }
+        };
+        let ready = match ready_rx.recv() {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(TargetError::PollGroup { index, source: e }),
+            Err(_) => Err(TargetError::Config("poll group thread died".into())),
+        };
+        groups.push(GroupSlot {
+            tx,
+            thread: Some(h),
+            counters: c,
+            addr: ip,
+            removed: false,
+        });
+        if let Err(e) = ready {
+            return fail(groups, e);
+        }
+    }
+    let tos = (ports.iter())
+        .filter_map(|&(port, tos)| tos.map(|t| (port, t)))
+        .collect();
+    Ok(AddressUp {
+        endpoint: Endpoint::<P> {
+            addr: ip,
+            cm: cm.clone(),
+            tos,
+            events,
+            qp_errors,
+            _qp_errors_open: qp_err_tx,
+            first_group,
+            group_count: poll_groups as usize,
+            next_group: 0,
+        },
+        device: dev,
+        cm,
+        groups,
+    })
 }
 
 /// Opens namespace `n` of subsystem `nqn` (a file or block device, or memory) as
@@ -734,34 +877,27 @@ pub(crate) fn port_of((i, l): (usize, &crate::config::ListenAddr)) -> PortInfo {
     }
 }
 
-/// What the metrics endpoint reads from `t`, whose poll groups poll the devices of
-/// `group_addrs` (one address per poll group, in order).
-fn metric_sources<P: Provider>(
-    t: &TargetHandle<P>,
-    group_addrs: &[IpAddr],
-) -> crate::metrics::Sources {
+/// What the metrics endpoint reads from `t`: the poll groups and devices it serves at
+/// start (the devices held weakly: an address a reload removes closes its device, and
+/// its counters then read empty).
+fn metric_sources<P: Provider>(t: &TargetHandle<P>) -> crate::metrics::Sources {
     use crate::metrics::{DeviceCounterFn, GroupSource, Sources};
+    let served = t.served.lock();
     Sources {
         reg: t.reg.clone(),
-        groups: t
-            .groups
-            .iter()
-            .zip(&t.counters)
-            .zip(group_addrs)
-            .enumerate()
-            .map(|(index, (((cmds, _), counters), &traddr))| GroupSource {
+        groups: (served.groups.iter().enumerate())
+            .map(|(index, g)| GroupSource {
                 index,
-                traddr,
-                cmds: cmds.clone(),
-                counters: counters.clone(),
+                traddr: g.addr,
+                cmds: g.tx.clone(),
+                counters: g.counters.clone(),
             })
             .collect(),
-        devices: t
-            .devices
-            .iter()
+        devices: (served.devices.iter())
             .map(|(d, _)| {
-                let (ip, d) = (d.ip(), d.clone());
-                let read: DeviceCounterFn = Box::new(move || d.hw_counters());
+                let (ip, d) = (d.ip(), Arc::downgrade(d));
+                let read: DeviceCounterFn =
+                    Box::new(move || d.upgrade().map(|d| d.hw_counters()).unwrap_or_default());
                 (ip, read)
             })
             .collect(),
@@ -776,7 +912,8 @@ struct Endpoint<P: Provider> {
     cm: CmOf<P>,
     /// The traffic class of each listened port that sets one (`tos`).
     tos: Vec<(u16, u8)>,
-    events: Vec<Receiver<CmEvent>>,
+    /// The event channel of each listened port (`trsvcid`).
+    events: Vec<(u16, Receiver<CmEvent>)>,
     /// Its poll groups' reports of QPs gone to the error state (group indices local).
     qp_errors: Receiver<QpErrorReport>,
     /// Keeps `qp_errors` open even if every poll group thread is gone.
@@ -793,7 +930,17 @@ struct Endpoint<P: Provider> {
 struct ConnRecord {
     /// The poll group that owns the queue (global index).
     group: usize,
+    /// The port it came in through (a slot of [`Registry::ports`]).
+    port: usize,
     peer: QueuePeer,
+}
+
+/// What [`Control::listen_on`] did, to undo.
+enum Listened {
+    /// A listen on `trsvcid` of endpoint (index).
+    Port(usize, u16),
+    /// The endpoint (index) brought up.
+    Address(usize),
 }
 
 /// What woke the control thread.
@@ -805,10 +952,15 @@ enum Input {
 }
 
 struct Control<P: Provider> {
-    endpoints: Vec<Endpoint<P>>,
+    /// One per listen address brought up, by index (`None`: a reload removed it).
+    endpoints: Vec<Option<Endpoint<P>>>,
     cmds: Receiver<ControlCmd>,
-    /// Every poll group, all endpoints' (global index).
+    /// Every poll group, all endpoints' (global index; a removed address's stopped).
     groups: Vec<Sender<GroupCmd>>,
+    /// What the handle sees of the addresses (a reload changes it).
+    served: Arc<parking_lot::Mutex<Served<P>>>,
+    /// How to bring up an address a reload adds.
+    setup: AddressSetup<P>,
     reg: Arc<Registry>,
     /// (endpoint, CM connection id) -> its queue.
     conns: HashMap<(usize, u32), ConnRecord>,
@@ -851,8 +1003,9 @@ impl<P: Provider> Control<P> {
         let ticked = sel.recv(tick);
         let mut sources = Vec::new();
         for (e, ep) in self.endpoints.iter().enumerate() {
+            let Some(ep) = ep else { continue };
             sources.push((sel.recv(&ep.qp_errors), e, None));
-            for (k, rx) in ep.events.iter().enumerate() {
+            for (k, (_, rx)) in ep.events.iter().enumerate() {
                 sources.push((sel.recv(rx), e, Some(k)));
             }
         }
@@ -866,27 +1019,26 @@ impl<P: Provider> Control<P> {
             return Some(Input::Tick);
         }
         let &(_, e, k) = sources.iter().find(|(idx, _, _)| *idx == i)?;
-        let ep = &self.endpoints[e];
+        let ep = self.endpoints[e].as_ref()?;
         match k {
             None => op.recv(&ep.qp_errors).ok().map(|r| Input::QpError(e, r)),
-            Some(k) => op.recv(&ep.events[k]).ok().map(|ev| Input::Event(e, ev)),
+            Some(k) => op.recv(&ep.events[k].1).ok().map(|ev| Input::Event(e, ev)),
         }
     }
 
-    /// Applies `cfg` in place of the running configuration, logs the outcome, and
-    /// disconnects the controllers of the subsystems it removed.
+    /// Applies `cfg` in place of the running configuration ([`crate::reload`]), logs
+    /// the outcome, and carries out its ends: the controllers it ends are quiesced
+    /// (their commands in flight answered, at most [`crate::reload::QUIESCE_WAIT`])
+    /// and disconnected, the connections of removed ports dropped, removed listens
+    /// closed and addresses left without any stopped.
     fn reload(
         &mut self,
         cfg: TargetConfig,
     ) -> Result<crate::reload::ReloadReport, crate::reload::ReloadError> {
-        match crate::reload::apply(&self.reg, &self.groups, &self.cfg, &cfg) {
+        match self.apply_reload(&cfg) {
             Ok(report) => {
-                for &cntlid in &report.disconnect {
-                    if let Some(ctrl) = self.reg.controller(cntlid) {
-                        self.tear_down_controller(&ctrl, QueueEnd::SubsystemRemoved);
-                    }
-                }
                 tracing::info!("configuration reloaded: {}", report.words());
+                self.served.lock().listen = cfg.listen.iter().map(|l| l.socket_addr()).collect();
                 self.cfg = cfg;
                 Ok(report)
             }
@@ -895,6 +1047,228 @@ impl<P: Provider> Control<P> {
                 Err(e)
             }
         }
+    }
+
+    /// [`Control::reload`]'s steps: plan, listen on the added entries (undone if the
+    /// rest fails), apply, end what the report names.
+    fn apply_reload(
+        &mut self,
+        cfg: &TargetConfig,
+    ) -> Result<crate::reload::ReloadReport, crate::reload::ReloadError> {
+        use crate::reload::ReloadError;
+        let plan = crate::reload::plan(&self.cfg, cfg)?;
+        if !plan.listen_added.is_empty() {
+            // The new addresses' poll groups register memory too.
+            crate::memory::plan_for(cfg, &self.setup.gcfg, P::PINS_REGISTERED_MEMORY)
+                .map_err(|e| ReloadError::Prepare(e.to_string()))?;
+        }
+        let added = self
+            .listen_on(&plan.listen_added)
+            .map_err(|e| ReloadError::Prepare(e.to_string()))?;
+        let report = match crate::reload::apply(&self.reg, &self.groups, cfg, plan) {
+            Ok(r) => r,
+            Err(e) => {
+                self.undo_listen(added);
+                return Err(e);
+            }
+        };
+        self.end_controllers(report.disconnected());
+        self.drop_port_conns(&report.ports_removed);
+        for &(addr, port) in &report.plan.listen_removed {
+            self.stop_listening(addr, port);
+        }
+        Ok(report)
+    }
+
+    /// Listens on the listen entries `added`: a new `trsvcid` on an address served
+    /// already is a listen on its connection manager; a new address is brought up
+    /// ([`bring_up`]: its device and poll groups, served as the start's). Returns what
+    /// it did, for [`Control::undo_listen`].
+    ///
+    /// # Errors
+    /// The [`TargetError`] of the first entry that failed; what was done is undone.
+    fn listen_on(
+        &mut self,
+        added: &[crate::config::ListenAddr],
+    ) -> Result<Vec<Listened>, TargetError> {
+        let mut done = Vec::new();
+        for (ip, ports) in listen_addresses(added) {
+            let at = (self.endpoints.iter()).position(|e| e.as_ref().is_some_and(|e| e.addr == ip));
+            let result = match at {
+                Some(e) => self.listen_more(e, &ports, &mut done),
+                None => self.bring_up_address(ip, &ports, &mut done),
+            };
+            if let Err(err) = result {
+                self.undo_listen(done);
+                return Err(err);
+            }
+        }
+        Ok(done)
+    }
+
+    /// Listens on `ports` of endpoint `e` (an address served already).
+    fn listen_more(
+        &mut self,
+        e: usize,
+        ports: &[PortListen],
+        done: &mut Vec<Listened>,
+    ) -> Result<(), TargetError> {
+        let Some(ep) = self.endpoints[e].as_mut() else {
+            return Ok(());
+        };
+        for &(port, tos) in ports {
+            let events = ep.cm.listen(port).map_err(|source| TargetError::Cm {
+                addr: ep.addr,
+                source: Box::new(source),
+            })?;
+            ep.events.push((port, events));
+            if let Some(t) = tos {
+                ep.tos.push((port, t));
+            }
+            tracing::info!(traddr = %ep.addr, trsvcid = port, "a reload added a listen");
+            done.push(Listened::Port(e, port));
+        }
+        Ok(())
+    }
+
+    /// Brings up address `ip` with `ports` for a reload: its endpoint, device and poll
+    /// groups join the running ones.
+    fn bring_up_address(
+        &mut self,
+        ip: IpAddr,
+        ports: &[PortListen],
+        done: &mut Vec<Listened>,
+    ) -> Result<(), TargetError> {
+        let up = bring_up(&self.setup, &self.reg, ip, ports, self.groups.len())?;
+        self.groups.extend(up.groups.iter().map(|g| g.tx.clone()));
+        let mut served = self.served.lock();
+        served.devices.push((up.device, up.cm));
+        served.groups.extend(up.groups);
+        drop(served);
+        self.endpoints.push(Some(up.endpoint));
+        tracing::info!(traddr = %ip, poll_groups = self.setup.poll_groups, "a reload brought up a listen address");
+        done.push(Listened::Address(self.endpoints.len() - 1));
+        Ok(())
+    }
+
+    /// Undoes [`Control::listen_on`] (the reload failed after it).
+    fn undo_listen(&mut self, done: Vec<Listened>) {
+        for l in done.into_iter().rev() {
+            match l {
+                Listened::Port(e, port) => {
+                    if let Some(addr) = self.endpoints[e].as_ref().map(|ep| ep.addr) {
+                        self.stop_listening(addr, port);
+                    }
+                }
+                Listened::Address(e) => self.stop_endpoint(e),
+            }
+        }
+    }
+
+    /// Ends controllers `list` as a reload decided: their queues take no new command,
+    /// those in flight are answered (at most [`crate::reload::QUIESCE_WAIT`]), then
+    /// every queue is disconnected (CM DREQ) and destroyed.
+    fn end_controllers(&mut self, list: &[(u16, QueueEnd)]) {
+        if list.is_empty() {
+            return;
+        }
+        let cntlids: Vec<u16> = list.iter().map(|&(c, _)| c).collect();
+        if !crate::reload::quiesce(&self.groups, &cntlids, &[], crate::reload::QUIESCE_WAIT) {
+            tracing::warn!(
+                "commands of the controllers a reload ends were still in flight after {} ms; \
+                 disconnecting them anyway",
+                crate::reload::QUIESCE_WAIT.as_millis()
+            );
+        }
+        for &(cntlid, why) in list {
+            if let Some(ctrl) = self.reg.controller(cntlid) {
+                self.tear_down_controller(&ctrl, why);
+            }
+        }
+    }
+
+    /// Disconnects (CM DREQ) and destroys every queue that came in through port slots
+    /// `slots` (removed by a reload) and is still here.
+    fn drop_port_conns(&mut self, slots: &[usize]) {
+        let keys: Vec<(usize, u32)> = (self.conns.iter())
+            .filter(|(_, c)| slots.contains(&c.port))
+            .map(|(&k, _)| k)
+            .collect();
+        for (ep, id) in keys {
+            if let Some(e) = &self.endpoints[ep] {
+                let _ = e.cm.disconnect(ConnId(id));
+            }
+            self.drop_conn((ep, id), QueueEnd::PortRemoved);
+        }
+    }
+
+    /// Stops listening on `addr`:`port`; an address left without listens is stopped
+    /// ([`Control::stop_endpoint`]).
+    fn stop_listening(&mut self, addr: IpAddr, port: u16) {
+        let Some(e) =
+            (self.endpoints.iter()).position(|e| e.as_ref().is_some_and(|e| e.addr == addr))
+        else {
+            return;
+        };
+        let Some(ep) = self.endpoints[e].as_mut() else {
+            return;
+        };
+        if let Err(err) = ep.cm.unlisten(port) {
+            tracing::warn!(traddr = %addr, trsvcid = port, "stopping the listen: {err}");
+        }
+        // Its channel goes too: the connections that came in through it are dropped
+        // (drop_port_conns), and once the CM forgets them the channel would read as
+        // disconnected, which ends the control thread (a CM gone).
+        ep.events.retain(|(p, _)| *p != port);
+        ep.tos.retain(|&(p, _)| p != port);
+        let listening = (self.cfg_ports_on(addr)).any(|p| p != port);
+        tracing::info!(traddr = %addr, trsvcid = port, "a reload removed a listen");
+        if !listening {
+            self.stop_endpoint(e);
+        }
+    }
+
+    /// The ports of the running configuration's and the reload's listen entries on
+    /// `addr` that the registry still serves.
+    fn cfg_ports_on(&self, addr: IpAddr) -> impl Iterator<Item = u16> + '_ {
+        let ports = self.reg.ports().to_vec();
+        ports
+            .into_iter()
+            .filter(move |p| !p.removed && p.traddr == addr)
+            .map(|p| p.trsvcid)
+    }
+
+    /// Stops endpoint `e` (its address no longer listened on): disconnects its
+    /// remaining connections, stops its poll groups and closes its device (soft: its
+    /// UDP socket).
+    fn stop_endpoint(&mut self, e: usize) {
+        let keys: Vec<(usize, u32)> = self.conns.keys().filter(|k| k.0 == e).copied().collect();
+        for (ep, id) in keys {
+            if let Some(x) = &self.endpoints[ep] {
+                let _ = x.cm.disconnect(ConnId(id));
+            }
+            self.drop_conn((ep, id), QueueEnd::PortRemoved);
+        }
+        let Some(ep) = self.endpoints[e].take() else {
+            return;
+        };
+        let range = ep.first_group..ep.first_group + ep.group_count;
+        let (groups, device) = {
+            let mut served = self.served.lock();
+            let groups: Vec<_> = (served.groups[range].iter_mut())
+                .map(|g| {
+                    g.removed = true;
+                    (g.tx.clone(), g.thread.take())
+                })
+                .collect();
+            let at = (served.devices.iter()).position(|(d, _)| d.ip() == ep.addr);
+            (groups, at.map(|i| served.devices.remove(i)))
+        };
+        let stopped = stop_groups(groups);
+        let addr = ep.addr;
+        drop(ep);
+        drop(device);
+        tracing::info!(traddr = %addr, poll_groups = stopped, "a reload stopped serving a listen address");
     }
 
     /// Disconnects every queue of controller `ctrl` (and only those), as nvmet does on
@@ -928,7 +1302,9 @@ impl<P: Provider> Control<P> {
             oplog::keep_alive_expired(ctrl, ids.len());
         }
         for (ep, id) in ids {
-            let _ = self.endpoints[ep].cm.disconnect(ConnId(id));
+            if let Some(e) = &self.endpoints[ep] {
+                let _ = e.cm.disconnect(ConnId(id));
+            }
             self.drop_conn((ep, id), why);
         }
         self.reg.remove_controller(ctrl.cntlid);
@@ -947,7 +1323,10 @@ impl<P: Provider> Control<P> {
     /// IBTA §12.9 has the side that sees a QP fail do) and destroy the queue. The host
     /// learns from the DREQ at once rather than at its next timeout.
     fn handle_qp_error(&mut self, ep: usize, r: QpErrorReport) {
-        let gq = (self.endpoints[ep].first_group + r.group as usize, r.qpn);
+        let Some(first_group) = self.endpoints[ep].as_ref().map(|e| e.first_group) else {
+            return;
+        };
+        let gq = (first_group + r.group as usize, r.qpn);
         let ids: Vec<u32> = self
             .conns
             .iter()
@@ -955,7 +1334,9 @@ impl<P: Provider> Control<P> {
             .map(|(&(_, id), _)| id)
             .collect();
         for id in ids {
-            let _ = self.endpoints[ep].cm.disconnect(ConnId(id));
+            if let Some(e) = &self.endpoints[ep] {
+                let _ = e.cm.disconnect(ConnId(id));
+            }
             self.drop_conn((ep, id), r.why);
         }
     }
@@ -966,7 +1347,9 @@ impl<P: Provider> Control<P> {
     fn disconnect_all(&mut self, queues: Sender<usize>, confirmed: Sender<()>) {
         let keys: Vec<(usize, u32)> = self.conns.keys().copied().collect();
         for &(ep, id) in &keys {
-            let _ = self.endpoints[ep].cm.disconnect(ConnId(id));
+            if let Some(e) = &self.endpoints[ep] {
+                let _ = e.cm.disconnect(ConnId(id));
+            }
             self.drop_conn((ep, id), QueueEnd::TargetShutdown);
             self.awaiting_drep.insert((ep, id));
         }
@@ -1014,9 +1397,9 @@ impl<P: Provider> Control<P> {
         );
         let pd = RdmaCmReject::new(status);
         // REJ reason 28, consumer defined (IBTA Table 112), as nvmet-rdma's rdma_reject.
-        let _ = self.endpoints[ep]
-            .cm
-            .reject(id, zerocopy::IntoBytes::as_bytes(&pd));
+        if let Some(e) = &self.endpoints[ep] {
+            let _ = e.cm.reject(id, zerocopy::IntoBytes::as_bytes(&pd));
+        }
     }
 
     /// Checks an NVMe/RDMA connection request against this target's limits (see
@@ -1085,9 +1468,9 @@ impl<P: Provider> Control<P> {
                 .refusals
                 .count(crate::metrics::Refusal::ShuttingDown);
             let pd = RdmaCmReject::new(RdmaCmRejectStatus::NoResources);
-            let _ = self.endpoints[ep]
-                .cm
-                .reject(id, zerocopy::IntoBytes::as_bytes(&pd));
+            if let Some(e) = &self.endpoints[ep] {
+                let _ = e.cm.reject(id, zerocopy::IntoBytes::as_bytes(&pd));
+            }
             return;
         }
         let (nvme_req, sq_size, ord) =
@@ -1096,14 +1479,18 @@ impl<P: Provider> Control<P> {
                 Err(status) => return self.reject(ep, id, status, from),
             };
         let qid = nvme_req.qid();
-        let addr = self.endpoints[ep].addr;
-        let Some(port) =
-            (self.reg.ports().iter()).position(|p| p.traddr == addr && p.trsvcid == req.local_port)
+        let Some(addr) = self.endpoints[ep].as_ref().map(|e| e.addr) else {
+            return;
+        };
+        let Some(port) = (self.reg.ports().iter())
+            .position(|p| !p.removed && p.traddr == addr && p.trsvcid == req.local_port)
         else {
             tracing::warn!(host_addr = %remote_ip, qid, "a connection request to {addr}:{} which is no configured port", req.local_port);
             return self.reject(ep, id, RdmaCmRejectStatus::NoResources, from);
         };
-        let e = &mut self.endpoints[ep];
+        let Some(e) = self.endpoints[ep].as_mut() else {
+            return;
+        };
         let port_tos = e.tos.iter().find(|(port, _)| *port == req.local_port);
         let tos = port_tos.map_or(req.traffic_class, |&(_, t)| t);
         let g = e.first_group
@@ -1139,12 +1526,21 @@ impl<P: Provider> Control<P> {
                     qpn: token.qpn,
                     qid,
                 };
-                self.conns.insert((ep, id.0), ConnRecord { group: g, peer });
-                match self.endpoints[ep].cm.accept(
-                    id,
-                    token,
-                    zerocopy::IntoBytes::as_bytes(&accept),
-                ) {
+                self.conns.insert(
+                    (ep, id.0),
+                    ConnRecord {
+                        group: g,
+                        port,
+                        peer,
+                    },
+                );
+                let Some(e) = &self.endpoints[ep] else {
+                    return;
+                };
+                match e
+                    .cm
+                    .accept(id, token, zerocopy::IntoBytes::as_bytes(&accept))
+                {
                     Ok(()) => oplog::cm_accepted(
                         &peer,
                         sq_size,

@@ -330,6 +330,9 @@ pub struct PortInfo {
     /// The ANA groups this port configures, with their states at start; every other
     /// group is optimized here ([`crate::ana`]).
     pub ana_groups: Vec<(u32, AnaState)>,
+    /// A reload removed this listen entry: nothing connects or is listed here any more
+    /// (the slot stays so the later ports keep their indices; [`Registry::set_ports`]).
+    pub removed: bool,
 }
 
 /// A referral to another RDMA discovery service (Discovery Log Page Entry SUBTYPE 1).
@@ -353,14 +356,17 @@ impl PortInfo {
             subsystems: None,
             referrals: Vec::new(),
             ana_groups: Vec::new(),
+            removed: false,
         }
     }
 
     /// Whether subsystem `nqn` is served on this port.
     pub fn serves(&self, nqn: &str) -> bool {
-        self.subsystems
-            .as_ref()
-            .is_none_or(|list| list.iter().any(|s| s == nqn))
+        !self.removed
+            && self
+                .subsystems
+                .as_ref()
+                .is_none_or(|list| list.iter().any(|s| s == nqn))
     }
 }
 
@@ -508,9 +514,19 @@ impl Registry {
         self.ports.load()
     }
 
-    /// Replaces the ports' subsystem links and referrals (a reload); the caller keeps
-    /// the list's length and order, so a queue's port index stays its port.
+    /// Replaces the ports (a reload). The caller keeps every slot of the list now in
+    /// its place, so a queue's port index stays its port: a port removed stays as a
+    /// slot marked [`PortInfo::removed`], a port added is appended (its ANA states
+    /// join the ANA table at the same index).
     pub fn set_ports(&self, ports: Vec<PortInfo>) {
+        for (i, p) in ports.iter().enumerate() {
+            if i >= self.ana.port_slots() {
+                self.ana.add_port(p.portid, &p.ana_groups);
+            }
+            if p.removed {
+                self.ana.remove_port(i);
+            }
+        }
         self.ports.store(Arc::new(ports));
     }
 

@@ -2,9 +2,11 @@
 //! --config file again and a connected host sees namespace 2 appear; a file that does
 //! not parse changes nothing, and `nvmf-target reload --control-socket` exits 1 with
 //! the parse error; the reload CLI removes namespace 2 and prints what changed; the
-//! daemon then stops cleanly on SIGTERM.
+//! daemon then stops cleanly on SIGTERM. A second listen address added by SIGHUP
+//! serves a host; the reload CLI removes it again and that host's queue is
+//! disconnected.
 //!
-//! The target on 127.0.0.181, the host library on .182.
+//! The targets on 127.0.0.181 and .185 (and .183), the host library on .182 (and .184).
 use std::io::{BufRead, BufReader};
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
@@ -178,4 +180,84 @@ fn sighup_and_the_reload_command_change_namespaces_live() {
     let status = d.child.wait().expect("exit");
     assert!(status.success(), "{status:?}");
     assert!(!socket.exists(), "the control socket is removed at exit");
+}
+
+#[test]
+fn a_listen_address_is_added_by_sighup_and_removed_by_the_cli() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("target.toml");
+    let socket = dir.path().join("ctl.sock");
+    // Addresses of its own: the other test's daemon may run at the same time.
+    let first = config(false).replace(ADDR, "127.0.0.185");
+    std::fs::write(&cfg, &first).unwrap();
+    let mut d = Daemon::start(&cfg, &socket);
+    // A second [[listen]] entry, PORTID given so the first keeps its own.
+    let second = "127.0.0.183";
+    let two = first.replacen(
+        "\n[[subsystems]]",
+        &format!("portid = 1\n\n[[listen]]\naddr = \"{second}\"\nportid = 2\n\n[[subsystems]]"),
+        1,
+    );
+    std::fs::write(&cfg, &two).unwrap();
+    d.signal(nix::sys::signal::Signal::SIGHUP);
+    let line = d.wait_for("configuration reloaded");
+    assert!(
+        line.contains(&format!("listen added: {second}:4420")),
+        "{line}"
+    );
+    let mut o = HostOptions::new(SocketAddr::new(second.parse().unwrap(), 4420), NQN);
+    o.local_ip = Some("127.0.0.184".parse().unwrap());
+    o.io_queues = 1;
+    o.queue_depth = 8;
+    o.kato_ms = 0;
+    let mut host = SyncHost::connect(&o).expect("host connects through the new address");
+    assert_eq!(active(host.controller().admin_queue_mut()), vec![1]);
+
+    // The CLI removes it: the output says so and the host's queue is disconnected.
+    let one = two.replacen(
+        &format!("[[listen]]\naddr = \"{second}\"\nportid = 2\n\n"),
+        "",
+        1,
+    );
+    std::fs::write(&cfg, one).unwrap();
+    let out = reload_cli(&socket);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains(&format!("listen removed: {second}:4420")),
+        "{stdout}"
+    );
+    let q = &mut host.io_queues()[0];
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        assert!(
+            Instant::now() < deadline,
+            "the host's queue is still served"
+        );
+        let sqe = Sqe::read(0, 1, 0, 7, false);
+        let Ok(cid) = q.submit_with(sqe, DataDir::ControllerToHost { len: 4096 }, |_| {}) else {
+            break;
+        };
+        let mut out: Vec<QueueCompletion> = Vec::new();
+        let mut failed = false;
+        while out.iter().all(|c| c.cid != cid) {
+            assert!(Instant::now() < deadline, "the read did not complete");
+            q.poll(&mut out);
+        }
+        if let Some(c) = out.iter().find(|c| c.cid == cid) {
+            failed = c.result.is_err();
+        }
+        if failed {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop(host);
+    d.signal(nix::sys::signal::Signal::SIGTERM);
+    let status = d.child.wait().expect("exit");
+    assert!(status.success(), "{status:?}");
 }

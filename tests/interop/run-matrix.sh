@@ -67,9 +67,13 @@
 #                   reconfigured with SIGHUP by hooks/our-reload.sh while fio with
 #                   verification runs on namespace 1 (guest/reload-host.sh): connect,
 #                   fio-started, ns2-appears (same controller, no reconnect), ns2-io,
-#                   bad-config-unchanged, ns2-disappears, fio-n1-verify, no-reconnect,
+#                   bad-config-unchanged, ns2-disappears, connect-port2 (a second
+#                   subsystem through port 4421), port2-ctrl-lost and
+#                   port2-reconnect-fails (the reload removed 4421),
+#                   port2-fio-n1-continues, fio-n1-verify, no-reconnect (nvme0),
 #                   disconnect; the hook's sighup-add, sighup-bad-refused,
-#                   sighup-remove (the target's log line for each); target-exit. Not
+#                   sighup-remove, sighup-port-remove (the target's log line for
+#                   each); target-exit. Not
 #                   a default group: INTEROP_GROUPS=reload (.ci/run runs it).
 #   tshark/*        tshark's verdict on the capture of each run (check-capture.sh).
 # Exit status: 0 all cells passed, 1 a cell failed, 2 the matrix cannot run here (no
@@ -434,8 +438,9 @@ DHCHAP_CELLS="our-host/h1-right-key our-host/h2-bidirectional our-host/h2-wrong-
             linux-host/refused-at-once-(c) linux-host/refused-at-once-(e) target-exit"
 ANA_CELLS="connect list-subsys io-before ana-flip io-moved fio-verify disconnect target-exit"
 RELOAD_CELLS="connect fio-started ns2-appears ns2-io bad-config-unchanged ns2-disappears
+            connect-port2 port2-ctrl-lost port2-reconnect-fails port2-fio-n1-continues
             fio-n1-verify no-reconnect disconnect sighup-add sighup-bad-refused sighup-remove
-            target-exit"
+            sighup-port-remove target-exit"
 NVME_CLI_CELLS="discover connect id-ctrl id-ns list-ns ns-descs smart-log smart-log-ns1
             error-log fw-log effects-log changed-ns-list-log get-features get-logs compare
             disconnect"

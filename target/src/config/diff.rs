@@ -5,15 +5,12 @@
 //! What a reload changes live: subsystems added or removed; namespaces added, removed
 //! or enabled/disabled (a namespace whose back end changes is removed and added again
 //! under the same NSID, unless it stays on the same file, see [`diff`]); a subsystem's
-//! allowed hosts and DH-HMAC-CHAP keys; a port's subsystem links and referrals; the
+//! allowed hosts and DH-HMAC-CHAP keys; listen entries added or removed (matched by
+//! address and `trsvcid`), a port's subsystem links, referrals and ANA states; the
 //! top-level host entries (which carry no setting yet). Everything else (provider,
-//! listen addresses, poll groups, sizes, a subsystem's identity...) is fixed at start:
-//! a change to it is refused, named, and nothing of the reload is applied.
-//!
-//! ANA states are not in the model yet: once they are, compare them here (a field of
-//! [`ReloadPlan`] listing `(portid, grpid, state)`) and have the control thread call
-//! the ANA state setter after the namespaces (the `ANA hook` comment in
-//! `crate::reload`'s commit step).
+//! poll groups, sizes, a listen entry's `tos` and PORTID, a subsystem's identity...)
+//! is fixed while it is served: a change to it is refused, named, and nothing of the
+//! reload is applied.
 
 use super::model::{ListenAddr, NamespaceBackend, NamespaceConfig, SubsystemConfig, TargetConfig};
 
@@ -32,8 +29,17 @@ pub struct ReloadPlan {
     /// NQNs of the subsystems (staying) whose `allow_any_host`, `hosts` or
     /// `host_keys` changed: later Connects follow the new lists.
     pub hosts_changed: Vec<String>,
-    /// Indices of the listen entries whose subsystem links or referrals changed.
+    /// Indices (in the new configuration) of the listen entries in both whose
+    /// subsystem links or referrals changed.
     pub ports_changed: Vec<usize>,
+    /// Listen entries to listen on (PORTID resolved): a new address gets its RDMA
+    /// device, connection manager and poll groups; a new `trsvcid` on an address
+    /// served already, a listen on its connection manager.
+    pub listen_added: Vec<ListenAddr>,
+    /// Listen entries (address, `trsvcid`) to stop listening on: the controllers and
+    /// queues that came in through them are disconnected; an address left without
+    /// entries closes its device and poll groups.
+    pub listen_removed: Vec<(std::net::IpAddr, u16)>,
     /// ANA states to set, `(PORTID, ANAGRPID, state)`: a port's group whose state
     /// changed (a group no longer listed is optimized again, as at start).
     pub ana_changed: Vec<(u16, u32, nvme::ana::AnaState)>,
@@ -58,6 +64,8 @@ impl ReloadPlan {
             || !self.subsystems_removed.is_empty()
             || !self.hosts_changed.is_empty()
             || !self.ports_changed.is_empty()
+            || !self.listen_added.is_empty()
+            || !self.listen_removed.is_empty()
     }
 
     /// The plan in words for the log line: what is added, removed and changed.
@@ -109,6 +117,16 @@ impl ReloadPlan {
                 .map(|i| format!("listen[{i}]"))
                 .collect();
             parts.push(format!("port links or referrals changed: {}", list(v)));
+        }
+        if !self.listen_added.is_empty() {
+            let v = (self.listen_added.iter()).map(|l| l.to_string()).collect();
+            parts.push(format!("listen added: {}", list(v)));
+        }
+        if !self.listen_removed.is_empty() {
+            let v = (self.listen_removed.iter())
+                .map(|(a, p)| std::net::SocketAddr::new(*a, *p).to_string())
+                .collect();
+            parts.push(format!("listen removed: {}", list(v)));
         }
         if self.host_entries_changed {
             parts.push("host entries changed".into());
@@ -179,29 +197,39 @@ fn fixed_fields(old: &TargetConfig, new: &TargetConfig) -> Vec<String> {
     refused
 }
 
-/// Listen entries: the same addresses, ports, traffic classes and port IDs in the same
-/// order, or refused; links and referrals may change.
+/// Listen entries, matched by address and `trsvcid`: an entry only in `new` is added
+/// (listened on), one only in `old` removed (its connections dropped); one in both may
+/// change its subsystem links, referrals and ANA states, not its `tos` or PORTID
+/// (refused: remove it in one reload and add it back in the next).
 fn ports(old: &TargetConfig, new: &TargetConfig, plan: &mut ReloadPlan) {
-    let key = |c: &TargetConfig| -> Vec<_> {
-        (c.listen.iter().enumerate())
-            .map(|(i, l)| (l.addr, l.trsvcid, l.tos, l.portid.unwrap_or(i as u16 + 1)))
-            .collect()
-    };
-    if key(old) != key(new) {
-        plan.refused.push(
-            "listen changed (an address, trsvcid, tos or portid added, removed or \
-             changed): listen entries are fixed at start; only their subsystems links and \
-             referrals change live (restart the target to change the rest)"
-                .into(),
-        );
-        return;
+    let portid = |i: usize, l: &ListenAddr| l.portid.unwrap_or(i as u16 + 1);
+    for o in &old.listen {
+        if !(new.listen.iter()).any(|n| (n.addr, n.trsvcid) == (o.addr, o.trsvcid)) {
+            plan.listen_removed.push((o.addr, o.trsvcid));
+        }
     }
-    for (i, (o, n)) in old.listen.iter().zip(&new.listen).enumerate() {
+    for (i, n) in new.listen.iter().enumerate() {
+        let found = (old.listen.iter().enumerate())
+            .find(|(_, o)| (o.addr, o.trsvcid) == (n.addr, n.trsvcid));
+        let Some((j, o)) = found else {
+            plan.listen_added.push(ListenAddr {
+                portid: Some(portid(i, n)),
+                ..n.clone()
+            });
+            continue;
+        };
+        if (o.tos, portid(j, o)) != (n.tos, portid(i, n)) {
+            plan.refused.push(format!(
+                "listen {n}: tos or portid changed (a PORTID not given is the entry's \
+                 position plus 1): a listen entry keeps them while it is served; remove the \
+                 entry in one reload and add it back in the next, or give portid explicitly"
+            ));
+            continue;
+        }
         if o.subsystems != n.subsystems || o.referrals != n.referrals {
             plan.ports_changed.push(i);
         }
-        let portid = n.portid.unwrap_or(i as u16 + 1);
-        plan.ana_changed.extend(ana_changes(portid, o, n));
+        plan.ana_changed.extend(ana_changes(portid(i, n), o, n));
     }
 }
 
@@ -439,25 +467,45 @@ mod tests {
         let p = diff(&old, &new);
         assert_eq!(p.ports_changed, vec![0]);
         assert!(p.refused.is_empty() && p.discovery_changed());
+        // Another trsvcid: the old one removed, the new one added (PORTID resolved).
         let mut moved = base();
         moved.listen[0].trsvcid = 4421;
         let p = diff(&old, &moved);
-        assert_eq!(p.refused.len(), 1);
-        assert!(
-            p.refused[0].starts_with("listen changed"),
-            "{}",
-            p.refused[0]
+        assert!(p.refused.is_empty(), "{:?}", p.refused);
+        assert_eq!(p.listen_removed, vec![(old.listen[0].addr, 4420)]);
+        assert_eq!(p.listen_added.len(), 1);
+        assert_eq!(
+            (p.listen_added[0].trsvcid, p.listen_added[0].portid),
+            (4421, Some(1))
         );
+        assert!(p.discovery_changed());
         let mut more = base();
         more.listen.push(ListenAddr::new(
             IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)),
             4420,
         ));
-        assert_eq!(diff(&old, &more).refused.len(), 1);
+        let p = diff(&old, &more);
+        assert!(p.refused.is_empty() && p.listen_removed.is_empty());
+        assert_eq!(p.listen_added[0].portid, Some(2));
+        // Taking the first of two away shifts the second's position-derived PORTID:
+        // refused, naming the fix.
+        let p = diff(&more, &moved_second(&more));
+        assert_eq!(p.refused.len(), 1, "{:?}", p.refused);
+        assert!(p.refused[0].contains("portid"), "{}", p.refused[0]);
+        let mut tos = base();
+        tos.listen[0].tos = Some(0x20);
+        assert_eq!(diff(&old, &tos).refused.len(), 1);
         // The position-derived PORTID spelled out is no change.
         let mut spelled = base();
         spelled.listen[0].portid = Some(1);
         assert!(diff(&old, &spelled).is_empty());
+    }
+
+    /// `cfg` without its first listen entry.
+    fn moved_second(cfg: &TargetConfig) -> TargetConfig {
+        let mut c = cfg.clone();
+        c.listen.remove(0);
+        c
     }
 
     #[test]

@@ -907,7 +907,7 @@ impl RequestCore {
             self.set_state(i, ReqState::Completed);
             return;
         };
-        if self.draining {
+        if self.draining || q.ending {
             return self.refuse_while_draining(i);
         }
         let authenticated = q.authenticated();

@@ -193,6 +193,15 @@ pub enum GroupCmd {
     /// Asynchronous Event Requests held in this group now
     /// ([`core::RequestCore::complete_held_events`]), not at their next admin command.
     CompleteHeldEvents { cntlids: Vec<u16> },
+    /// A reload ends controllers `cntlids` or closes namespaces on fixed files `files`
+    /// ([`core::RequestCore::quiesce`]): their queues take no new command; the reply
+    /// is how many requests of theirs (and io_uring operations on `files`) are still
+    /// in flight. Sent again until every group answers 0.
+    Quiesce {
+        cntlids: Vec<u16>,
+        files: Vec<u32>,
+        reply: Sender<u32>,
+    },
     /// Stop the poll loop.
     Shutdown,
 }

@@ -679,6 +679,15 @@ impl<P: Provider> PollGroup<P> {
                 self.core.complete_held_events(&cntlids, now);
                 self.execute_actions(now);
             }
+            GroupCmd::Quiesce {
+                cntlids,
+                files,
+                reply,
+            } => {
+                let in_flight = self.core.quiesce(&cntlids, &files);
+                self.execute_actions(Instant::now());
+                let _ = reply.send(in_flight);
+            }
             GroupCmd::Shutdown => {}
         }
     }

@@ -80,6 +80,9 @@ pub struct Queue {
     /// A Disconnect was accepted: capsules that arrive after it are dropped (the
     /// specification leaves them undefined; no CQE may follow the Disconnect's).
     pub(crate) closing: bool,
+    /// A reload is ending the queue ([`super::RequestCore::quiesce`]): commands that
+    /// arrive from now on are answered with Command Aborted due to SQ Deletion.
+    pub(crate) ending: bool,
     /// The queue's tracing span (`queue{qid qpn host_addr}`), a child of its
     /// controller's once the Fabrics Connect named one; entered by
     /// the log lines about the queue (never per command).
@@ -107,6 +110,7 @@ impl Queue {
             pending_send: VecDeque::new(),
             disconnect: None,
             closing: false,
+            ending: false,
             span: tracing::Span::none(),
         }
     }

@@ -2,13 +2,16 @@
 # Linux's NVMe/RDMA host against our nvmf-target, which the host hook
 # (hooks/our-reload.sh) reconfigures with SIGHUP while fio with verification runs on
 # namespace 1: namespace 2 must appear on the same controller (no reconnect), a
-# configuration that does not parse must change nothing, namespace 2 must go again,
-# and fio on namespace 1 must pass.
+# configuration that does not parse must change nothing, namespace 2 must go again;
+# then the second port (4421, another subsystem, connected as nvme1) is removed: its
+# controller must lose its connection and fail to reconnect while fio on namespace 1
+# (port 4420) goes on; fio on namespace 1 must pass.
 #
 # Runs inside a linux-peer VM (dash, busybox applets); helpers from lib.sh. Cells
 # (`cell NAME PASS|FAIL reason`) also go to $LP_OUT/cells.txt: connect, fio-started,
-# ns2-appears, ns2-io, bad-config-unchanged, ns2-disappears, fio-n1-verify,
-# no-reconnect, disconnect.
+# ns2-appears, ns2-io, bad-config-unchanged, ns2-disappears, connect-port2,
+# port2-ctrl-lost, port2-reconnect-fails, port2-fio-n1-continues, fio-n1-verify,
+# no-reconnect (nvme0), disconnect.
 # Kernel command line: LP_TARGET_IP, LP_NQN (run.sh -a target_ip=.. -a nqn=..).
 # Waits for /host/out/A/ready; asks for each step with /host/out/B/want-*, waits for the
 # hook's /host/out/A/<done>; touches /host/out/stop at the end.
@@ -25,7 +28,8 @@ finish() {
     touch /host/out/stop
     exit 0
 }
-recovery() { dmesg | grep -cE 'nvme nvme[0-9]+: (Reconnecting|starting error recovery|I/O .*timeout|resetting)'; }
+# Error recovery lines of controller nvme0 (the port that stays).
+recovery() { dmesg | grep -cE 'nvme nvme0: (Reconnecting|starting error recovery|I/O .*timeout|resetting)'; }
 # wait_dev DEV PRESENT(1|0) SECS: until DEV exists (1) or is gone (0)
 wait_dev() {
     i=0
@@ -50,12 +54,22 @@ fi
 ctrl=nvme0
 cntlid0=$(cat /sys/class/nvme/$ctrl/cntlid 2>/dev/null)
 cell connect PASS "/dev/nvme0n1 present, controller $ctrl cntlid $cntlid0"
+# The second port's subsystem, as nvme1 (/dev/nvme1n1).
+NQN2="$NQN-port2"
+out=$(timeout 90 nvme connect -t rdma -a "$T" -s 4421 -n "$NQN2" 2>&1); rc=$?
+echo "$out"
+wait_dev /dev/nvme1n1 1 10
+if [ $rc = 0 ] && [ -b /dev/nvme1n1 ] && [ "$(cat /sys/class/nvme/nvme1/state 2>/dev/null)" = live ]; then
+    cell connect-port2 PASS "$NQN2 through port 4421: nvme1 live, /dev/nvme1n1 present"
+else
+    cell connect-port2 FAIL "nvme connect -s 4421 exit status $rc: $(echo "$out" | tail -1); nvme1 '$(cat /sys/class/nvme/nvme1/state 2>/dev/null)'"
+fi
 rec0=$(recovery)
 
 # fio with verification on namespace 1, long enough to span the three reloads.
 json="$LP_OUT/fio-n1.json"
 fio --name=fio-n1 --filename=/dev/nvme0n1 --direct=1 --ioengine=libaio --rw=randrw \
-    --bs=4k --iodepth=16 --size=16M --time_based --runtime=60 --verify=crc32c \
+    --bs=4k --iodepth=16 --size=16M --time_based --runtime=90 --verify=crc32c \
     --verify_backlog=256 --verify_fatal=1 --output-format=json --output="$json" \
     > "$LP_OUT/fio-n1.stderr" 2>&1 &
 fio_pid=$!
@@ -109,13 +123,47 @@ else
     cell ns2-disappears FAIL "/dev/nvme0n2 still present 30 s after the reload"
 fi
 
+# ---- the second port removed (SIGHUP) ---------------------------------------------------
+touch /host/out/B/want-port-remove
+wait_file /host/out/A/port-removed 60
+i=0; st=live
+while [ $i -lt 100 ]; do
+    st=$(cat /sys/class/nvme/nvme1/state 2>/dev/null || echo gone)
+    [ "$st" != live ] && break
+    sleep 0.2; i=$((i + 1))
+done
+if [ "$st" != live ]; then
+    cell port2-ctrl-lost PASS "nvme1 (port 4421) is '$st' after the reload removed its port: $(dmesg | grep 'nvme nvme1:' | tail -2 | tr -s ' ' | tr '\n' ' ')"
+else
+    cell port2-ctrl-lost FAIL "nvme1 still live 20 s after the reload removed port 4421"
+fi
+# nvme-rdma retries every reconnect_delay (10 s); the port is gone, so each attempt fails.
+i=0; failed=""
+while [ $i -lt 150 ]; do
+    failed=$(dmesg | grep -m1 -E 'nvme nvme1: (Failed reconnect attempt|rdma connection establishment failed|Connect rejected)')
+    [ -n "$failed" ] && break
+    sleep 0.2; i=$((i + 1))
+done
+st=$(cat /sys/class/nvme/nvme1/state 2>/dev/null || echo gone)
+if [ -n "$failed" ] && [ "$st" != live ]; then
+    cell port2-reconnect-fails PASS "$(echo "$failed" | tr -s ' '); nvme1 '$st'"
+else
+    cell port2-reconnect-fails FAIL "no failed reconnect of nvme1 within 30 s (state '$st'): $(dmesg | grep 'nvme1' | tail -3 | tr '\n' ' ')"
+fi
+if kill -0 $fio_pid 2>/dev/null && [ "$(cat /sys/class/nvme/nvme0/state 2>/dev/null)" = live ]; then
+    cell port2-fio-n1-continues PASS "fio on /dev/nvme0n1 (port 4420) still running, nvme0 live"
+else
+    cell port2-fio-n1-continues FAIL "fio on nvme0n1 $(kill -0 $fio_pid 2>/dev/null && echo running || echo ended), nvme0 '$(cat /sys/class/nvme/nvme0/state 2>/dev/null)'"
+fi
+timeout 60 nvme disconnect -n "$NQN2" >/dev/null 2>&1
+
 # ---- fio on namespace 1 kept going -----------------------------------------------------
 wait $fio_pid; rc=$?
 errs=$(grep -oE -m1 '"error" *: *[0-9]+' "$json" 2>/dev/null | head -1 | tr -dc '0-9')
 rios=$(grep -oE '"total_ios" *: *[0-9]+' "$json" 2>/dev/null | sed -n 1p | tr -dc '0-9')
 wios=$(grep -oE '"total_ios" *: *[0-9]+' "$json" 2>/dev/null | sed -n 2p | tr -dc '0-9')
 if [ $rc = 0 ] && [ "$errs" = 0 ]; then
-    cell fio-n1-verify PASS "randrw 4k iodepth=16 60 s verify=crc32c across three reloads: ${rios:-?} reads, ${wios:-?} writes, 0 errors"
+    cell fio-n1-verify PASS "randrw 4k iodepth=16 90 s verify=crc32c across four reloads: ${rios:-?} reads, ${wios:-?} writes, 0 errors"
 else
     cell fio-n1-verify FAIL "fio exit status $rc, error '$errs': $(grep -m3 -iE 'verify|error|bad' "$LP_OUT/fio-n1.stderr" | tr '\n' ' ')"
 fi

@@ -13,8 +13,11 @@
 #   want-bad    -> the file made unparsable, SIGHUP (refused, nothing
 #                  changes), then the file of the add step put back         -> bad-done
 #   want-remove -> namespace 2 taken out of the file, SIGHUP                -> removed
+#   want-port-remove -> the second listen entry (4421, serving the subsystem
+#                  $INTEROP_NQN-port2 only) taken out of the file, SIGHUP    -> port-removed
 # Its own cells (`cell NAME PASS|FAIL reason`) go to $LP_SHARE/cells-hook.txt:
-# sighup-add, sighup-bad-refused, sighup-remove (the target's log line for each).
+# sighup-add, sighup-bad-refused, sighup-remove, sighup-port-remove (the target's log
+# line for each).
 # Stops the target (SIGTERM) when $LP_SHARE/out/stop appears; its exit status goes to
 # $LP_SHARE/target.rc, its log is $LP_SHARE/target.log.
 set -u
@@ -27,12 +30,37 @@ ns2="$LP_SHARE/reload-ns2.img"
 : >"$cells"
 rm -f "$ns2"
 cell() { echo "cell $*" | tee -a "$cells"; }
+# The second port (4421) serves a second subsystem until want-port-remove.
+nqn2="$INTEROP_NQN-port2"
+port2=1
 
-write_config() {   # write_config WITH_NS2(0|1)
+write_config() {   # write_config WITH_NS2(0|1); the second port while $port2 is 1
     cat >"$cfg" <<TOML
 [[listen]]
 addr = "$ip"
 trsvcid = 4420
+portid = 1
+subsystems = ["$INTEROP_NQN"]
+TOML
+    if [ "$port2" = 1 ]; then
+        cat >>"$cfg" <<TOML
+
+[[listen]]
+addr = "$ip"
+trsvcid = 4421
+portid = 2
+subsystems = ["$nqn2"]
+TOML
+    fi
+    cat >>"$cfg" <<TOML
+
+[[subsystems]]
+nqn = "$nqn2"
+
+[[subsystems.namespaces]]
+nsid = 1
+backend = "ram"
+size = "16M"
 
 [[subsystems]]
 nqn = "$INTEROP_NQN"
@@ -113,6 +141,12 @@ while [ ! -e "$LP_SHARE/out/stop" ]; do
         write_config 0
         reload sighup-remove "reloaded: namespaces removed: $INTEROP_NQN nsid 2"
         touch "$LP_SHARE/out/A/removed"
+    fi
+    if [ -e "$LP_SHARE/out/B/want-port-remove" ] && [ ! -e "$LP_SHARE/out/A/port-removed" ]; then
+        port2=0
+        write_config 0
+        reload sighup-port-remove "reloaded: .*listen removed: $ip:4421.*1 controller\(s\) disconnected"
+        touch "$LP_SHARE/out/A/port-removed"
     fi
     sleep 0.2
 done

@@ -605,6 +605,21 @@ impl ConnectionManager for VerbsCm {
         Ok(rx)
     }
 
+    /// Destroys the listening `rdma_cm_id` of port `port`: the kernel refuses later
+    /// requests for it; connections accepted from it have ids of their own and go on.
+    fn unlisten(&self, port: u16) -> Result<bool, ConnError> {
+        let conn = (self.shared.ids.lock().iter())
+            .find(|(_, e)| matches!(e.role, Role::Listener { port: p } if p == port))
+            .map(|(&conn, _)| conn);
+        match conn {
+            Some(conn) => {
+                self.shared.destroy(conn);
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
     /// Passive side, in the poll group's thread: creates the QP of request `req` in
     /// `ctx` (`rdma_create_qp` on the request's cm_id; the QP is in Init, `accept`
     /// brings it to RTS) and decides the RDMA READ depths: responder resources =

@@ -31,6 +31,7 @@ use crate::wire::{
 
 enum Cmd {
     Listen(u16, Sender<CmEvent>, Sender<Result<(), CmError>>),
+    Unlisten(u16, Sender<bool>),
     Connect(
         ConnectParams,
         Sender<CmEvent>,
@@ -202,6 +203,16 @@ impl CmAgent {
         Ok(erx)
     }
 
+    /// Stops listening on RDMA CM port `port` ([`Cm::unlisten`]): later REQs for it get
+    /// REJ reason 8 (invalid service ID); the connections accepted from it go on.
+    /// Returns whether the port was listened on.
+    ///
+    /// # Errors
+    /// [`CmAgentError::Gone`].
+    pub fn unlisten(&self, port: u16) -> Result<bool, CmAgentError> {
+        self.call(|r| Cmd::Unlisten(port, r))
+    }
+
     /// Sends a REQ; the connection's events arrive on the returned channel.
     pub fn connect(&self, p: ConnectParams) -> Result<(ConnId, Receiver<CmEvent>), CmAgentError> {
         let (etx, erx) = channel::unbounded();
@@ -358,6 +369,10 @@ impl Worker {
                     self.listeners.insert(port, events);
                 }
                 let _ = r.send(res);
+            }
+            Cmd::Unlisten(port, r) => {
+                self.listeners.remove(&port);
+                let _ = r.send(self.cm.unlisten(port));
             }
             Cmd::Connect(p, events, r) => {
                 let res = self.cm.connect(now, p);

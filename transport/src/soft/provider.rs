@@ -290,6 +290,9 @@ impl ConnectionManager for CmAgent {
     fn listen(&self, port: u16) -> Result<Receiver<CmEvent>, ConnError> {
         CmAgent::listen(self, port).map_err(agent_error)
     }
+    fn unlisten(&self, port: u16) -> Result<bool, ConnError> {
+        CmAgent::unlisten(self, port).map_err(agent_error)
+    }
     /// See [`super::conn`]: the QP is created and brought to RTS here, in the poll
     /// group (the CM agent is not involved until `accept`).
     fn create_accept_qp(

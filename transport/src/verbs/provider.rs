@@ -434,6 +434,15 @@ pub trait ConnectionManager: Clone + Send + Sync + 'static {
     /// `Cm(AlreadyListening)`; `Verbs(Os)`; `Gone`.
     fn listen(&self, port: u16) -> Result<Receiver<CmEvent>, ConnError>;
 
+    /// Stops listening on RDMA CM port `port` (soft: later REQs get REJ reason 8;
+    /// verbs: the listening `rdma_cm_id` is destroyed). The connections accepted from
+    /// it go on; their events keep arriving on the listen's channel. Returns whether
+    /// the port was listened on.
+    ///
+    /// # Errors
+    /// `Gone`.
+    fn unlisten(&self, port: u16) -> Result<bool, ConnError>;
+
     /// Passive side, in the poll group's thread: creates the QP for request `req` in
     /// `ctx`, to be brought to RTS from the request (path, PSN, flow label, selective
     /// retransmission) with the RDMA READ depths decided as rdma_cm decides them:

@@ -66,6 +66,31 @@ impl RequestCore {
             .count() as u32
     }
 
+    /// Quiesces for a reload (see [`crate::reload`]): the queues of controllers
+    /// `cntlids` take no new command from now on (each is answered with
+    /// [`DRAIN_STATUS`]) while those received run to their CQEs. Returns how many of
+    /// theirs have no response posted yet (held Asynchronous Event Requests not
+    /// counted: the queue's end releases them; a response posted counts as answered,
+    /// its SEND's completion needs the host's ACK), plus the requests io_uring still holds on the fixed files
+    /// `files` (removed namespaces, flushed once this is 0). Called again until 0.
+    pub fn quiesce(&mut self, cntlids: &[u16], files: &[u32]) -> u32 {
+        let mut ending = Vec::new();
+        for (&qpn, q) in self.queues.iter_mut() {
+            if q.ctrl.as_ref().is_some_and(|c| cntlids.contains(&c.cntlid)) {
+                q.ending = true;
+                ending.push(qpn);
+            }
+        }
+        self.reqs
+            .iter()
+            .filter(|r| {
+                let on_queue = ending.contains(&r.qpn) && !answered(r.state);
+                let on_file = r.state == ReqState::Executing && files.contains(&r.file);
+                on_queue || on_file
+            })
+            .count() as u32
+    }
+
     /// What the drain did so far.
     pub fn drain_counts(&self) -> DrainCounts {
         self.drain_counts
@@ -76,4 +101,17 @@ impl RequestCore {
         self.drain_counts.aborted += 1;
         self.finish(i, DRAIN_STATUS);
     }
+}
+
+/// Whether a request in `state` needs nothing more of the target before its queue may
+/// end: free, held (an AER), or its response posted.
+fn answered(state: ReqState) -> bool {
+    matches!(
+        state,
+        ReqState::Free
+            | ReqState::AwaitingEvent
+            | ReqState::TransferringControllerToHost
+            | ReqState::Completing
+            | ReqState::Completed
+    )
 }
