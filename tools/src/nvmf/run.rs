@@ -107,11 +107,10 @@ fn hostid_text(id: &[u8; 16]) -> String {
 pub fn host_options(f: &Fabric, need_nqn: bool) -> R<HostOptions> {
     if f.transport != Transport::Rdma {
         return Err(bad(format!(
-            "-t {:?}: nvmf speaks NVMe/RDMA only (RoCEv2 through this project's soft \
+            "-t {}: nvmf speaks NVMe/RDMA only (RoCEv2 through this project's soft \
              provider): use -t rdma, or nvme-cli for other transports",
-            f.transport
-        )
-        .to_lowercase()));
+            format!("{:?}", f.transport).to_lowercase()
+        )));
     }
     let traddr = f.traddr.as_deref().ok_or_else(|| {
         bad("-a TRADDR missing: give the target's IP address, e.g. -a 192.168.77.10 (and -s TRSVCID if it is not 4420)")
@@ -806,8 +805,14 @@ async fn held_namespaces(host: &Host) -> R<Vec<HeldNamespace>> {
     let info = host.controller_info().clone();
     let mut ana = std::collections::HashMap::new();
     if info.cmic & 0x08 != 0 {
+        // In pieces of at most 4 KiB (one admin command), until the log is whole.
         let len = nvmf_initiator::aen::ana_log_len(&info).next_multiple_of(4);
-        let raw = log_page(host, nvme::LogPageId::AnaLog.value(), 0xFFFF_FFFF, 0, len).await?;
+        let mut raw = Vec::with_capacity(len);
+        while raw.len() < len && !(raw.len() >= 16 && nvmf_initiator::aen::ana_log_is_whole(&raw)) {
+            let piece = (len - raw.len()).min(4096);
+            let lid = nvme::LogPageId::AnaLog.value();
+            raw.extend(log_page(host, lid, 0xFFFF_FFFF, raw.len() as u64, piece).await?);
+        }
         if let Ok(log) = nvme::AnaLog::decode(&raw) {
             for g in log.groups {
                 ana.insert(g.grpid, g.state.name().to_string());
