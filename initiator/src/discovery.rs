@@ -111,12 +111,7 @@ impl DiscoveryEntry {
             trsvcid: field("TRSVCID", e.trsvcid())?,
             subnqn: field("SUBNQN", e.subnqn())?,
             traddr: field("TRADDR", e.traddr())?,
-            rdma_tsas: (
-                e.tsas.qptype,
-                e.tsas.prtype,
-                e.tsas.cms,
-                e.tsas.pkey.get(),
-            ),
+            rdma_tsas: (e.tsas.qptype, e.tsas.prtype, e.tsas.cms, e.tsas.pkey.get()),
         })
     }
 

@@ -112,7 +112,10 @@ fn pattern(len: usize, tag: u8) -> Vec<u8> {
 #[test]
 fn discover_and_identify_match_the_library() {
     let t = target(1);
-    let d = json_of(&t.run(1, &["discover", "-o", "json"], false, b""), "discover");
+    let d = json_of(
+        &t.run(1, &["discover", "-o", "json"], false, b""),
+        "discover",
+    );
     let recs = d["records"].as_array().expect("records");
     let ours = recs
         .iter()
@@ -132,7 +135,9 @@ fn discover_and_identify_match_the_library() {
     let (info, ns) = rt.block_on(async {
         let mut o = nvmf_initiator::HostOptions::new(t.handle.listen_addr(), NQN);
         o.local_ip = Some("127.0.8.2".parse().unwrap());
-        let h = nvmf_initiator::Host::connect(o).await.expect("library host");
+        let h = nvmf_initiator::Host::connect(o)
+            .await
+            .expect("library host");
         let info = h.identify_controller().await.unwrap();
         let ns = h.identify_namespace(1).await.unwrap();
         h.disconnect().await.unwrap();
@@ -164,7 +169,10 @@ fn discover_and_identify_match_the_library() {
     assert_eq!(c["msdbd"], info.msdbd);
     // Dynamic controller model: each connection has its own controller ID.
     assert!(c["cntlid"].as_u64().unwrap() > 0);
-    assert_eq!(c["psds"].as_array().unwrap().len(), c["npss"].as_u64().unwrap() as usize + 1);
+    assert_eq!(
+        c["psds"].as_array().unwrap().len(),
+        c["npss"].as_u64().unwrap() as usize + 1
+    );
 
     let n = json_of(&t.run(1, &["id-ns", "-o", "json"], true, b""), "id-ns");
     assert_eq!(n["nsze"], ns.nsze);
@@ -173,8 +181,14 @@ fn discover_and_identify_match_the_library() {
     assert_eq!(n["anagrpid"], ns.anagrpid);
     assert_eq!(n["flbas"], ns.flbas);
     let lbaf = usize::from(ns.flbas & 0xF);
-    assert_eq!(1u64 << n["lbafs"][lbaf]["ds"].as_u64().unwrap(), u64::from(ns.block_size));
-    assert_eq!(n["nsze"].as_u64().unwrap() * u64::from(ns.block_size), 8 << 20);
+    assert_eq!(
+        1u64 << n["lbafs"][lbaf]["ds"].as_u64().unwrap(),
+        u64::from(ns.block_size)
+    );
+    assert_eq!(
+        n["nsze"].as_u64().unwrap() * u64::from(ns.block_size),
+        8 << 20
+    );
     // The normal output names the fields too.
     let text = ok(&t.run(1, &["id-ctrl"], true, b""), "id-ctrl text");
     assert!(text.contains("subnqn") && text.contains(NQN), "{text}");
@@ -184,14 +198,22 @@ fn discover_and_identify_match_the_library() {
 fn io_commands_round_trip_and_move_the_smart_counters() {
     let t = target(2);
     let dir = tempfile::tempdir().unwrap();
-    let smart0 = json_of(&t.run(3, &["smart-log", "-o", "json"], true, b""), "smart-log");
+    let smart0 = json_of(
+        &t.run(3, &["smart-log", "-o", "json"], true, b""),
+        "smart-log",
+    );
 
     // write from a file, read to stdout: the same bytes.
     let data = pattern(16 * 512, 0x5A);
     let file = dir.path().join("in.bin");
     std::fs::write(&file, &data).unwrap();
     let f = file.to_str().unwrap();
-    let w = t.run(3, &["write", "--start-block", "8", "-c", "15", "-d", f], true, b"");
+    let w = t.run(
+        3,
+        &["write", "--start-block", "8", "-c", "15", "-d", f],
+        true,
+        b"",
+    );
     ok(&w, "write");
     assert!(String::from_utf8_lossy(&w.stderr).contains("write: Success"));
     let r = t.run(3, &["read", "--start-block", "8", "-c", "15"], true, b"");
@@ -199,19 +221,45 @@ fn io_commands_round_trip_and_move_the_smart_counters() {
     assert_eq!(r.stdout, data, "read returns what write wrote");
     // write from stdin, read to a file.
     let d2 = pattern(512, 0x33);
-    ok(&t.run(3, &["write", "--start-block", "100", "-z", "512"], true, &d2), "write stdin");
+    ok(
+        &t.run(
+            3,
+            &["write", "--start-block", "100", "-z", "512"],
+            true,
+            &d2,
+        ),
+        "write stdin",
+    );
     let out = dir.path().join("out.bin");
     let o = out.to_str().unwrap();
-    ok(&t.run(3, &["read", "--start-block", "100", "-z", "512", "-d", o], true, b""), "read -d");
+    ok(
+        &t.run(
+            3,
+            &["read", "--start-block", "100", "-z", "512", "-d", o],
+            true,
+            b"",
+        ),
+        "read -d",
+    );
     assert_eq!(std::fs::read(&out).unwrap(), d2);
 
     // compare: matching data succeeds, different data is a Compare Failure (exit 1).
-    let c = t.run(3, &["compare", "--start-block", "8", "-c", "15", "-d", f], true, b"");
+    let c = t.run(
+        3,
+        &["compare", "--start-block", "8", "-c", "15", "-d", f],
+        true,
+        b"",
+    );
     ok(&c, "compare (same)");
     assert!(String::from_utf8_lossy(&c.stderr).contains("compare: Success"));
     let mut other = data.clone();
     other[700] ^= 1;
-    let c = t.run(3, &["compare", "--start-block", "8", "-c", "15"], true, &other);
+    let c = t.run(
+        3,
+        &["compare", "--start-block", "8", "-c", "15"],
+        true,
+        &other,
+    );
     let e = failed(&c, "compare (different)");
     assert!(
         e.contains("NVMe status: Compare Failure: The command failed due to a miscompare during a Compare command(0x"),
@@ -226,23 +274,42 @@ fn io_commands_round_trip_and_move_the_smart_counters() {
     let r = t.run(3, &["read", "--start-block", "8", "-c", "15"], true, b"");
     let back = r.stdout.clone();
     ok(&r, "read after dsm");
-    assert!(back[..8 * 512].iter().all(|&b| b == 0), "deallocated blocks read as zeros");
-    assert_eq!(&back[8 * 512..], &data[8 * 512..], "blocks outside the range kept");
+    assert!(
+        back[..8 * 512].iter().all(|&b| b == 0),
+        "deallocated blocks read as zeros"
+    );
+    assert_eq!(
+        &back[8 * 512..],
+        &data[8 * 512..],
+        "blocks outside the range kept"
+    );
 
     // write-zeroes, flush.
     ok(
-        &t.run(3, &["write-zeroes", "--start-block", "16", "-c", "3"], true, b""),
+        &t.run(
+            3,
+            &["write-zeroes", "--start-block", "16", "-c", "3"],
+            true,
+            b"",
+        ),
         "write-zeroes",
     );
     let r = t.run(3, &["read", "--start-block", "16", "-c", "7"], true, b"");
     let back = r.stdout.clone();
     ok(&r, "read after write-zeroes");
     assert!(back[..4 * 512].iter().all(|&b| b == 0), "zeroed blocks");
-    assert_eq!(&back[4 * 512..], &data[12 * 512..], "blocks after them kept");
+    assert_eq!(
+        &back[4 * 512..],
+        &data[12 * 512..],
+        "blocks after them kept"
+    );
     ok(&t.run(3, &["flush"], true, b""), "flush");
 
     // SMART: commands counted by the target between the two reads of the log.
-    let smart1 = json_of(&t.run(3, &["smart-log", "-o", "json"], true, b""), "smart-log");
+    let smart1 = json_of(
+        &t.run(3, &["smart-log", "-o", "json"], true, b""),
+        "smart-log",
+    );
     let n = |v: &Value, k: &str| v[k].as_u64().unwrap_or_else(|| panic!("{k} in {v}"));
     // Reads: 2 reads of 16 blocks, 1 of 1, 1 of 8 + compare (counted as reads).
     assert!(
@@ -254,22 +321,43 @@ fn io_commands_round_trip_and_move_the_smart_counters() {
     assert!(n(&smart1, "data_units_read") > n(&smart0, "data_units_read"));
 
     // get-feature: Number of Queues; get-log: raw SMART bytes, 512 of them.
-    let g = ok(&t.run(3, &["get-feature", "-f", "7"], true, b""), "get-feature");
-    assert!(g.starts_with("get-feature:0x07 (Number of Queues), Current value:0x"), "{g}");
+    let g = ok(
+        &t.run(3, &["get-feature", "-f", "7"], true, b""),
+        "get-feature",
+    );
+    assert!(
+        g.starts_with("get-feature:0x07 (Number of Queues), Current value:0x"),
+        "{g}"
+    );
     let l = t.run(3, &["get-log", "-i", "2", "-l", "512", "-b"], true, b"");
     ok(&l, "get-log -b");
     assert_eq!(l.stdout.len(), 512);
-    let el = json_of(&t.run(3, &["error-log", "-o", "json", "-e", "4"], true, b""), "error-log");
+    let el = json_of(
+        &t.run(3, &["error-log", "-o", "json", "-e", "4"], true, b""),
+        "error-log",
+    );
     assert_eq!(el["errors"].as_array().unwrap().len(), 4);
 }
 
 #[test]
 fn connect_holds_until_disconnect_and_list_sees_it() {
     let t = target(3);
-    let mut args: Vec<String> = ["connect", "-t", "rdma", "-a", &t.ip, "-w", "127.0.8.5", "-n", NQN, "-o", "json"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+    let mut args: Vec<String> = [
+        "connect",
+        "-t",
+        "rdma",
+        "-a",
+        &t.ip,
+        "-w",
+        "127.0.8.5",
+        "-n",
+        NQN,
+        "-o",
+        "json",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
     args.push("-q".into());
     args.push("nqn.2014-08.org.nvmexpress:uuid:0b5c5d7e-1111-4222-8333-944455556666".into());
     let mut holder = Command::new(BIN)
@@ -286,8 +374,16 @@ fn connect_holds_until_disconnect_and_list_sees_it() {
         let mut line = String::new();
         if out.read_line(&mut line).unwrap() == 0 {
             let mut err = String::new();
-            holder.stderr.take().unwrap().read_to_string(&mut err).unwrap();
-            panic!("connect printed {text:?} and exited: {:?} {err}", holder.wait());
+            holder
+                .stderr
+                .take()
+                .unwrap()
+                .read_to_string(&mut err)
+                .unwrap();
+            panic!(
+                "connect printed {text:?} and exited: {:?} {err}",
+                holder.wait()
+            );
         }
         text.push_str(&line);
         if line == "}\n" {
@@ -301,13 +397,24 @@ fn connect_holds_until_disconnect_and_list_sees_it() {
     let pid = holder.id();
     assert_eq!(c["pid"], pid);
 
-    let l = json_of(&run_bin(&["list".into(), "-o".into(), "json".into()], b"", t.state.path()), "list");
+    let l = json_of(
+        &run_bin(
+            &["list".into(), "-o".into(), "json".into()],
+            b"",
+            t.state.path(),
+        ),
+        "list",
+    );
     let dev = &l["Devices"][0];
     assert_eq!(dev["DevicePath"], format!("nvmf-{pid}n1"));
     assert_eq!(dev["NameSpace"], 1);
     assert_eq!(dev["SectorSize"], 512);
     let s = json_of(
-        &run_bin(&["list-subsys".into(), "-o".into(), "json".into()], b"", t.state.path()),
+        &run_bin(
+            &["list-subsys".into(), "-o".into(), "json".into()],
+            b"",
+            t.state.path(),
+        ),
         "list-subsys",
     );
     let sub = &s[0]["Subsystems"][0];
@@ -315,7 +422,10 @@ fn connect_holds_until_disconnect_and_list_sees_it() {
     let path = &sub["Paths"][0];
     assert_eq!(path["Transport"], "rdma");
     assert_eq!(path["State"], "live");
-    assert!(path["Address"].as_str().unwrap().contains(&format!("traddr={}", t.ip)));
+    assert!(path["Address"]
+        .as_str()
+        .unwrap()
+        .contains(&format!("traddr={}", t.ip)));
     // Our target reports ANA (CMIC bit 3): the path's state is read from its ANA log.
     assert_eq!(path["ANAState"], "optimized", "{s}");
 
@@ -324,13 +434,35 @@ fn connect_holds_until_disconnect_and_list_sees_it() {
     let e = failed(&busy, "id-ctrl from a held address");
     assert!(e.contains("is held by `nvmf connect`"), "{e}");
 
-    let d = run_bin(&["disconnect".into(), "-n".into(), NQN.into()], b"", t.state.path());
-    assert_eq!(ok(&d, "disconnect"), format!("NQN:{NQN} disconnected 1 controller(s)\n"));
+    let d = run_bin(
+        &["disconnect".into(), "-n".into(), NQN.into()],
+        b"",
+        t.state.path(),
+    );
+    assert_eq!(
+        ok(&d, "disconnect"),
+        format!("NQN:{NQN} disconnected 1 controller(s)\n")
+    );
     let st = holder.wait().unwrap();
     let mut err = String::new();
-    holder.stderr.take().unwrap().read_to_string(&mut err).unwrap();
-    assert!(st.success(), "the holder disconnects cleanly on SIGTERM: {st:?} {err}");
-    let l = json_of(&run_bin(&["list".into(), "-o".into(), "json".into()], b"", t.state.path()), "list");
+    holder
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert!(
+        st.success(),
+        "the holder disconnects cleanly on SIGTERM: {st:?} {err}"
+    );
+    let l = json_of(
+        &run_bin(
+            &["list".into(), "-o".into(), "json".into()],
+            b"",
+            t.state.path(),
+        ),
+        "list",
+    );
     assert_eq!(l["Devices"].as_array().unwrap().len(), 0);
 }
 
@@ -344,13 +476,27 @@ fn bad_input_is_answered_not_panicked_on() {
         t.state.path(),
     );
     let e = failed(&o, "no target");
-    assert!(e.contains("no answer from 127.0.7.250:4420") && e.contains("is a target running there"), "{e}");
+    assert!(
+        e.contains("no answer from 127.0.7.250:4420") && e.contains("is a target running there"),
+        "{e}"
+    );
     // Not an NQN.
-    let e = failed(&t.run(7, &["id-ctrl", "-n", "disk1"], false, b""), "bad NQN");
-    assert!(e.contains("\"disk1\" is not an NQN") && e.contains("nvmf discover"), "{e}");
+    let e = failed(
+        &t.run(7, &["id-ctrl", "-n", "disk1"], false, b""),
+        "bad NQN",
+    );
+    assert!(
+        e.contains("\"disk1\" is not an NQN") && e.contains("nvmf discover"),
+        "{e}"
+    );
     // An NQN the target does not serve: the Connect is refused with its status.
     let e = failed(
-        &t.run(7, &["id-ctrl", "-n", "nqn.2026-11.io.example:nothing"], false, b""),
+        &t.run(
+            7,
+            &["id-ctrl", "-n", "nqn.2026-11.io.example:nothing"],
+            false,
+            b"",
+        ),
         "unknown subsystem",
     );
     assert!(e.contains("NVMe status: Connect Invalid Parameters"), "{e}");
@@ -358,14 +504,22 @@ fn bad_input_is_answered_not_panicked_on() {
     let e = failed(&t.run(7, &["id-ctrl", "--bogus"], true, b""), "bad flag");
     assert!(e.contains("--bogus"), "{e}");
     let e = failed(
-        &run_bin(&["id-ctrl", "-t", "tcp", "-a", &t.ip, "-n", NQN].map(String::from), b"", t.state.path()),
+        &run_bin(
+            &["id-ctrl", "-t", "tcp", "-a", &t.ip, "-n", NQN].map(String::from),
+            b"",
+            t.state.path(),
+        ),
         "-t tcp",
     );
     assert!(e.contains("NVMe/RDMA only"), "{e}");
     let e = failed(&run_bin(&["id-ctrl".into()], b"", t.state.path()), "no -a");
     assert!(e.contains("-a TRADDR missing"), "{e}");
     let e = failed(
-        &run_bin(&["id-ctrl", "-a", "target.example", "-n", NQN].map(String::from), b"", t.state.path()),
+        &run_bin(
+            &["id-ctrl", "-a", "target.example", "-n", NQN].map(String::from),
+            b"",
+            t.state.path(),
+        ),
         "host name",
     );
     assert!(e.contains("is not an IP address"), "{e}");
@@ -375,7 +529,10 @@ fn bad_input_is_answered_not_panicked_on() {
         "read past the end",
     );
     assert!(e.contains("beyond namespace 1's 16384 blocks"), "{e}");
-    let e = failed(&t.run(7, &["id-ns", "--namespace-id", "9"], true, b""), "inactive ns");
+    let e = failed(
+        &t.run(7, &["id-ns", "--namespace-id", "9"], true, b""),
+        "inactive ns",
+    );
     assert!(e.contains("namespace 9"), "{e}");
     let e = failed(
         &t.run(7, &["write", "-d", "/nonexistent/data.bin"], true, b""),
@@ -383,6 +540,9 @@ fn bad_input_is_answered_not_panicked_on() {
     );
     assert!(e.contains("/nonexistent/data.bin: no such file"), "{e}");
     // A status from the controller: a log page the target does not have.
-    let e = failed(&t.run(7, &["get-log", "-i", "0xc0", "-l", "512"], true, b""), "bad log");
+    let e = failed(
+        &t.run(7, &["get-log", "-i", "0xc0", "-l", "512"], true, b""),
+        "bad log",
+    );
     assert!(e.starts_with("NVMe status: "), "{e}");
 }

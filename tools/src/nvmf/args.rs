@@ -61,7 +61,12 @@ pub struct Fabric {
     #[arg(short = 'k', long = "keep-alive-tmo", default_value_t = 10)]
     pub keep_alive_tmo: u32,
     /// Output format (nvme-cli's -o).
-    #[arg(short = 'o', long = "output-format", value_enum, default_value = "normal")]
+    #[arg(
+        short = 'o',
+        long = "output-format",
+        value_enum,
+        default_value = "normal"
+    )]
     pub output: OutputFormat,
 }
 
@@ -143,13 +148,23 @@ pub enum Command {
     /// Lists the namespaces of the live `nvmf connect` holders (nvme list).
     List {
         /// Output format.
-        #[arg(short = 'o', long = "output-format", value_enum, default_value = "normal")]
+        #[arg(
+            short = 'o',
+            long = "output-format",
+            value_enum,
+            default_value = "normal"
+        )]
         output: OutputFormat,
     },
     /// Lists the subsystems of the live holders with their paths and ANA states.
     ListSubsys {
         /// Output format.
-        #[arg(short = 'o', long = "output-format", value_enum, default_value = "normal")]
+        #[arg(
+            short = 'o',
+            long = "output-format",
+            value_enum,
+            default_value = "normal"
+        )]
         output: OutputFormat,
     },
     /// Identify Controller.

@@ -62,7 +62,10 @@ fn bad(msg: impl Into<String>) -> CliError {
 /// The NQN rules of NVMe Base 2.x §4.5: "nqn." first, at most 223 bytes, UTF-8
 /// without NUL or whitespace.
 pub fn check_nqn(flag: &str, nqn: &str) -> R {
-    if !nqn.starts_with("nqn.") || nqn.len() > 223 || nqn.chars().any(|c| c.is_whitespace() || c == '\0') {
+    if !nqn.starts_with("nqn.")
+        || nqn.len() > 223
+        || nqn.chars().any(|c| c.is_whitespace() || c == '\0')
+    {
         return Err(bad(format!(
             "{flag} {nqn:?} is not an NQN: an NVMe Qualified Name starts with \"nqn.\" \
              (e.g. nqn.2014-08.org.nvmexpress:uuid:... or nqn.2026-11.io.example:disk1), \
@@ -154,9 +157,11 @@ pub fn host_options(f: &Fabric, need_nqn: bool) -> R<HostOptions> {
     o.queue_depth = 32;
     // One-shot commands: a lost connection fails the command, no reconnect.
     o.ctrl_loss_tmo = Some(Duration::ZERO);
-    let local = o
-        .resolve_local_ip()
-        .map_err(|e| bad(format!("no local address toward {ip}: {e}; give one with -w")))?;
+    let local = o.resolve_local_ip().map_err(|e| {
+        bad(format!(
+            "no local address toward {ip}: {e}; give one with -w"
+        ))
+    })?;
     if let Some(h) = state::holders()
         .into_iter()
         .find(|h| h.host_traddr == local.to_string() && h.pid != std::process::id())
@@ -384,7 +389,10 @@ async fn namespace(host: &Host, nsid: u32) -> R<nvmf_initiator::Namespace> {
             "{m}: the controller's active namespaces are {:?} (give one with --namespace-id)",
             host.active_namespace_ids()
         ))),
-        Err(e) => Err(CliError::from_host(&format!("Identify Namespace {nsid}"), e)),
+        Err(e) => Err(CliError::from_host(
+            &format!("Identify Namespace {nsid}"),
+            e,
+        )),
     }
 }
 
@@ -492,7 +500,13 @@ fn hex_dump(data: &[u8]) {
         let hex: Vec<String> = row.iter().map(|b| format!("{b:02x}")).collect();
         let text: String = row
             .iter()
-            .map(|&b| if (0x20..0x7f).contains(&b) { b as char } else { '.' })
+            .map(|&b| {
+                if (0x20..0x7f).contains(&b) {
+                    b as char
+                } else {
+                    '.'
+                }
+            })
             .collect();
         println!("{:04x}: {:<47} \"{text}\"", i * 16, hex.join(" "));
     }
@@ -524,7 +538,11 @@ async fn error_log(host: &Host, entries: Option<u32>, output: OutputFormat) -> R
         .chunks_exact(64)
         .filter_map(|c| ErrorLogEntry::read_from_bytes(c).ok())
         .collect();
-    print_value(&js::error_log(&list), output, "Error Log Entries for device:nvmf");
+    print_value(
+        &js::error_log(&list),
+        output,
+        "Error Log Entries for device:nvmf",
+    );
     Ok(())
 }
 
@@ -633,7 +651,10 @@ fn read_input(io: &Io, len: Option<usize>) -> R<Vec<u8>> {
         Some(p) => std::fs::File::open(p)
             .and_then(|f| match len {
                 Some(n) => f.take(n as u64).read_to_end(&mut data),
-                None => { let mut f = f; f.read_to_end(&mut data) }
+                None => {
+                    let mut f = f;
+                    f.read_to_end(&mut data)
+                }
             })
             .map_err(|e| bad(format!("-d {}: {e}", p.display()))),
         None => {
@@ -744,8 +765,7 @@ async fn compare(host: &Host, ns: &nvmf_initiator::Namespace, slba: u64, data: &
             .map_err(|e| CliError::from_host("buffer", e))?;
         b[..part.len()].copy_from_slice(part);
         let at = slba + (i * step / bs) as u64;
-        let mut sqe =
-            Sqe::new(nvme::NvmOpcode::Compare.value(), 0).with_nsid(ns.nsid);
+        let mut sqe = Sqe::new(nvme::NvmOpcode::Compare.value(), 0).with_nsid(ns.nsid);
         sqe.set_slba(at);
         sqe.set_cdw12((part.len() / bs - 1) as u32);
         ns.passthrough(sqe, DataDir::HostToController { len: part.len() }, Some(b))
@@ -881,15 +901,26 @@ fn print_connected(holders: &[Holder], output: OutputFormat) {
                     })
                 })
                 .collect();
-            let v = if v.len() == 1 { v[0].clone() } else { Value::Array(v) };
+            let v = if v.len() == 1 {
+                v[0].clone()
+            } else {
+                Value::Array(v)
+            };
             print_value(&v, output, "");
         }
         OutputFormat::Normal => {
             for h in holders {
                 println!(
                     "connected {} at {}:{} from {}: controller {} ({}, sn {}, fr {}), pid {}",
-                    h.subnqn, h.traddr, h.trsvcid, h.host_traddr, h.cntlid, h.model, h.serial,
-                    h.firmware, h.pid
+                    h.subnqn,
+                    h.traddr,
+                    h.trsvcid,
+                    h.host_traddr,
+                    h.cntlid,
+                    h.model,
+                    h.serial,
+                    h.firmware,
+                    h.pid
                 );
                 for n in &h.namespaces {
                     println!(
@@ -974,7 +1005,10 @@ async fn hold(mut held: Vec<(Host, HostOptions)>, output: OutputFormat) -> R {
     for (h, o) in held.drain(..) {
         if let Err(e) = h.disconnect().await {
             if first.is_ok() {
-                first = Err(CliError::from_host(&format!("disconnecting {}", o.subnqn), e));
+                first = Err(CliError::from_host(
+                    &format!("disconnecting {}", o.subnqn),
+                    e,
+                ));
             }
         }
     }
@@ -1128,7 +1162,11 @@ fn list(output: OutputFormat) -> R {
                     s("SerialNumber"),
                     s("ModelNumber"),
                     d["NameSpace"],
-                    format!("{:.2} GB / {:.2} GB", bytes as f64 / 1e9, bytes as f64 / 1e9),
+                    format!(
+                        "{:.2} GB / {:.2} GB",
+                        bytes as f64 / 1e9,
+                        bytes as f64 / 1e9
+                    ),
                     format!("{:<3} B +  0 B", d["SectorSize"]),
                     s("Firmware")
                 );
@@ -1194,7 +1232,11 @@ fn list_subsys(output: OutputFormat) -> R {
                             p["Name"].as_str().unwrap_or(""),
                             p["Address"].as_str().unwrap_or(""),
                             p["State"].as_str().unwrap_or(""),
-                            if ana.is_empty() { String::new() } else { format!(" {ana}") }
+                            if ana.is_empty() {
+                                String::new()
+                            } else {
+                                format!(" {ana}")
+                            }
                         );
                     }
                 }
