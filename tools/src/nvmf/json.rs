@@ -155,8 +155,8 @@ pub fn id_ctrl(c: &IdentifyController) -> Value {
             let u32_at = |o: usize| u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
             json!({
                 "max_power": u16_at(0),
-                "max_power_scale": b[3] & 1,
-                "non-operational_state": (b[3] >> 1) & 1,
+                // Byte 3: MXPS (bit 0), NOPS (bit 1); nvme-cli prints the byte.
+                "flags": b[3],
                 "entry_lat": u32_at(4),
                 "exit_lat": u32_at(8),
                 "read_tput": b[12] & 0x1f,
@@ -213,6 +213,8 @@ pub fn id_ns(ns: &IdentifyNamespace) -> Value {
     put("mssrl", json!(ns.mssrl.get()));
     put("mcl", json!(ns.mcl.get()));
     put("msrc", json!(ns.msrc));
+    // NULBAF (byte 84, NVM Command Set 1.x), inside the structure's reserved 81..92.
+    put("nulbaf", json!(ns.rsvd81[84 - 81]));
     put("anagrpid", json!(ns.anagrpid.get()));
     put("nsattr", json!(ns.nsattr));
     put("nvmsetid", json!(ns.nvmsetid.get()));
@@ -295,7 +297,7 @@ pub fn error_log(entries: &[ErrorLogEntry]) -> Value {
                 "cmdid": e.cid.get(),
                 "status_field": sf >> 1,
                 "phase_tag": sf & 1,
-                "parm_err_loc": e.parameter_error_location.get(),
+                "parm_error_location": e.parameter_error_location.get(),
                 "lba": e.lba.get(),
                 "nsid": e.nsid.get(),
                 "vs": e.vs,
