@@ -1,15 +1,15 @@
 #!/usr/bin/env python3
-"""nvmf-cli-diff.py NVME_CLI_DIR NVMF_DIR - the nvmf-cli group's verdict (issue 15 item 5).
+"""nvmf-cli-diff.py NVME_CLI_DIR NVMF_DIR SIDE - the nvmf-cli group's verdict (issue 15 item 5).
 
-NVME_CLI_DIR holds nvme-cli's `-o json` outputs (2.3, Debian 12) against Linux 6.1's
-nvmet in VM A, saved by guest/nvme-cli-diff.sh; NVMF_DIR the same commands of our `nvmf`
-from the host side (hooks/nvmf-cli.sh), against the same controller of the same
-target, read right after nvme-cli's with nothing in between that changes them. Each
+NVME_CLI_DIR holds nvme-cli's `-o json` outputs (2.3, Debian 12) in VM B against one
+target (SIDE: `nvmet`, Linux 6.1's nvmet in VM A, or `ours`, our nvmf-target on the
+bridge), saved by guest/nvme-cli-diff.sh; NVMF_DIR the same commands of our `nvmf` from
+the host side (hooks/nvmf-cli.sh), against the same controller of the same target, read right after nvme-cli's with nothing in between that changes them. Each
 `<command>.json` is parsed and compared field by field (nested objects and arrays
 flattened to paths such as `psds[0].max_power`); `<command>.rc` holds "rc=N" and
 `<command>.err` stderr. A difference fails its cell unless EXPECTED names the field
-with the reason. Prints one "cell NAME PASS|FAIL reason" line per cell, the
-differences on stderr.
+with the reason. Prints one "cell SIDE/NAME PASS|FAIL reason" line per
+cell, the differences on stderr.
 """
 import json
 import os
@@ -26,6 +26,9 @@ EXPECTED = {
     "smart-log": {},
     "error-log": {},
 }
+
+
+SIDE = ""
 
 
 def flatten(v, prefix=""):
@@ -80,7 +83,7 @@ def compare(name, a_dir, b_dir, expected):
             diffs.append((k, va, vb))
     for k, va, vb in diffs:
         why = expected.get(base(k)) or expected.get("*")
-        print(f"{name}: {k}: nvme-cli {va!r} nvmf {vb!r} -> {why or 'UNEXPECTED'}", file=sys.stderr)
+        print(f"{SIDE}/{name}: {k}: nvme-cli {va!r} nvmf {vb!r} -> {why or 'UNEXPECTED'}", file=sys.stderr)
         if not why:
             unexpected.append(f"{k} (nvme-cli {va!r}, nvmf {vb!r})")
     if unexpected:
@@ -100,7 +103,7 @@ def status_cell(a_dir, b_dir):
         return "FAIL", "missing outputs of get-log-bad"
     line = lambda t: next((l for l in (t or "").splitlines() if l.startswith("NVMe status:")), None)
     la, lb = line(read(a_dir, name, "err")), line(read(b_dir, name, "err"))
-    print(f"{name}: nvme-cli {ra.strip()} {la!r}; nvmf {rb.strip()} {lb!r}", file=sys.stderr)
+    print(f"{SIDE}/{name}: nvme-cli {ra.strip()} {la!r}; nvmf {rb.strip()} {lb!r}", file=sys.stderr)
     if la is None:
         return "FAIL", f"nvme-cli printed no status line ({ra.strip()})"
     if la != lb or ra.strip() != rb.strip():
@@ -109,12 +112,14 @@ def status_cell(a_dir, b_dir):
 
 
 def main():
-    a_dir, b_dir = sys.argv[1], sys.argv[2]
+    global SIDE
+    a_dir, b_dir, side = sys.argv[1], sys.argv[2], sys.argv[3]
+    SIDE = side
     for name, expected in EXPECTED.items():
         v, why = compare(name, a_dir, b_dir, expected)
-        print(f"cell {name} {v} {why}")
+        print(f"cell {side}/{name} {v} {why}")
     v, why = status_cell(a_dir, b_dir)
-    print(f"cell status-and-exit {v} {why}")
+    print(f"cell {side}/status-and-exit {v} {why}")
 
 
 if __name__ == "__main__":

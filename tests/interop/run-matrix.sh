@@ -34,10 +34,11 @@
 #                   not listed there with its reason. Not a default group:
 #                   INTEROP_GROUPS=nvme-cli (.ci/run runs it).
 #   nvmf-cli/*      issue 15 item 5: our `nvmf` command line (tools/src/bin/nvmf.rs) on the
-#                   host side -> Linux nvmet in VM A, on the nvme-cli group's boot (one
-#                   boot for both): discover, id-ctrl, id-ns, smart-log, error-log with
+#                   host side (192.168.77.2) -> Linux nvmet in VM A (nvmf-cli/nvmet/*) and
+#                   -> our nvmf-target (nvmf-cli/ours/*), on the nvme-cli group's boot
+#                   (one boot for both): discover, id-ctrl, id-ns, smart-log, error-log with
 #                   `-o json`, parsed and compared field by field with VM B's nvme-cli
-#                   `-o json` of the same controller (nvmf-cli-diff.py, the fields that
+#                   `-o json` of the same controller of the same target (nvmf-cli-diff.py, the fields that
 #                   differ legitimately listed there with their reasons), and
 #                   status-and-exit (a log page nvmet refuses: the same "NVMe status:"
 #                   line and exit code). hooks/nvmf-cli.sh. Not a default group:
@@ -341,8 +342,11 @@ run_nvme_cli() {
     unset INTEROP_READY
     python3 "$HERE/nvme-cli-diff.py" "$d/out/B/nvmet" "$d/out/B/ours" >"$OUT/$g.cells" 2>"$OUT/$g.diff.log"
     if [[ " $GROUPS_ " == *" nvmf-cli "* ]]; then
-        python3 "$HERE/nvmf-cli-diff.py" "$d/out/B/nvmet-json" "$d/nvmf-cli" \
-            >"$OUT/nvmf-cli.cells" 2>"$OUT/nvmf-cli.diff.log"
+        : >"$OUT/nvmf-cli.cells"
+        for side in nvmet ours; do
+            python3 "$HERE/nvmf-cli-diff.py" "$d/out/B/$side-json" "$d/nvmf-cli/$side" "$side" \
+                >>"$OUT/nvmf-cli.cells" 2>>"$OUT/nvmf-cli.diff.log"
+        done
     fi
 }
 
@@ -464,7 +468,9 @@ ANA_CELLS="connect list-subsys io-before ana-flip io-moved fio-verify disconnect
 RELOAD_CELLS="connect fio-started ns2-appears ns2-io bad-config-unchanged ns2-disappears
             fio-n1-verify no-reconnect disconnect sighup-add sighup-bad-refused sighup-remove
             target-exit"
-NVMF_CLI_CELLS="discover id-ctrl id-ns smart-log error-log status-and-exit"
+NVMF_CLI_CELLS="nvmet/discover nvmet/id-ctrl nvmet/id-ns nvmet/smart-log nvmet/error-log
+            nvmet/status-and-exit ours/discover ours/id-ctrl ours/id-ns ours/smart-log
+            ours/error-log ours/status-and-exit"
 NVME_CLI_CELLS="discover connect id-ctrl id-ns list-ns ns-descs smart-log smart-log-ns1
             error-log fw-log effects-log changed-ns-list-log get-features get-logs compare
             disconnect"
