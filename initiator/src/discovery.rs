@@ -86,6 +86,10 @@ pub struct DiscoveryEntry {
     pub subnqn: String,
     /// Transport Address (TRADDR).
     pub traddr: String,
+    /// The RDMA Transport Specific Address Subtype (TSAS) fields: `(RDMA_QPTYPE,
+    /// RDMA_PRTYPE, RDMA_CMS, RDMA_PKEY)` (NVMe RDMA Transport 1.x §3.1.2), as the
+    /// controller wrote them; meaningful for TRTYPE RDMA only.
+    pub rdma_tsas: (u8, u8, u8, u16),
 }
 
 impl DiscoveryEntry {
@@ -107,6 +111,7 @@ impl DiscoveryEntry {
             trsvcid: field("TRSVCID", e.trsvcid())?,
             subnqn: field("SUBNQN", e.subnqn())?,
             traddr: field("TRADDR", e.traddr())?,
+            rdma_tsas: (e.tsas.qptype, e.tsas.prtype, e.tsas.cms, e.tsas.pkey.get()),
         })
     }
 

@@ -33,6 +33,17 @@
 #                   field by field (nvme-cli-diff.py): a cell fails on a difference
 #                   not listed there with its reason. Not a default group:
 #                   INTEROP_GROUPS=nvme-cli (.ci/run runs it).
+#   nvmf-cli/*      issue 15 item 5: our `nvmf` command line (tools/src/bin/nvmf.rs) on the
+#                   host side (192.168.77.2) -> Linux nvmet in VM A (nvmf-cli/nvmet/*) and
+#                   -> our nvmf-target (nvmf-cli/ours/*), on the nvme-cli group's boot
+#                   (one boot for both): discover, id-ctrl, id-ns, smart-log, error-log with
+#                   `-o json`, parsed and compared field by field with VM B's nvme-cli
+#                   `-o json` of the same controller of the same target (nvmf-cli-diff.py, the fields that
+#                   differ legitimately listed there with their reasons), and
+#                   status-and-exit (a log page nvmet refuses: the same "NVMe status:"
+#                   line and exit code). hooks/nvmf-cli.sh. Not a default group:
+#                   INTEROP_GROUPS="nvme-cli nvmf-cli" (.ci/run runs it with nvme-cli);
+#                   alone it boots the same run and reports only its cells.
 #   perftest/*      issue 17 item 1: our rdma-perf (soft provider on the bridge) against
 #                   Linux's perftest on rxe0 in VM A, one boot: ours-client/{write_bw,
 #                   read_bw,send_lat} (ib_* serving in the guest), guest-client/{...}
@@ -82,6 +93,8 @@
 # Env (all optional):
 #   NVMF_TARGET_BIN, NVMF_BENCH_BIN  executables (default build/debug/{nvmf-target,nvmf-bench})
 #   RDMA_PERF_BIN  rdma-perf for the perftest group (default build/debug/rdma-perf)
+#   NVMF_CLI_BIN  our nvmf command line for the nvmf-cli group (default build/debug/nvmf:
+#               cargo build -p rdma-tools --bin nvmf)
 #   ANA_CONTROL_BIN  the example ana_control for the ana group (default
 #               build/debug/examples/ana_control: cargo build -p nvmf-target --example ana_control)
 #   RDMA_PERF_VERBS_BIN  rdma-perf built with `--features verbs`: the perftest group's
@@ -113,6 +126,7 @@ export NVMF_TARGET_BIN="${NVMF_TARGET_BIN:-$REPO/build/debug/nvmf-target}"
 export NVMF_BENCH_BIN="${NVMF_BENCH_BIN:-$REPO/build/debug/nvmf-bench}"
 export RDMA_PERF_BIN="${RDMA_PERF_BIN:-$REPO/build/debug/rdma-perf}"
 export ANA_CONTROL_BIN="${ANA_CONTROL_BIN:-$REPO/build/debug/examples/ana_control}"
+export NVMF_CLI_BIN="${NVMF_CLI_BIN:-$REPO/build/debug/nvmf}"
 export INTEROP_NQN=nqn.2026-11.io.nvmf-rdma:interop
 export INTEROP_NS_SIZE=64M
 NS_BYTES=$((64 << 20))
@@ -134,10 +148,14 @@ ip netns add "$probe_ns" 2>/tmp/interop-netns.err ||
 ip netns del "$probe_ns"
 [ -x "$LP_DIR/run.sh" ] || cannot "linux-peer harness not found at $LP_DIR (set LP_DIR)"
 case " $GROUPS_ " in
-    *" linux-host"* | *" linux-target"* | *" nvme-cli "* | *" dhchap "* | *" reload "*)
+    *" linux-host"* | *" linux-target"* | *" nvme-cli "* | *" nvmf-cli "* | *" dhchap "* | *" reload "*)
         for b in "$NVMF_TARGET_BIN" "$NVMF_BENCH_BIN"; do
             [ -x "$b" ] || cannot "$b not built (cargo build -p nvmf-target -p nvmf-bench --bins)"
         done ;;
+esac
+case " $GROUPS_ " in
+    *" nvmf-cli "*)
+        [ -x "$NVMF_CLI_BIN" ] || cannot "$NVMF_CLI_BIN not built (cargo build -p rdma-tools --bin nvmf)" ;;
 esac
 case " $GROUPS_ " in
     *" ana "*)
@@ -306,20 +324,34 @@ run_linux_target() {
 }
 
 # ---- group 4: nvme-cli against Linux nvmet (VM A) and against our target, compared -------
+# One boot for the nvme-cli and nvmf-cli groups (whichever is asked for; the run's
+# directory is nvme-cli/ either way): with nvmf-cli, the guest also saves nvme-cli's
+# -o json against nvmet and the hook (hooks/nvmf-cli.sh) runs our nvmf beside our target.
 run_nvme_cli() {
-    local g=$1 d="$OUT/$1"
+    local g=nvme-cli d="$OUT/nvme-cli" hook="$HERE/hooks/our-target.sh" extra=()
     mkdir -p "$d"
     export INTEROP_IMG="$OUT/$g-ns1.img" INTEROP_LOOP=0 INTEROP_READY=ours
     rm -f "$INTEROP_IMG"
+    if [[ " $GROUPS_ " == *" nvmf-cli "* ]]; then
+        hook="$HERE/hooks/nvmf-cli.sh" extra=(-a nvmf_cli=1)
+        say "nvmf-cli: our nvmf ($NVMF_CLI_BIN, from 192.168.77.2) -> Linux nvmet in VM A, against VM B's nvme-cli -o json"
+    fi
     say "$g: VM B's nvme-cli -> Linux nvmet in VM A (192.168.77.10) and -> our nvmf-target (192.168.77.1)"
     local t0
     t0=$(date +%s)
-    "$LP/run.sh" -t 480 -o "$d" -a target_ip=192.168.77.1 -a nqn="$INTEROP_NQN" \
-        -a target_timeout=400 -H "$HERE/hooks/our-target.sh" \
+    "$LP/run.sh" -t 540 -o "$d" -a target_ip=192.168.77.1 -a nqn="$INTEROP_NQN" \
+        -a target_timeout=460 "${extra[@]}" -H "$hook" \
         A:192.168.77.10:nvmet-target.sh B:192.168.77.11:nvme-cli-diff.sh >"$OUT/$g.log" 2>&1
     say "$g: run.sh exit status $? after $(( $(date +%s) - t0 )) s"
     unset INTEROP_READY
     python3 "$HERE/nvme-cli-diff.py" "$d/out/B/nvmet" "$d/out/B/ours" >"$OUT/$g.cells" 2>"$OUT/$g.diff.log"
+    if [[ " $GROUPS_ " == *" nvmf-cli "* ]]; then
+        : >"$OUT/nvmf-cli.cells"
+        for side in nvmet ours; do
+            python3 "$HERE/nvmf-cli-diff.py" "$d/out/B/$side-json" "$d/nvmf-cli/$side" "$side" \
+                >>"$OUT/nvmf-cli.cells" 2>>"$OUT/nvmf-cli.diff.log"
+        done
+    fi
 }
 
 # ---- group 5: DH-HMAC-CHAP with Linux 6.12, both ways, one boot (issue 16 item 5) ---------
@@ -441,6 +473,9 @@ RELOAD_CELLS="connect fio-started ns2-appears ns2-io bad-config-unchanged ns2-di
             connect-port2 port2-ctrl-lost port2-reconnect-fails port2-fio-n1-continues
             fio-n1-verify no-reconnect disconnect sighup-add sighup-bad-refused sighup-remove
             sighup-port-remove target-exit"
+NVMF_CLI_CELLS="nvmet/discover nvmet/id-ctrl nvmet/id-ns nvmet/smart-log nvmet/error-log
+            nvmet/status-and-exit ours/discover ours/id-ctrl ours/id-ns ours/smart-log
+            ours/error-log ours/status-and-exit"
 NVME_CLI_CELLS="discover connect id-ctrl id-ns list-ns ns-descs smart-log smart-log-ns1
             error-log fw-log effects-log changed-ns-list-log get-features get-logs compare
             disconnect"
@@ -455,6 +490,8 @@ for g in $GROUPS_; do
         linux-target | linux-target-ipv6) fn=run_linux_target ;;
         verbs-target) fn=run_verbs_target ;;
         nvme-cli) fn=run_nvme_cli ;;
+        # Rides on the nvme-cli group's boot; boots it alone when that group is not asked for.
+        nvmf-cli) [[ " $GROUPS_ " == *" nvme-cli "* ]] && continue; fn=run_nvme_cli ;;
         perftest) fn=run_perftest ;;
         dhchap) fn=run_dhchap ;;
         ana) fn=run_ana ;;
@@ -478,6 +515,8 @@ for g in $GROUPS_; do
         verbs-target) add_cells $g "$OUT/$g.cells" $VERBS_TARGET_CELLS; continue ;;
         # Two Linux-side runs compared: no capture.
         nvme-cli) add_cells $g "$OUT/$g.cells" $NVME_CLI_CELLS; continue ;;
+        # Our nvmf and nvme-cli against the same nvmet: no capture of ours to check.
+        nvmf-cli) add_cells $g "$OUT/$g.cells" $NVMF_CLI_CELLS; continue ;;
         # Its capture's check is its icrc cell (tshark has no perftest dissector).
         perftest) add_cells $g "$OUT/$g.cells" $PERFTEST_CELLS; continue ;;
         # Linux 6.12 on both VMs and ours in the middle: the capture is kept for

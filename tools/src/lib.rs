@@ -11,10 +11,15 @@
 //! - `rdma-perf` ([`perf`]): perftest's bandwidth and latency tests, wire-compatible
 //!   with perftest (TCP 18515 exchange and data phase), over either provider.
 //!
+//! - `nvmf` ([`nvmf`]): nvme-cli's fabrics and I/O commands (discover, connect, id-ctrl,
+//!   logs, features, read/write/compare, ...) over the NVMe/RDMA host library, with
+//!   nvme-cli's flags, JSON field names, status lines and exit codes.
+//!
 //! [`netif`] reads the host's interfaces (addresses, MTU, state) for both.
 #![warn(missing_docs)]
 
 pub mod doctor;
 pub mod info;
 pub mod netif;
+pub mod nvmf;
 pub mod perf;

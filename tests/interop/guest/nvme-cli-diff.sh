@@ -9,6 +9,13 @@
 # Waits for /host/out/A/ready (nvmet) and /host/out/ours/ready (our target's hook),
 # writes $LP_OUT/<side>/<command>.txt (stdout and stderr, then "rc=N") for side nvmet
 # and ours, touches /host/out/stop at the end.
+# With lp_nvmf_cli=1 (the nvmf-cli group, same boot): after each side's commands,
+# nvme-cli's `-o json` of discover, id-ctrl, id-ns, smart-log and error-log against that
+# side's controller go to $LP_OUT/<side>-json/<command>.json (stderr in .err, "rc=N"
+# in .rc); then it touches /host/out/B/json-done-<side> and waits for our nvmf's same
+# commands from the host side (hooks/nvmf-cli.sh, /host/out/nvmf-cli/done-<side>), and
+# runs the failing one (get-log of a log neither target has) last, so both read the
+# same error log.
 . /host/scenarios/lib.sh
 OURS=${LP_TARGET_IP:?lp_target_ip= missing}
 OURS_NQN=${LP_NQN:?lp_nqn= missing}
@@ -70,7 +77,35 @@ one() {
     for _ in $(seq 1 50); do [ -e $CTRL ] || break; sleep 0.1; done
 }
 
+# json NAME CMD...: nvme-cli's JSON of CMD in nvmet-json/NAME.json, its status in NAME.rc
+json() {
+    j_name=$1; shift
+    "$@" >"$LP_OUT/$j_side-json/$j_name.json" 2>"$LP_OUT/$j_side-json/$j_name.err"
+    echo "rc=$?" >"$LP_OUT/$j_side-json/$j_name.rc"
+}
+
+# nvmf_cli_side SIDE ADDR NQN (the nvmf-cli group): nvme-cli's -o json against SIDE,
+# for our nvmf's to be compared with.
+nvmf_cli_side() {
+    j_side=$1 j_addr=$2 j_nqn=$3
+    mkdir -p "$LP_OUT/$j_side-json"
+    json discover timeout 60 nvme discover -t rdma -a "$j_addr" -s 4420 -o json
+    timeout 90 nvme connect -t rdma -a "$j_addr" -s 4420 -n "$j_nqn" >/dev/null 2>&1
+    for _ in $(seq 1 100); do [ -b $DEV ] && break; sleep 0.1; done
+    json id-ctrl nvme id-ctrl $CTRL -o json
+    json id-ns nvme id-ns $DEV -o json
+    json smart-log nvme smart-log $CTRL -o json
+    json error-log nvme error-log $CTRL --log-entries=64 -o json
+    touch "/host/out/B/json-done-$j_side"
+    wait_file "/host/out/nvmf-cli/done-$j_side" 240 || echo "!! our nvmf never finished ($j_side)"
+    json get-log-bad nvme get-log $CTRL --log-id=0xc0 --log-len=512
+    nvme disconnect -n "$j_nqn" >/dev/null 2>&1
+    for _ in $(seq 1 50); do [ -e $CTRL ] || break; sleep 0.1; done
+}
+
 one nvmet "$NVMET" "$NVMET_NQN"
+[ "${LP_NVMF_CLI:-0}" = 1 ] && nvmf_cli_side nvmet "$NVMET" "$NVMET_NQN"
 one ours "$OURS" "$OURS_NQN"
+[ "${LP_NVMF_CLI:-0}" = 1 ] && nvmf_cli_side ours "$OURS" "$OURS_NQN"
 echo "guest scenario took $(awk -v t0="$T0" '{printf "%.1f", $1-t0}' /proc/uptime)s"
 touch /host/out/stop
