@@ -29,6 +29,7 @@ mod world;
 
 use std::time::Duration;
 
+use nvmf_initiator::lifecycle::DEFAULT_IO_TIMEOUT;
 use nvmf_initiator::multipath::MultipathOptions;
 use nvmf_initiator::HostError;
 use rand::rngs::StdRng;
@@ -114,7 +115,9 @@ fn call_bound(p: &Plan) -> T {
         + p.reconnect_delay.as_micros() as T
         + 2 * T::from(p.kato_ms) * MS
         + 4 * budget
-        + 2 * S;
+        + 2 * S
+        // A queue whose DREQ was lost: io_timeout, Abort, io_timeout, reset.
+        + 2 * DEFAULT_IO_TIMEOUT.as_micros() as T;
     if p.paths == 1 {
         recovery
     } else {
@@ -278,6 +281,8 @@ impl World {
             },
             Ev::IoDone { inc, req, op } => self.io_done(inc, req, op),
             Ev::TargetDisconnect { qp } => self.target_disconnect(qp),
+            Ev::HostDisconnect { qp } => self.host_disconnected(qp),
+            Ev::IoTimeoutCheck { ctrl } => self.io_timeout_check(ctrl),
             Ev::Crash => self.crash(),
             Ev::Restart => self.restart(),
             Ev::HostTimer { ctrl } => self.host_timer(ctrl),

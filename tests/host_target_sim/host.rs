@@ -17,7 +17,7 @@ use nvme::properties::Property;
 use nvme::{Cqe, Sqe};
 use nvmf_initiator::lifecycle::{
     may_reissue, unavailable_error, Action as LcAction, CtrlState, IoDisposition, Lifecycle,
-    ReconnectOptions,
+    ReconnectOptions, DEFAULT_IO_TIMEOUT,
 };
 use nvmf_initiator::multipath::policy::{self, Failure, PathPolicy, PathView};
 use nvmf_initiator::multipath::{MultipathOptions, NO_PATH_POLL};
@@ -80,6 +80,8 @@ pub struct Op {
 pub struct Cmd {
     pub op: usize,
     pub retries: u8,
+    /// When it was last posted.
+    pub posted_at: T,
 }
 
 #[derive(Debug)]
@@ -190,6 +192,7 @@ impl World {
                 reissued: 0,
             });
             self.cm_connect(path, 0);
+            self.schedule(1_000_000, Ev::IoTimeoutCheck { ctrl: path });
         }
     }
 
@@ -437,15 +440,38 @@ impl World {
         self.dispatch(c, &mut conn, out, true);
         for s in conn.io_cids.iter_mut() {
             if let Some(IoSlot::Cmd(cmd)) = s.take() {
-                self.finish(cmd.op, Err(HostError::Reconnecting(reason.to_string())));
+                self.ctrl_finish(c, cmd.op, Err(HostError::Reconnecting(reason.to_string())));
             }
         }
     }
 
     fn fail_held(&mut self, c: usize, e: HostError) {
         for cmd in std::mem::take(&mut self.ctrls[c].pending) {
-            self.finish(cmd.op, Err(e.clone()));
+            self.ctrl_finish(c, cmd.op, Err(e.clone()));
         }
+    }
+
+    /// The library's `io_timeout` check: a command outstanding `io_timeout` is
+    /// aborted (our target never aborts: the Abort itself is not simulated), and once
+    /// it is outstanding another `io_timeout` the controller is reset.
+    pub fn io_timeout_check(&mut self, c: usize) {
+        let limit = 2 * DEFAULT_IO_TIMEOUT.as_micros() as T;
+        let now = self.now;
+        let late = self.ctrls[c].conn.as_ref().and_then(|k| {
+            k.io_cids.iter().enumerate().find_map(|(cid, s)| match s {
+                Some(IoSlot::Cmd(cmd)) if now >= cmd.posted_at + limit => Some(cid),
+                _ => None,
+            })
+        });
+        if let Some(cid) = late {
+            let reason = format!(
+                "I/O command (CID {cid}) on queue 1 was aborted after io_timeout but did not complete"
+            );
+            self.note(|| format!("ctrl {c}: {reason}"));
+            self.ctrls[c].lc.reset(at(now), reason);
+            self.run_lc(c);
+        }
+        self.schedule(now + 1_000_000, Ev::IoTimeoutCheck { ctrl: c });
     }
 
     fn send_keep_alive(&mut self, c: usize) {
@@ -525,7 +551,11 @@ impl World {
             self.ctrl_finish(c, op, Err(e));
             return;
         }
-        self.ctrls[c].pending.push_back(Cmd { op, retries: 0 });
+        self.ctrls[c].pending.push_back(Cmd {
+            op,
+            retries: 0,
+            posted_at: 0,
+        });
         self.drive(c);
     }
 
@@ -604,7 +634,10 @@ impl World {
             let conn = self.ctrls[c].conn.as_mut().unwrap();
             let slot = &mut conn.io_cids[usize::from(cid)];
             assert!(slot.is_none(), "CID {cid} taken while outstanding");
-            *slot = Some(IoSlot::Cmd(cmd));
+            *slot = Some(IoSlot::Cmd(Cmd {
+                posted_at: self.now,
+                ..cmd
+            }));
         }
     }
 
@@ -634,6 +667,7 @@ impl World {
                 self.ctrls[c].pending.push_front(Cmd {
                     op: cmd.op,
                     retries: cmd.retries + 1,
+                    posted_at: 0,
                 });
                 continue;
             }
@@ -839,6 +873,37 @@ impl World {
             }
             other => panic!("host got {other:?}"),
         }
+    }
+
+    /// The target's DREQ for `qp` arrived (RDMA_CM_EVENT_DISCONNECTED).
+    pub fn host_disconnected(&mut self, qp: usize) {
+        let Some((c, q)) = self.queue_of(qp) else {
+            return;
+        };
+        self.note(|| format!("ctrl {c}: {q:?} queue: the target disconnected"));
+        let mut conn = self.ctrls[c].conn.take().unwrap();
+        let mut out = Vec::new();
+        let core = match q {
+            Q::Admin => &mut conn.admin,
+            Q::Io => &mut conn.io,
+        };
+        core.on_peer_disconnected();
+        core.fail_if_peer_gone(&mut out);
+        let reason = core.dead_reason().unwrap_or("disconnected").to_string();
+        match q {
+            Q::Io => self.dispatch(c, &mut conn, out, true),
+            Q::Admin => {
+                let _ = self.admin_done(c, &mut conn, out);
+            }
+        }
+        let connecting = conn.stage == Stage::Connecting;
+        self.ctrls[c].conn = Some(conn);
+        if connecting {
+            self.attempt_failed(c, reason);
+            return;
+        }
+        self.ctrls[c].lc.error(at(self.now), reason);
+        self.run_lc(c);
     }
 
     /// The host's WR `wr` on `qp` failed: retry exceeded.

@@ -179,6 +179,8 @@ pub enum Ev {
     SenderFail { qp: usize, side: Side, owner: Owner },
     IoDone { inc: u32, req: u32, op: IoOp },
     TargetDisconnect { qp: usize },
+    HostDisconnect { qp: usize },
+    IoTimeoutCheck { ctrl: usize },
     Crash,
     Restart,
     HostTimer { ctrl: usize },
@@ -595,10 +597,12 @@ impl World {
                     } else {
                         QueueEnd::HostDisconnected
                     };
+                    t.core.remove_queue(qpn, why, at(self.now));
                     if let Some(&qp) = self.by_tqpn.get(&qpn) {
                         self.qps[qp].target_up = false;
+                        self.note(|| format!("target: queue of QP {qp} over ({why:?}): DREQ"));
+                        self.target_dreq(qp);
                     }
-                    t.core.remove_queue(qpn, why, at(self.now));
                 }
             }
         }
@@ -672,6 +676,21 @@ impl World {
                 .remove_queue(tqpn, QueueEnd::HostDisconnected, at(self.now));
         }
         self.run_target();
+    }
+
+    /// The target disconnects QP `qp` (CM DREQ): it reaches the host when the path is
+    /// up within the CM's retries (about 4 s), else never.
+    fn target_dreq(&mut self, qp: usize) {
+        let path = self.qps[qp].path;
+        let mut t = self.now;
+        while t < self.now + 4_000_000 {
+            if self.link_up(path, t) {
+                let lat = self.plan.latency.1;
+                self.schedule(t + lat, Ev::HostDisconnect { qp });
+                return;
+            }
+            t += 100_000;
+        }
     }
 
     /// Whether the target end of `qp` can take a message now.
