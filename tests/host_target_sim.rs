@@ -369,7 +369,12 @@ fn run_seed(seed: u64, trace: bool) -> Stats {
         let Some(ev) = w.next_event() else {
             panic!("the simulation ran out of events with calls outstanding")
         };
-        let oldest = w.ops.iter().filter(|o| o.done.is_none()).map(|o| o.issued).min();
+        let oldest = w
+            .ops
+            .iter()
+            .filter(|o| o.done.is_none())
+            .map(|o| o.issued)
+            .min();
         if oldest.is_some_and(|t| w.now > t + bound) {
             let open: Vec<_> = w
                 .ops

@@ -30,7 +30,7 @@ use rand::Rng;
 use transport::verbs::{RecvWr, SgList, WcOpcode, WcStatus, WorkCompletion};
 use zerocopy::IntoBytes;
 
-use super::check::{T, BLOCK};
+use super::check::{BLOCK, T};
 use super::world::{at, Ev, Msg, Owner, Side, World, HOSTNQN, SUBNQN};
 
 pub const ADMIN_DEPTH: u16 = 16;
@@ -39,7 +39,9 @@ const ADMIN_BUF: usize = 4096;
 pub const IO_BUF: usize = 8192;
 const CM_TIMEOUT: T = 500_000;
 const CONNECT_TIMEOUT: T = 1_000_000;
-const HOSTID: [u8; 16] = [0x6b, 0x1c, 0x0f, 0x5e, 0x8d, 0x3a, 0x4c, 0x1e, 0x9f, 0x0b, 0x2a, 0x7d, 0x5e, 0x4c, 0x3b, 0x21];
+const HOSTID: [u8; 16] = [
+    0x6b, 0x1c, 0x0f, 0x5e, 0x8d, 0x3a, 0x4c, 0x1e, 0x9f, 0x0b, 0x2a, 0x7d, 0x5e, 0x4c, 0x3b, 0x21,
+];
 
 /// What a user operation does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -205,7 +207,14 @@ impl World {
             self.now + CM_TIMEOUT
         };
         self.note(|| format!("ctrl {c}: CM connect attempt {attempt} (ok {ok})"));
-        self.schedule(t, Ev::CmDone { ctrl: c, attempt, ok });
+        self.schedule(
+            t,
+            Ev::CmDone {
+                ctrl: c,
+                attempt,
+                ok,
+            },
+        );
     }
 
     pub fn cm_done(&mut self, c: usize, attempt: u32, ok: bool) {
@@ -275,7 +284,10 @@ impl World {
             attempt,
             step_failed: None,
         });
-        self.schedule(self.now + CONNECT_TIMEOUT, Ev::ConnectTimeout { ctrl: c, conn: id });
+        self.schedule(
+            self.now + CONNECT_TIMEOUT,
+            Ev::ConnectTimeout { ctrl: c, conn: id },
+        );
         let sqe = Sqe::connect(0, 0, ADMIN_DEPTH - 1, self.plan.kato_ms);
         if let Err(e) = self.submit_connect(c, Q::Admin, sqe, 0xFFFF) {
             self.attempt_failed(c, e);
@@ -307,7 +319,11 @@ impl World {
             lkey: 1,
         };
         let s = core
-            .submit(sqe, DataDir::HostToController { len: bytes.len() }, Some(buf))
+            .submit(
+                sqe,
+                DataDir::HostToController { len: bytes.len() },
+                Some(buf),
+            )
             .map_err(|e| e.to_string())?;
         let cid = self.post(c, q, s);
         let conn = self.ctrls[c].conn.as_mut().unwrap();
@@ -476,7 +492,11 @@ impl World {
 
     fn send_keep_alive(&mut self, c: usize) {
         let kato = T::from(self.plan.kato_ms) * 1000;
-        let Some(conn) = self.ctrls[c].conn.as_mut().filter(|k| k.stage == Stage::Live) else {
+        let Some(conn) = self.ctrls[c]
+            .conn
+            .as_mut()
+            .filter(|k| k.stage == Stage::Live)
+        else {
             self.ctrls[c]
                 .lc
                 .keep_alive_done(at(self.now), Err::<(), _>("no admin queue"));
@@ -513,9 +533,10 @@ impl World {
             return;
         }
         k.ka_pending = None;
-        self.ctrls[c]
-            .lc
-            .keep_alive_done(at(self.now), Err::<(), _>("Keep Alive took longer than KATO"));
+        self.ctrls[c].lc.keep_alive_done(
+            at(self.now),
+            Err::<(), _>("Keep Alive took longer than KATO"),
+        );
         self.run_lc(c);
     }
 
@@ -584,7 +605,9 @@ impl World {
                 Err(e @ QueueError::Dead { .. }) => {
                     // Held for the new queue.
                     self.ctrls[c].pending.push_front(cmd);
-                    self.ctrls[c].lc.error(at(self.now), format!("queue 1: {e}"));
+                    self.ctrls[c]
+                        .lc
+                        .error(at(self.now), format!("queue 1: {e}"));
                     self.run_lc(c);
                     return;
                 }
@@ -647,7 +670,10 @@ impl World {
         let disposition = self.ctrls[c].lc.io_disposition();
         let recovers = self.ctrls[c].recovers;
         for qc in out {
-            let slot = conn.io_cids.get_mut(usize::from(qc.cid)).and_then(Option::take);
+            let slot = conn
+                .io_cids
+                .get_mut(usize::from(qc.cid))
+                .and_then(Option::take);
             let cmd = match slot {
                 Some(IoSlot::Cmd(cmd)) => cmd,
                 Some(IoSlot::Connect) => {
@@ -660,7 +686,14 @@ impl World {
                     qc.cid
                 ),
             };
-            if may_reissue(&qc.result, path_error, recovers, disposition, true, cmd.retries) {
+            if may_reissue(
+                &qc.result,
+                path_error,
+                recovers,
+                disposition,
+                true,
+                cmd.retries,
+            ) {
                 self.ctrls[c].reissued += 1;
                 let op = cmd.op;
                 self.note(|| format!("ctrl {c}: op {op} held for reissue"));
@@ -782,7 +815,9 @@ impl World {
                 (AdminCmd::KeepAlive(seq), r) => {
                     if conn.ka_pending == Some(seq) {
                         conn.ka_pending = None;
-                        self.ctrls[c].lc.keep_alive_done(at(self.now), r.map(|_| ()));
+                        self.ctrls[c]
+                            .lc
+                            .keep_alive_done(at(self.now), r.map(|_| ()));
                     }
                 }
                 (AdminCmd::Connect | AdminCmd::Enable, Err(e)) => {
@@ -799,7 +834,11 @@ impl World {
                 let conn = self.ctrls[c].conn.as_mut().unwrap();
                 let s = conn
                     .admin
-                    .submit(Sqe::property_set(0, Property::Cc, 0x0046_0001), DataDir::None, None)
+                    .submit(
+                        Sqe::property_set(0, Property::Cc, 0x0046_0001),
+                        DataDir::None,
+                        None,
+                    )
                     .map_err(|e| e.to_string())?;
                 let cid = self.post(c, Q::Admin, s);
                 let conn = self.ctrls[c].conn.as_mut().unwrap();
@@ -860,7 +899,8 @@ impl World {
                 let sge = recv.sg_list.as_slice()[0];
                 let o = (sge.addr - conn.base) as usize;
                 conn.arena[o..o + 16].copy_from_slice(&cqe);
-                let mut wc = WorkCompletion::new(recv.wr_id, WcStatus::Success, WcOpcode::Recv, qpn);
+                let mut wc =
+                    WorkCompletion::new(recv.wr_id, WcStatus::Success, WcOpcode::Recv, qpn);
                 wc.byte_len = 16;
                 wc.invalidated_rkey = inval;
                 let core = match q {
@@ -868,7 +908,13 @@ impl World {
                     Q::Io => &conn.io,
                 };
                 let rsp = core.response_index(&wc).map(|_| cqe);
-                self.ack(qp, Side::Target, Msg::TargetAck { wr }, Owner::Target(wr), sent);
+                self.ack(
+                    qp,
+                    Side::Target,
+                    Msg::TargetAck { wr },
+                    Owner::Target(wr),
+                    sent,
+                );
                 self.host_wc(c, q, wc, rsp);
             }
             other => panic!("host got {other:?}"),
@@ -956,7 +1002,8 @@ impl World {
                     let e = HostError::FailFast(format!(
                         "no usable path within {} ms{}",
                         MultipathOptions::default().no_path_timeout.as_millis(),
-                        last.map(|e| format!(" (last error: {e})")).unwrap_or_default()
+                        last.map(|e| format!(" (last error: {e})"))
+                            .unwrap_or_default()
                     ));
                     self.finish(op, Err(e));
                 } else {
@@ -1039,7 +1086,9 @@ fn host_offset(conn: &Conn, addr: u64, rkey: u32, len: usize) -> Result<usize, S
         .checked_sub(conn.base)
         .ok_or_else(|| format!("address {addr:#x} below the region"))? as usize;
     if o < OFF_DATA_A || o + len > ARENA {
-        return Err(format!("{len} bytes at {addr:#x}: outside the data buffers"));
+        return Err(format!(
+            "{len} bytes at {addr:#x}: outside the data buffers"
+        ));
     }
     Ok(o)
 }

@@ -138,7 +138,11 @@ pub enum Msg {
         wr: TWrId,
     },
     /// The READ's response data (host -> target).
-    ReadResp { data: Vec<u8>, local: Buf, wr: TWrId },
+    ReadResp {
+        data: Vec<u8>,
+        local: Buf,
+        wr: TWrId,
+    },
     /// An RDMA WRITE (if any) and the response capsule SEND (target -> host).
     Response {
         write: Option<(RemoteBuf, Vec<u8>)>,
@@ -175,20 +179,54 @@ pub struct Qp {
 
 #[derive(Debug)]
 pub enum Ev {
-    Arrive { qp: usize, to: Side, msg: Msg, sent: T },
-    SenderFail { qp: usize, side: Side, owner: Owner },
-    IoDone { inc: u32, req: u32, op: IoOp },
-    TargetDisconnect { qp: usize },
-    HostDisconnect { qp: usize },
-    IoTimeoutCheck { ctrl: usize },
+    Arrive {
+        qp: usize,
+        to: Side,
+        msg: Msg,
+        sent: T,
+    },
+    SenderFail {
+        qp: usize,
+        side: Side,
+        owner: Owner,
+    },
+    IoDone {
+        inc: u32,
+        req: u32,
+        op: IoOp,
+    },
+    TargetDisconnect {
+        qp: usize,
+    },
+    HostDisconnect {
+        qp: usize,
+    },
+    IoTimeoutCheck {
+        ctrl: usize,
+    },
     Crash,
     Restart,
-    HostTimer { ctrl: usize },
-    CmDone { ctrl: usize, attempt: u32, ok: bool },
-    KeepAliveTimeout { ctrl: usize, conn: u64, seq: u64 },
-    ConnectTimeout { ctrl: usize, conn: u64 },
+    HostTimer {
+        ctrl: usize,
+    },
+    CmDone {
+        ctrl: usize,
+        attempt: u32,
+        ok: bool,
+    },
+    KeepAliveTimeout {
+        ctrl: usize,
+        conn: u64,
+        seq: u64,
+    },
+    ConnectTimeout {
+        ctrl: usize,
+        conn: u64,
+    },
     Workload,
-    OpRetry { op: usize },
+    OpRetry {
+        op: usize,
+    },
 }
 
 /// The knobs of one seed.
@@ -291,7 +329,8 @@ impl World {
         let id = self.ev_seq as usize;
         self.ev_seq += 1;
         self.ev_store.insert(id, ev);
-        self.events.push(Reverse((t.max(self.now), self.ev_seq, id)));
+        self.events
+            .push(Reverse((t.max(self.now), self.ev_seq, id)));
     }
 
     /// The next event, time advanced to it.
@@ -519,7 +558,9 @@ impl World {
     fn drain_backlog(&mut self) {
         let now = at(self.now);
         loop {
-            let Some(t) = self.target.as_mut() else { return };
+            let Some(t) = self.target.as_mut() else {
+                return;
+            };
             if t.posted() == 0 {
                 return;
             }
@@ -528,14 +569,22 @@ impl World {
             };
             let tqpn = self.qps[qp].target_qpn;
             t.deliver(tqpn, &bytes, now);
-            self.ack(qp, Side::Host, Msg::HostSendAck { wr }, Owner::Host(wr), sent);
+            self.ack(
+                qp,
+                Side::Host,
+                Msg::HostSendAck { wr },
+                Owner::Host(wr),
+                sent,
+            );
         }
     }
 
     /// Carries out the target core's actions.
     pub fn run_target(&mut self) {
         loop {
-            let Some(t) = self.target.as_mut() else { return };
+            let Some(t) = self.target.as_mut() else {
+                return;
+            };
             let Some(a) = t.poll_action() else {
                 break;
             };
