@@ -77,7 +77,6 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam::queue::ArrayQueue;
-use nvme::status::GenericStatus;
 use nvme::{Cqe, DsmRange, Sqe};
 use parking_lot::{Mutex, MutexGuard};
 use tokio::sync::Semaphore;
@@ -90,7 +89,7 @@ use crate::capsule::DataDir;
 use crate::error::{HostError, QueueError};
 use crate::health::{ControllerHealth, TimedOut};
 use crate::identify::ControllerInfo;
-use crate::lifecycle::{CtrlState, IoDisposition, MAX_RETRIES};
+use crate::lifecycle::{CtrlState, IoDisposition};
 use crate::options::{Completions, HostOptions};
 use crate::pool::{BufferPool, IoBuf};
 use crate::queue::{NvmeRdmaQueue, QueueCompletion, SubmitError};
@@ -274,17 +273,13 @@ impl<P: Provider> IoQueue<P> {
     /// The error of an I/O command that cannot wait (failfast, deleted, dead,
     /// disconnected).
     fn unavailable(&self) -> HostError {
-        match (self.health.state(), self.health.reason()) {
-            (CtrlState::Dead | CtrlState::Deleting, Some(r)) => HostError::ControllerDead(r),
-            (CtrlState::Dead | CtrlState::Deleting, None) => HostError::Disconnected,
-            (_, r) => HostError::FailFast(r.unwrap_or_else(|| "lost".into())),
-        }
+        crate::lifecycle::unavailable_error(self.health.state(), self.health.reason())
     }
 
     /// Hands the queue's completions to their records; a command that failed with a
     /// path error while the host reconnects (`path_error`: the queue died, or was torn
     /// down) goes back to the front of `pending` to be reissued, unless it may not be
-    /// (see [`PendingCmd::reissue`]) or was reissued [`MAX_RETRIES`] times already.
+    /// (see [`PendingCmd::reissue`]) or was reissued [`crate::lifecycle::MAX_RETRIES`] times already.
     fn dispatch(&self, st: &mut QueueState<P>, path_error: bool) {
         let QueueState {
             by_cid,
@@ -293,21 +288,19 @@ impl<P: Provider> IoQueue<P> {
             wake,
             ..
         } = st;
-        let hold =
-            path_error && self.recovers && self.health.io_disposition() != IoDisposition::Fail;
+        let disposition = self.health.io_disposition();
         for c in done.drain(..) {
             let Some(mut cmd) = by_cid.get_mut(usize::from(c.cid)).and_then(Option::take) else {
                 continue;
             };
-            let retryable = match &c.result {
-                Ok(_) => false,
-                // Aborted after io_timeout: retried, as Linux's block layer does.
-                Err(HostError::Nvme { status, .. }) => {
-                    !status.dnr && status.as_generic() == Some(GenericStatus::AbortRequested)
-                }
-                Err(_) => path_error,
-            };
-            if hold && retryable && cmd.reissue && cmd.retries < MAX_RETRIES {
+            if crate::lifecycle::may_reissue(
+                &c.result,
+                path_error,
+                self.recovers,
+                disposition,
+                cmd.reissue,
+                cmd.retries,
+            ) {
                 cmd.retries += 1;
                 cmd.posted_at = None;
                 cmd.abort_asked = false;

@@ -531,5 +531,50 @@ impl Lifecycle {
     }
 }
 
+/// Whether an I/O command that ended with `result` goes back to be reissued on the
+/// controller's next queues, the library's rule ([`crate::host`] module docs):
+/// only after a path error (`path_error`: its queue died or was torn down) while the
+/// controller recovers (`recovers`: `ctrl_loss_tmo` is not 0) and does not fail I/O
+/// (`disposition` not [`IoDisposition::Fail`]); only a command the library may run
+/// twice (`reissuable`: its own read, write, flush, write zeroes, deallocate; never a
+/// caller's passthrough); at most [`MAX_RETRIES`] times (`retries` so far). A
+/// command aborted after `io_timeout` (Command Abort Requested without DNR) counts as
+/// failed by the path; any other NVMe status is the command's own answer.
+pub fn may_reissue(
+    result: &Result<nvme::Cqe, crate::error::HostError>,
+    path_error: bool,
+    recovers: bool,
+    disposition: IoDisposition,
+    reissuable: bool,
+    retries: u8,
+) -> bool {
+    use crate::error::HostError;
+    let hold = path_error && recovers && disposition != IoDisposition::Fail;
+    let retryable = match result {
+        Ok(_) => false,
+        // Aborted after io_timeout: retried, as Linux's block layer does.
+        Err(HostError::Nvme { status, .. }) => {
+            !status.dnr && status.as_generic() == Some(nvme::status::GenericStatus::AbortRequested)
+        }
+        Err(_) => path_error,
+    };
+    hold && retryable && reissuable && retries < MAX_RETRIES
+}
+
+/// The error of an I/O command that cannot wait for the controller in `state`
+/// (whose loss `reason` names, if known): [`crate::error::HostError::ControllerDead`]
+/// once the controller is given up (`ctrl_loss_tmo` passed: DELETING or DEAD with a
+/// reason), [`crate::error::HostError::Disconnected`] after the caller's disconnect
+/// (no reason), [`crate::error::HostError::FailFast`] otherwise (`fast_io_fail_tmo`
+/// passed while reconnecting).
+pub fn unavailable_error(state: CtrlState, reason: Option<String>) -> crate::error::HostError {
+    use crate::error::HostError;
+    match (state, reason) {
+        (CtrlState::Dead | CtrlState::Deleting, Some(r)) => HostError::ControllerDead(r),
+        (CtrlState::Dead | CtrlState::Deleting, None) => HostError::Disconnected,
+        (_, r) => HostError::FailFast(r.unwrap_or_else(|| "lost".into())),
+    }
+}
+
 #[cfg(test)]
 mod tests;
