@@ -643,7 +643,7 @@ impl World {
                 ),
                 OpKind::Flush => (Sqe::flush(0, 1), DataDir::None),
             };
-            let buf = (data.len() > 0).then_some(BufSpan {
+            let buf = (!data.is_empty()).then_some(BufSpan {
                 addr: buf_addr,
                 len: IO_BUF,
                 lkey: 1,
