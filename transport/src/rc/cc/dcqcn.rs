@@ -195,7 +195,7 @@ impl Dcqcn {
         self.cnp_in_period = false;
     }
 
-    fn increase(&mut self, now: Timestamp, by_timer: bool, timers: &mut Timers) {
+    fn increase(&mut self, by_timer: bool, timers: &mut Timers) {
         let f = self.p.rpg_threshold;
         if self.t.max(self.bc) <= f {
             // Fast recovery: towards the rate before the cut.
@@ -220,8 +220,6 @@ impl Dcqcn {
             self.rt = line;
             timers.stop(Timer::CcRate);
             timers.stop(Timer::Pacing);
-        } else {
-            let _ = now;
         }
     }
 
@@ -286,7 +284,7 @@ impl CongestionControl for Dcqcn {
         while self.limited && self.bytes >= reset {
             self.bytes -= reset;
             self.bc = self.bc.saturating_add(1);
-            self.increase(now, false, timers);
+            self.increase(false, timers);
         }
         if self.limited {
             timers.set(Timer::Pacing, self.next_send);
@@ -298,7 +296,7 @@ impl CongestionControl for Dcqcn {
             return;
         }
         self.t = self.t.saturating_add(1);
-        self.increase(now, true, timers);
+        self.increase(true, timers);
         if self.limited {
             timers.set(Timer::CcRate, now + self.time_reset());
         }
