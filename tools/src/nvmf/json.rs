@@ -36,16 +36,8 @@ fn hex(b: &[u8]) -> String {
 }
 
 /// A UUID as nvme-cli prints FGUID (`8-4-4-4-12` lowercase hex).
-fn uuid_text(b: &[u8; 16]) -> String {
-    let h = hex(b);
-    format!(
-        "{}-{}-{}-{}-{}",
-        &h[0..8],
-        &h[8..12],
-        &h[12..16],
-        &h[16..20],
-        &h[20..32]
-    )
+pub(super) fn uuid_text(b: &[u8; 16]) -> String {
+    uuid::Uuid::from_bytes(*b).hyphenated().to_string()
 }
 
 /// `nvme id-ctrl -o json`: every field of Identify Controller by nvme-cli's name, and

@@ -94,18 +94,6 @@ fn parse_hostid(s: &str) -> R<[u8; 16]> {
     Ok(out)
 }
 
-fn hostid_text(id: &[u8; 16]) -> String {
-    let h: String = id.iter().map(|b| format!("{b:02x}")).collect();
-    format!(
-        "{}-{}-{}-{}-{}",
-        &h[0..8],
-        &h[8..12],
-        &h[12..16],
-        &h[16..20],
-        &h[20..32]
-    )
-}
-
 /// HostOptions from the fabrics flags; `need_nqn` for everything but discovery.
 pub fn host_options(f: &Fabric, need_nqn: bool) -> R<HostOptions> {
     if f.transport != Transport::Rdma {
@@ -869,7 +857,7 @@ fn holder_of(host: &Host, o: &HostOptions, namespaces: Vec<HeldNamespace>) -> Ho
         trsvcid: o.traddr.port(),
         host_traddr: o.local_ip.map(|i| i.to_string()).unwrap_or_default(),
         hostnqn: o.hostnqn.clone(),
-        hostid: hostid_text(&o.hostid),
+        hostid: super::json::uuid_text(&o.hostid),
         cntlid: c.cntlid,
         model: c.model_number.clone(),
         serial: c.serial_number.clone(),
