@@ -996,6 +996,38 @@ impl<P: Provider> Host<P> {
             .map_err(|e| HostError::Protocol(format!("namespace {nsid}: {e}")))
     }
 
+    /// The identifiers of namespace `nsid` as Linux's host compares them across
+    /// paths: Identify Namespace's NGUID and EUI-64, then the Namespace
+    /// Identification Descriptor list (Identify CNS 03h, NVMe Base 2.x §5.17.2.3),
+    /// whose UUID, NGUID, EUI-64 and CSI win. A controller that answers CNS 03h with
+    /// Invalid Field in Command (before NVMe 1.3) gives the Identify Namespace ones.
+    ///
+    /// Errors: Identify Namespace's; CNS 03h's other errors; a malformed list
+    /// ([`HostError::Protocol`]).
+    pub async fn namespace_ids(
+        &self,
+        nsid: u32,
+        info: &crate::identify::NamespaceInfo,
+    ) -> Result<crate::identify::NamespaceIds, HostError> {
+        let mut ids = crate::identify::NamespaceIds::from_info(info);
+        let sqe = Sqe::identify(0, nvme::IdentifyCns::NamespaceIdDescriptorList, nsid, 0);
+        match self.admin_read(sqe, crate::identify::IDENTIFY_LEN).await {
+            Ok((_, data)) => ids.add_descriptors(&data).map_err(|e| {
+                HostError::Protocol(format!(
+                    "namespace {nsid}: Namespace Identification Descriptor list: {e}"
+                ))
+            })?,
+            Err(HostError::Nvme { status, .. })
+                if status.sct == nvme::StatusCodeType::Generic
+                    && status.sc == nvme::GenericStatus::InvalidField.value() =>
+            {
+                tracing::debug!(nsid, "no Namespace Identification Descriptor list (CNS 03h)");
+            }
+            Err(e) => return Err(e),
+        }
+        Ok(ids)
+    }
+
     /// Namespace `nsid` (Identify Namespace: size and block size).
     pub async fn namespace(&self, nsid: u32) -> Result<Namespace<P>, HostError> {
         let info = self.identify_namespace(nsid).await?;

@@ -227,6 +227,62 @@ impl NamespaceInfo {
     }
 }
 
+/// A namespace's identifiers as Linux's host compares them across paths
+/// (`struct nvme_ns_ids`): from the Namespace Identification Descriptor list
+/// (Identify CNS 03h, NVMe Base 2.x §5.17.2.3), else from Identify Namespace's NGUID
+/// and EUI64 fields. All zeros: the controller reported that identifier as absent.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct NamespaceIds {
+    /// IEEE EUI-64 (NIDT 1h, or Identify Namespace bytes 120..128).
+    pub eui64: [u8; 8],
+    /// NGUID (NIDT 2h, or Identify Namespace bytes 104..120).
+    pub nguid: [u8; 16],
+    /// Namespace UUID (NIDT 3h; only in the descriptor list).
+    pub uuid: [u8; 16],
+    /// Command Set Identifier (NIDT 4h): 0 the NVM command set, also when absent.
+    pub csi: u8,
+}
+
+impl NamespaceIds {
+    /// The identifiers of Identify Namespace (NGUID, EUI-64), before or without the
+    /// descriptor list.
+    pub fn from_info(info: &NamespaceInfo) -> Self {
+        NamespaceIds {
+            eui64: info.eui64,
+            nguid: info.nguid,
+            ..NamespaceIds::default()
+        }
+    }
+
+    /// Adds the descriptors of a CNS 03h list (`data`, up to 4096 bytes); a
+    /// descriptor's identifier replaces the one Identify Namespace gave.
+    ///
+    /// Errors: the list is malformed (an unknown NIDT or a wrong NIDL).
+    pub fn add_descriptors(&mut self, data: &[u8]) -> Result<(), nvme::NsIdDescriptorError> {
+        for d in nvme::NsIdDescriptorList::parse(data)? {
+            match d {
+                nvme::NsIdDescriptor::Eui64(v) => self.eui64 = v,
+                nvme::NsIdDescriptor::Nguid(v) => self.nguid = v,
+                nvme::NsIdDescriptor::Uuid(v) => self.uuid = v,
+                nvme::NsIdDescriptor::Csi(v) => self.csi = v,
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether any identifier (UUID, NGUID, EUI-64) is present.
+    pub fn any(&self) -> bool {
+        self.uuid != [0; 16] || self.nguid != [0; 16] || self.eui64 != [0; 8]
+    }
+
+    /// Whether two paths' namespaces are one namespace, as Linux's
+    /// `nvme_ns_ids_equal` decides: every identifier and the CSI equal, and at least
+    /// one identifier present (without one nothing proves the namespaces are the same).
+    pub fn same_namespace(&self, other: &NamespaceIds) -> bool {
+        self.any() && self == other
+    }
+}
+
 /// Parses an Active Namespace ID list (CNS 02h, [`nvme::NamespaceList`]): the NSIDs
 /// before the first 0; empty if shorter than 4096 bytes.
 pub fn parse_ns_list(b: &[u8]) -> Vec<u32> {
@@ -238,6 +294,55 @@ pub fn parse_ns_list(b: &[u8]) -> Vec<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn namespaces_on_two_paths_are_one_when_every_identifier_matches() {
+        // Linux nvmet: Identify Namespace has no NGUID or EUI-64, the CNS 03h list
+        // carries a UUID (made when the namespace was created) and the CSI.
+        let info = NamespaceInfo {
+            nsze: 8,
+            ncap: 8,
+            flbas: 0,
+            block_size: 512,
+            nmic: 1,
+            anagrpid: 1,
+            nguid: [0; 16],
+            eui64: [0; 8],
+        };
+        let list = |uuid: [u8; 16]| {
+            nvme::NsIdDescriptorList::new()
+                .with(nvme::NsIdDescriptor::Uuid(uuid))
+                .and_then(|l| l.with(nvme::NsIdDescriptor::Csi(0)))
+                .unwrap()
+        };
+        let ids = |l: &nvme::NsIdDescriptorList| {
+            let mut i = NamespaceIds::from_info(&info);
+            i.add_descriptors(l.as_bytes()).unwrap();
+            i
+        };
+        let a = ids(&list([7; 16]));
+        assert_eq!(a.uuid, [7; 16]);
+        assert!(a.same_namespace(&ids(&list([7; 16]))));
+        assert!(!a.same_namespace(&ids(&list([8; 16]))));
+        // No identifier at all: nothing proves two namespaces are one.
+        let none = NamespaceIds::from_info(&info);
+        assert!(!none.same_namespace(&none));
+        // A descriptor NGUID replaces Identify Namespace's; a different one differs.
+        let mut b = a;
+        b.add_descriptors(
+            nvme::NsIdDescriptorList::new()
+                .with(nvme::NsIdDescriptor::Nguid([1; 16]))
+                .unwrap()
+                .as_bytes(),
+        )
+        .unwrap();
+        assert!(!a.same_namespace(&b));
+        // A malformed list is an error, not a guess.
+        let mut bad = [0u8; 8];
+        bad[0] = 3;
+        bad[1] = 4;
+        assert!(NamespaceIds::default().add_descriptors(&bad).is_err());
+    }
 
     #[test]
     fn controller_fields() {

@@ -88,7 +88,7 @@ pub use discovery::{DiscoveryController, DiscoveryEntry, DiscoveryLog};
 pub use error::{HostError, QueueError};
 pub use health::ControllerHealth;
 pub use host::{BufError, Host, Namespace};
-pub use identify::{ControllerInfo, IdentifyError, NamespaceInfo};
+pub use identify::{ControllerInfo, IdentifyError, NamespaceIds, NamespaceInfo};
 pub use multipath::{MultipathHost, MultipathNamespace, MultipathOptions, PathPolicy};
 pub use options::{Completions, HostIdentity, HostOptions, IdentityError};
 pub use pool::{BufferPool, IoBuf, PoolError, PoolSizeError, RemoteAccess};

@@ -57,7 +57,7 @@ pub use fabrics::{
 pub use features::{AsyncEvent, KeepAliveTimer, NumberOfQueues, VolatileWriteCache};
 pub use identify::{
     IdentifyController, IdentifyNamespace, LbaFormat, NamespaceList, NsIdDescriptor,
-    NsIdDescriptorList,
+    NsIdDescriptorError, NsIdDescriptorList,
 };
 pub use log::{DiscoveryLogEntry, DiscoveryLogPageHeader, ErrorLogEntry, RdmaTsas, SmartLog};
 pub use opcodes::{

@@ -74,6 +74,17 @@
 #                   (io-moved: per-path /sys/block/nvmeXcYn1/stat), fio-verify,
 #                   disconnect, target-exit (guest/ana-host.sh). Not a default group:
 #                   INTEROP_GROUPS=ana (.ci/run runs it with nvme-cli).
+#   nvmet-ana/*     issue 15 item 4: our host's native multipath (the example
+#                   multipath_io, hooks/nvmet-ana.sh, from 192.168.77.3 and .4) ->
+#                   Linux nvmet-rdma in VM N (192.168.77.10, guest/nvmet-ana-target.sh)
+#                   on ports 4420 (ANA group optimized) and 4421 (non-optimized):
+#                   both paths one namespace by nvmet's UUID (CNS 03h; nvmet reports
+#                   no NGUID) (connect), I/O on the optimized path only (io-before),
+#                   nvmet flips 4420 -> inaccessible and 4421 -> optimized and our
+#                   host sees it through the ANA Change AEN (ana-flip), I/O moved to
+#                   4421 (io-moved), every block read back as written with no error
+#                   (verify), disconnect. Rides on the ana group's boot (one more VM
+#                   beside VM B); INTEROP_GROUPS="ana nvmet-ana".
 #   reload/*        issue 16 item 2: Linux's host in VM B -> our nvmf-target --config,
 #                   reconfigured with SIGHUP by hooks/our-reload.sh while fio with
 #                   verification runs on namespace 1 (guest/reload-host.sh): connect,
@@ -97,6 +108,8 @@
 #               cargo build -p rdma-tools --bin nvmf)
 #   ANA_CONTROL_BIN  the example ana_control for the ana group (default
 #               build/debug/examples/ana_control: cargo build -p nvmf-target --example ana_control)
+#   MULTIPATH_IO_BIN  the example multipath_io for the nvmet-ana group (default
+#               build/debug/examples/multipath_io: cargo build -p nvmf-initiator --example multipath_io)
 #   RDMA_PERF_VERBS_BIN  rdma-perf built with `--features verbs`: the perftest group's
 #               verbs-client cells run it in the guest (none without it)
 #   NVMF_TARGET_VERBS_BIN  nvmf-target built with `--features verbs` for verbs-target
@@ -126,6 +139,7 @@ export NVMF_TARGET_BIN="${NVMF_TARGET_BIN:-$REPO/build/debug/nvmf-target}"
 export NVMF_BENCH_BIN="${NVMF_BENCH_BIN:-$REPO/build/debug/nvmf-bench}"
 export RDMA_PERF_BIN="${RDMA_PERF_BIN:-$REPO/build/debug/rdma-perf}"
 export ANA_CONTROL_BIN="${ANA_CONTROL_BIN:-$REPO/build/debug/examples/ana_control}"
+export MULTIPATH_IO_BIN="${MULTIPATH_IO_BIN:-$REPO/build/debug/examples/multipath_io}"
 export NVMF_CLI_BIN="${NVMF_CLI_BIN:-$REPO/build/debug/nvmf}"
 export INTEROP_NQN=nqn.2026-11.io.nvmf-rdma:interop
 export INTEROP_NS_SIZE=64M
@@ -158,8 +172,12 @@ case " $GROUPS_ " in
         [ -x "$NVMF_CLI_BIN" ] || cannot "$NVMF_CLI_BIN not built (cargo build -p rdma-tools --bin nvmf)" ;;
 esac
 case " $GROUPS_ " in
-    *" ana "*)
+    *" ana "* | *" nvmet-ana "*)
         [ -x "$ANA_CONTROL_BIN" ] || cannot "$ANA_CONTROL_BIN not built (cargo build -p nvmf-target --example ana_control)" ;;
+esac
+case " $GROUPS_ " in
+    *" nvmet-ana "*)
+        [ -x "$MULTIPATH_IO_BIN" ] || cannot "$MULTIPATH_IO_BIN not built (cargo build -p nvmf-initiator --example multipath_io)" ;;
 esac
 case " $GROUPS_ " in
     *" linux-host-loss "*) command -v nft >/dev/null ||
@@ -372,17 +390,22 @@ run_dhchap() {
 
 # ---- group 6: ANA under Linux's native multipath, the optimized path flipped under fio ------
 run_ana() {
-    local g=$1 d="$OUT/$1"
+    local g=ana d="$OUT/ana"   # also when only nvmet-ana, which rides on this boot, is asked
     mkdir -p "$d"
     export INTEROP_IMG="$OUT/$g-ns1.img"
     rm -f "$INTEROP_IMG"
+    local hook="$HERE/hooks/our-ana.sh" vms=(B:192.168.77.11:ana-host.sh)
     say "$g: VM B (native multipath, fio) -> our target on 192.168.77.1:4420 and :4421, ANA flipped mid-run"
+    if [[ " $GROUPS_ " == *" nvmet-ana "* ]]; then
+        hook="$HERE/hooks/nvmet-ana.sh" vms+=(N:192.168.77.10:nvmet-ana-target.sh)
+        say "nvmet-ana: our multipath host ($MULTIPATH_IO_BIN) -> Linux nvmet in VM N on 192.168.77.10:4420 and :4421, ANA flipped mid-run"
+    fi
     local t0
     t0=$(date +%s)
     "$LP/run.sh" -t 420 -o "$d" -a target_ip=192.168.77.1 -a nqn="$INTEROP_NQN" \
-        -a ana_secs="${ANA_SECS:-40}" -H "$HERE/hooks/our-ana.sh" \
-        B:192.168.77.11:ana-host.sh >"$OUT/$g.log" 2>&1
+        -a ana_secs="${ANA_SECS:-40}" -H "$hook" "${vms[@]}" >"$OUT/$g.log" 2>&1
     say "$g: run.sh exit status $? after $(( $(date +%s) - t0 )) s"
+    cp "$d/nvmet-ana/cells.txt" "$OUT/nvmet-ana.cells" 2>/dev/null || : >"$OUT/nvmet-ana.cells"
     local f="$OUT/$g.cells"
     cp "$d/out/B/cells.txt" "$f" 2>/dev/null || : >"$f"
     target_exit_cell "$d" "$f" ana_control -i "panicked|ERROR" "; $(tr '\n' ';' <"$d/ana-control.txt")"
@@ -469,6 +492,7 @@ DHCHAP_CELLS="our-host/h1-right-key our-host/h2-bidirectional our-host/h2-wrong-
             linux-host/e-H2-wrong-ctrl-secret linux-host/c-H1-wrong-secret
             linux-host/refused-at-once-(c) linux-host/refused-at-once-(e) target-exit"
 ANA_CELLS="connect list-subsys io-before ana-flip io-moved fio-verify disconnect target-exit"
+NVMET_ANA_CELLS="connect io-before ana-flip io-moved verify disconnect"
 RELOAD_CELLS="connect fio-started ns2-appears ns2-io bad-config-unchanged ns2-disappears
             connect-port2 port2-ctrl-lost port2-reconnect-fails port2-fio-n1-continues
             fio-n1-verify no-reconnect disconnect sighup-add sighup-bad-refused sighup-remove
@@ -495,6 +519,8 @@ for g in $GROUPS_; do
         perftest) fn=run_perftest ;;
         dhchap) fn=run_dhchap ;;
         ana) fn=run_ana ;;
+        # Rides on the ana group's boot (VM N beside VM B); boots it alone otherwise.
+        nvmet-ana) [[ " $GROUPS_ " == *" ana "* ]] && continue; fn=run_ana ;;
         reload) fn=run_reload ;;
         *) cannot "unknown group '$g' in INTEROP_GROUPS" ;;
     esac
@@ -524,6 +550,8 @@ for g in $GROUPS_; do
         dhchap) add_cells $g "$OUT/$g.cells" $DHCHAP_CELLS; continue ;;
         # No capture: the wire is the linux-host groups'.
         ana) add_cells $g "$OUT/$g.cells" $ANA_CELLS; continue ;;
+        # Linux nvmet's wire, our host's code: its outcome is in its cells.
+        nvmet-ana) add_cells $g "$OUT/$g.cells" $NVMET_ANA_CELLS; continue ;;
         # The reload's outcome is in its cells; the wire is the linux-host group's.
         reload) add_cells $g "$OUT/$g.cells" $RELOAD_CELLS; continue ;;
     esac

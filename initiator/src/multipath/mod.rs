@@ -12,8 +12,11 @@
 //! [`MultipathHost::refresh_ana`].
 //!
 //! [`MultipathHost::namespace`] finds namespace `nsid` on every path and keeps the
-//! paths where it is the same namespace: the same NGUID, else the same EUI-64 (a path
-//! whose namespace has neither, or a different one, is left out and logged).
+//! paths where it is the same namespace, as Linux decides it (`nvme_ns_ids_equal`):
+//! the same UUID, NGUID, EUI-64 and CSI, from the Namespace Identification Descriptor
+//! list (CNS 03h) and Identify Namespace, at least one of them present (a path whose
+//! namespace has none, or different ones, is left out and logged). Linux nvmet, for
+//! one, reports only a UUID.
 //!
 //! Each command of a [`MultipathNamespace`] goes to the path [`PathPolicy`] picks
 //! among the live paths of the best ANA state (optimized before non-optimized;
@@ -50,7 +53,7 @@ use crate::aen::{ana_log_len, ControllerEvent};
 use crate::controller::ADMIN_MAX_IO_BYTES;
 use crate::error::HostError;
 use crate::host::{Host, Namespace};
-use crate::identify::NamespaceInfo;
+use crate::identify::{NamespaceIds, NamespaceInfo};
 use crate::lifecycle::CtrlState;
 use crate::options::HostOptions;
 pub use policy::{Failure, PathPolicy, PathView};
@@ -321,44 +324,36 @@ impl<P: Provider> MultipathHost<P> {
     ///
     /// Errors: the namespace is on no live path (the first path's error).
     pub async fn namespace(&self, nsid: u32) -> Result<MultipathNamespace<P>, HostError> {
-        let mut found: Vec<(usize, Namespace<P>, NamespaceInfo)> = Vec::new();
+        let mut found: Vec<(usize, Namespace<P>, NamespaceInfo, NamespaceIds)> = Vec::new();
         let mut first_err = None;
         for (i, p) in self.shared.paths.iter().enumerate() {
             let r = async {
                 let info = p.host.identify_namespace(nsid).await?;
-                Ok::<_, HostError>((p.host.namespace(nsid).await?, info))
+                let ids = p.host.namespace_ids(nsid, &info).await?;
+                Ok::<_, HostError>((p.host.namespace(nsid).await?, info, ids))
             }
             .await;
             match r {
-                Ok((ns, info)) => found.push((i, ns, info)),
+                Ok((ns, info, ids)) => found.push((i, ns, info, ids)),
                 Err(e) => {
                     tracing::warn!(path = i, nsid, "namespace not found on the path: {e}");
                     first_err.get_or_insert(e);
                 }
             }
         }
-        let Some((_, _, want)) = found.first().cloned() else {
+        let Some((_, _, want, want_ids)) = found.first().cloned() else {
             return Err(first_err.unwrap_or(HostError::Disconnected));
         };
-        let same = |info: &NamespaceInfo| {
-            if want.nguid != [0; 16] {
-                info.nguid == want.nguid
-            } else if want.eui64 != [0; 8] {
-                info.eui64 == want.eui64
-            } else {
-                false
-            }
-        };
         let mut paths = Vec::new();
-        for (k, (i, ns, info)) in found.into_iter().enumerate() {
-            if k == 0 || same(&info) {
+        for (k, (i, ns, _, ids)) in found.into_iter().enumerate() {
+            if k == 0 || want_ids.same_namespace(&ids) {
                 paths.push((i, ns));
             } else {
                 tracing::warn!(
                     path = i,
                     nsid,
-                    "namespace {nsid} there is another namespace (NGUID/EUI-64 differ, or \
-                     none to compare): path left out"
+                    "namespace {nsid} there is another namespace (UUID/NGUID/EUI-64 differ, \
+                     or none to compare): path left out"
                 );
             }
         }
@@ -367,6 +362,7 @@ impl<P: Provider> MultipathHost<P> {
             block_size: want.block_size,
             nlb: want.nsze,
             nguid: want.nguid,
+            ids: want_ids,
             anagrpid: want.anagrpid,
             shared: self.shared.clone(),
             paths,
@@ -413,6 +409,8 @@ pub struct MultipathNamespace<P: Provider = SoftProvider> {
     pub nlb: u64,
     /// NGUID (all zeros: none).
     pub nguid: [u8; 16],
+    /// The identifiers the paths were matched by (UUID, NGUID, EUI-64, CSI).
+    pub ids: NamespaceIds,
     /// ANA group (0 without ANA).
     pub anagrpid: u32,
     shared: Arc<Shared<P>>,
@@ -427,6 +425,7 @@ impl<P: Provider> Clone for MultipathNamespace<P> {
             block_size: self.block_size,
             nlb: self.nlb,
             nguid: self.nguid,
+            ids: self.ids,
             anagrpid: self.anagrpid,
             shared: self.shared.clone(),
             paths: self.paths.clone(),
