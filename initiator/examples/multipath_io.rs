@@ -59,7 +59,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         policy: PathPolicy::FirstOptimized,
         ..MultipathOptions::default()
     };
+    let asked = paths.len();
     let mp = MultipathHost::connect(paths, opts).await?;
+    if mp.paths().len() < asked {
+        eprintln!(
+            "only {} of {asked} paths connected (RUST_LOG=warn with a tracing subscriber \
+             names why; check each TRADDR:TRSVCID answers)",
+            mp.paths().len()
+        );
+    }
     let ns = mp.namespace(1).await?;
     println!(
         "namespace 1 of {}: paths {:?} of {}, UUID {}, NGUID {}, ANA group {}, {} blocks of {} B",
@@ -74,7 +82,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
     let stripe = (ns.nlb / tasks).min(256);
     if stripe == 0 {
-        return Err(format!("namespace 1 has {} blocks, fewer than {tasks} tasks", ns.nlb).into());
+        return Err(format!(
+            "namespace 1 has {} blocks, fewer than {tasks} tasks",
+            ns.nlb
+        )
+        .into());
     }
     let counts = Arc::new(Counts::default());
     let start = Instant::now();

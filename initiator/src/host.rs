@@ -1021,7 +1021,10 @@ impl<P: Provider> Host<P> {
                 if status.sct == nvme::StatusCodeType::Generic
                     && status.sc == nvme::GenericStatus::InvalidField.value() =>
             {
-                tracing::debug!(nsid, "no Namespace Identification Descriptor list (CNS 03h)");
+                tracing::debug!(
+                    nsid,
+                    "no Namespace Identification Descriptor list (CNS 03h)"
+                );
             }
             Err(e) => return Err(e),
         }

@@ -9,25 +9,25 @@
 # $LP_TARGET_TIMEOUT s, default 300).
 . /host/scenarios/lib.sh
 NQN=nqn.2026-11.io.example:ref
-cfg=/sys/kernel/config/nvmet
+nv=/sys/kernel/config/nvmet   # (lib.sh's nvmet_setup sets $cfg)
 nvmet_setup rdma "$LP_ADDR" 4420 "$NQN" || { echo "!! nvmet setup failed"; dmesg | tail -20; }
-mkdir $cfg/ports/2
-echo rdma > $cfg/ports/2/addr_trtype
-echo ipv4 > $cfg/ports/2/addr_adrfam
-echo "$LP_ADDR" > $cfg/ports/2/addr_traddr
-echo 4421 > $cfg/ports/2/addr_trsvcid
-echo non-optimized > $cfg/ports/2/ana_groups/1/ana_state
-ln -s $cfg/subsystems/$NQN $cfg/ports/2/subsystems/$NQN
-state() { echo "port1=$(cat $cfg/ports/1/ana_groups/1/ana_state) port2=$(cat $cfg/ports/2/ana_groups/1/ana_state)"; }
-echo "nvmet ANA: $(state); namespace 1 ana_grpid=$(cat $cfg/subsystems/$NQN/namespaces/1/ana_grpid)"
-echo "namespace 1 device_uuid=$(cat $cfg/subsystems/$NQN/namespaces/1/device_uuid) device_nguid=$(cat $cfg/subsystems/$NQN/namespaces/1/device_nguid)"
+mkdir $nv/ports/2
+echo rdma > $nv/ports/2/addr_trtype
+echo ipv4 > $nv/ports/2/addr_adrfam
+echo "$LP_ADDR" > $nv/ports/2/addr_traddr
+echo 4421 > $nv/ports/2/addr_trsvcid
+echo non-optimized > $nv/ports/2/ana_groups/1/ana_state
+ln -s $nv/subsystems/$NQN $nv/ports/2/subsystems/$NQN
+state() { echo "port1=$(cat $nv/ports/1/ana_groups/1/ana_state) port2=$(cat $nv/ports/2/ana_groups/1/ana_state)"; }
+echo "nvmet ANA: $(state); namespace 1 ana_grpid=$(cat $nv/subsystems/$NQN/namespaces/1/ana_grpid)"
+echo "namespace 1 device_uuid=$(cat $nv/subsystems/$NQN/namespaces/1/device_uuid) device_nguid=$(cat $nv/subsystems/$NQN/namespaces/1/device_nguid)"
 touch "$LP_OUT/ready"
 end=$(( $(date +%s) + ${LP_TARGET_TIMEOUT:-300} ))
 flipped=0
 while [ "$(date +%s)" -lt $end ]; do
     if [ $flipped = 0 ] && [ -e /host/out/nvmet-ana/flip ]; then
-        echo inaccessible > $cfg/ports/1/ana_groups/1/ana_state
-        echo optimized > $cfg/ports/2/ana_groups/1/ana_state
+        echo inaccessible > $nv/ports/1/ana_groups/1/ana_state
+        echo optimized > $nv/ports/2/ana_groups/1/ana_state
         echo "flipped: $(state)"
         touch "$LP_OUT/flipped"
         flipped=1

@@ -53,8 +53,8 @@ def cell(name, ok, why):
     print(f"cell {name} {'PASS' if ok else 'FAIL'} {why}")
 head = next((l for l in lines if l.startswith("namespace 1")), None)
 m = head and re.search(r"paths \[([0-9, ]*)\] of (\d+), UUID ([0-9a-f]+), NGUID ([0-9a-f]+)", head)
-if not m:
-    cell("connect", False, f"no namespace line (exit {rc}): {err}")
+if not m or m.group(2) != "2":
+    cell("connect", False, f"not both paths connected (exit {rc}): {head}; {err}")
     for c in ("io-before", "ana-flip", "io-moved", "verify", "disconnect"):
         cell(c, False, "not connected")
     sys.exit(0)
@@ -67,7 +67,7 @@ for l in lines:
     if s:
         st.append((float(s.group(1)), int(s.group(2)), int(s.group(3)), int(s.group(4)),
                    ast.literal_eval(s.group(5)), s.group(6), l.startswith("done")))
-pre = [x for x in st[:before]]
+pre = st[:before]
 if pre and len(pre) > 4:
     a, b = pre[2], pre[-1]   # skip the first half second (connect, first I/O)
     d0, d1 = b[4][0] - a[4][0], b[4][1] - a[4][1]
