@@ -11,7 +11,8 @@
 #   default arguments: --rw randread --bs 4k --iodepth 1 (the QD1 latency case)
 # Environment: RUNTIME (seconds per run, default 5), EMBEDDED_DIR (ext4, default
 #   /var/tmp), OUT (raw outputs; default a new temporary directory), LOCK (a lock
-#   file for flock, default none).
+#   file for flock, default none), BASELINE=0 (no UDP floor run: on a loaded machine
+#   its 1 s echo timeout can fail the run; the floor columns then read 0).
 set -euo pipefail
 
 die() { echo "bench-ab.sh: $*" >&2; exit 2; }
@@ -36,7 +37,8 @@ echo "bench-ab.sh: load at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 run() { # label round binary
     local json=$OUT/$1.$2.json err=$OUT/$1.$2.err
     local cmd=("$3" --time_based --runtime "$RUNTIME" --embedded-dir "$EMBEDDED_DIR"
-        --baseline "${ARGS[@]}" --output-format json --output "$json")
+        "${ARGS[@]}" --output-format json --output "$json")
+    [[ ${BASELINE:-1} == 0 ]] || cmd+=(--baseline)
     if [[ -n ${LOCK:-} ]]; then cmd=(flock "$LOCK" "${cmd[@]}"); fi
     local load
     load=$(cut -d' ' -f1 /proc/loadavg)

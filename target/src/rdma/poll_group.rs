@@ -116,6 +116,13 @@ pub struct PollGroup<P: Provider> {
     counters: Arc<PollGroupCounters>,
     wcs: Vec<WorkCompletion>,
     io_done: Vec<(u64, i32)>,
+    /// This round's posts, made at its end ([`PollGroup::post_staged`]): the data
+    /// RDMA WRITEs (QPN, WR, the response that follows it) ...
+    staged_writes: Vec<(u32, SendWr, WrId)>,
+    /// ... then the response SENDs (QPN, WR, its id).
+    staged_sends: Vec<(u32, SendWr, WrId)>,
+    /// Responses whose data WRITE could not be posted (the core failed them).
+    failed_responses: Vec<WrId>,
     /// Draining: where to report once nothing is in flight.
     drain_reply: Option<Sender<DrainReport>>,
     /// The transport counters of the QPs destroyed so far (the metrics add the live
@@ -308,6 +315,9 @@ impl<P: Provider> PollGroup<P> {
             counters,
             wcs: vec![WorkCompletion::new(0, WcStatus::Success, WcOpcode::Recv, 0); 64],
             io_done: Vec::with_capacity(64),
+            staged_writes: Vec::with_capacity(64),
+            staged_sends: Vec::with_capacity(64),
+            failed_responses: Vec::new(),
             drain_reply: None,
             retired_qp: None,
             _pinned: pinned,
@@ -587,6 +597,7 @@ impl<P: Provider> PollGroup<P> {
             Ok(_) => {}
             Err(e) => tracing::warn!("io_uring submit: {e}"),
         }
+        self.post_staged(Instant::now());
         work
     }
 
@@ -663,7 +674,7 @@ impl<P: Provider> PollGroup<P> {
             }
             GroupCmd::Drain(reply) => {
                 let in_flight = self.core.drain(Instant::now());
-                self.execute_actions(Instant::now());
+                self.execute_now(Instant::now());
                 tracing::debug!(poll_group = self.index, in_flight, "draining");
                 self.drain_reply = Some(reply);
                 self.report_if_drained();
@@ -677,7 +688,7 @@ impl<P: Provider> PollGroup<P> {
             GroupCmd::CompleteHeldEvents { cntlids } => {
                 let now = Instant::now();
                 self.core.complete_held_events(&cntlids, now);
-                self.execute_actions(now);
+                self.execute_now(now);
             }
             GroupCmd::Quiesce {
                 cntlids,
@@ -685,7 +696,7 @@ impl<P: Provider> PollGroup<P> {
                 reply,
             } => {
                 let in_flight = self.core.quiesce(&cntlids, &files);
-                self.execute_actions(Instant::now());
+                self.execute_now(Instant::now());
                 let _ = reply.send(in_flight);
             }
             GroupCmd::Shutdown => {}
@@ -924,10 +935,54 @@ impl<P: Provider> PollGroup<P> {
         self.admin.release(qpn);
         let now = Instant::now();
         self.core.remove_queue(qpn, why, now);
-        self.execute_actions(now);
+        self.execute_now(now);
     }
 
-    /// Carries out the core's actions, in order, against the provider and io_uring.
+    /// [`PollGroup::execute_actions`], then [`PollGroup::post_staged`]: for work outside
+    /// the poll round (the control thread's commands, a queue's end).
+    fn execute_now(&mut self, now: Instant) {
+        self.execute_actions(now);
+        self.post_staged(now);
+    }
+
+    /// Posts the round's staged data WRITEs, then its response SENDs, and transmits
+    /// them: the posting rule that lets one QP's packets of a round leave as trains of
+    /// equal segments (on the soft provider, one GSO train of the WRITEs' 4 KiB
+    /// segments and one of the responses, where W S W S would be a datagram each).
+    /// RC keeps a QP's WRs in order, so each response still follows its own data.
+    /// A WRITE that cannot be posted fails its request in the core, and its response
+    /// is not posted; what the failures make the core do is carried out and posted
+    /// too.
+    fn post_staged(&mut self, now: Instant) {
+        while !(self.staged_writes.is_empty() && self.staged_sends.is_empty()) {
+            let mut writes = std::mem::take(&mut self.staged_writes);
+            let mut sends = std::mem::take(&mut self.staged_sends);
+            for (qpn, wr, response) in writes.drain(..) {
+                if let Err(e) = self.ctx.post_send_deferred(Qp(qpn), &wr) {
+                    tracing::debug!("RDMA WRITE post: {e}");
+                    self.failed_responses.push(response);
+                    self.core.post_failed(response, qpn, now);
+                }
+            }
+            for (qpn, wr, response) in sends.drain(..) {
+                if let Some(k) = self.failed_responses.iter().position(|&f| f == response) {
+                    self.failed_responses.swap_remove(k);
+                    continue;
+                }
+                if self.ctx.post_send_deferred(Qp(qpn), &wr).is_err() {
+                    self.core.post_failed(response, qpn, now);
+                }
+            }
+            self.failed_responses.clear();
+            self.staged_writes = writes;
+            self.staged_sends = sends;
+            self.ctx.flush_deferred();
+            self.execute_actions(now);
+        }
+    }
+
+    /// Carries out the core's actions, in order, against the provider and io_uring;
+    /// the data WRITEs and response SENDs are staged for [`PollGroup::post_staged`].
     fn execute_actions(&mut self, now: Instant) {
         while let Some(a) = self.core.poll_action() {
             match a {
@@ -969,17 +1024,14 @@ impl<P: Provider> PollGroup<P> {
                         flags: SendFlags::empty(),
                     };
                     // RDMA WRITE then SEND on one QP: RC delivers the data before the
-                    // response.
-                    let wrs = [write, self.response_wr(&response)];
-                    if self.ctx.post_send_list(Qp(qpn), &wrs).is_err() {
-                        self.core.post_failed(response.wr_id, qpn, now);
-                    }
+                    // response (all of the round's WRITEs go first, post_staged).
+                    let send = self.response_wr(&response);
+                    self.staged_writes.push((qpn, write, response.wr_id));
+                    self.staged_sends.push((qpn, send, response.wr_id));
                 }
                 Action::PostSend { qpn, response } => {
                     let wr = self.response_wr(&response);
-                    if self.ctx.post_send(Qp(qpn), &wr).is_err() {
-                        self.core.post_failed(response.wr_id, qpn, now);
-                    }
+                    self.staged_sends.push((qpn, wr, response.wr_id));
                 }
                 Action::SubmitIo { req, op } => {
                     if self.submit_io(req, op).is_err() {

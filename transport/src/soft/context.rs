@@ -90,7 +90,8 @@ pub struct Context {
     tx: TxQueue,
     dirty: Vec<u32>,
     /// QPs whose transmission [`Context::poll_cq`] deferred (see
-    /// [`Context::set_deferred_transmit`]); sent at the start of the next call.
+    /// [`Context::set_deferred_transmit`]) or that [`Context::post_send_deferred`]
+    /// posted to; sent at the start of the next call or by [`Context::flush_deferred`].
     deferred: Vec<u32>,
     defer_transmit: bool,
     next_timer: Option<Timestamp>,
@@ -447,6 +448,22 @@ impl Context {
         let local = matches!(wr.op, SendOp::BindMw { .. } | SendOp::LocalInv { .. });
         if !(local && self.deferred.contains(&qp.0)) {
             self.flush_qp(qp.0, true);
+        }
+        Ok(())
+    }
+
+    /// Posts a send WR (`ibv_post_send`) without transmitting it: the QP's packets
+    /// leave at the next [`Context::flush_deferred`], [`Context::poll_cq`] or
+    /// [`Context::wait`], all in one batch, so that a round's equal-sized packets (the
+    /// data WRITEs of several reads, then their response SENDs) form GSO trains.
+    ///
+    /// # Errors
+    /// As [`Context::post_send`].
+    pub fn post_send_deferred(&mut self, qp: Qp, wr: &SendWr) -> Result<(), VerbsError> {
+        let slot = self.qps.get_mut(&qp.0).ok_or(VerbsError::NoSuchObject)?;
+        slot.core.post_send(wr)?;
+        if !self.deferred.contains(&qp.0) {
+            self.deferred.push(qp.0);
         }
         Ok(())
     }

@@ -252,6 +252,9 @@ impl Context for SoftContext {
     fn post_send_list(&mut self, qp: Qp, wrs: &[SendWr]) -> Result<(), VerbsError> {
         SoftContext::post_send_list(self, qp, wrs)
     }
+    fn post_send_deferred(&mut self, qp: Qp, wr: &SendWr) -> Result<(), VerbsError> {
+        SoftContext::post_send_deferred(self, qp, wr)
+    }
     fn post_recv(&mut self, qp: Qp, wr: &RecvWr) -> Result<(), VerbsError> {
         SoftContext::post_recv(self, qp, wr)
     }

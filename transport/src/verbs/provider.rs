@@ -330,6 +330,17 @@ pub trait Context: Send {
     /// As [`Context::post_send`].
     fn post_send_list(&mut self, qp: Qp, wrs: &[SendWr]) -> Result<(), VerbsError>;
 
+    /// Posts a send WR without transmitting it yet, where the provider batches (soft:
+    /// its packets leave at the next [`Context::flush_deferred`], `poll_cq` or `wait`,
+    /// together with everything else the QP has, so WRs of one size posted in a row
+    /// leave as one train). Verbs: [`Context::post_send`] (the device works on its own).
+    ///
+    /// # Errors
+    /// As [`Context::post_send`].
+    fn post_send_deferred(&mut self, qp: Qp, wr: &SendWr) -> Result<(), VerbsError> {
+        self.post_send(qp, wr)
+    }
+
     /// Posts a receive WR to `qp`'s own receive queue (`ibv_post_recv`).
     ///
     /// # Errors
@@ -405,7 +416,8 @@ pub trait Context: Send {
     /// Latency mode hint (soft: ACKs wait for the next request of the poll round; see
     /// `soft::Context::set_deferred_transmit`). Verbs: ignored.
     fn set_deferred_transmit(&mut self, _on: bool) {}
-    /// Transmits what the latency mode deferred. Verbs: nothing to do.
+    /// Transmits what the latency mode and [`Context::post_send_deferred`] deferred.
+    /// Verbs: nothing to do.
     fn flush_deferred(&mut self) {}
     /// Per-QP packet and error counters, where the provider keeps them (soft); `None`
     /// otherwise (verbs: the device's sysfs `hw_counters`).
