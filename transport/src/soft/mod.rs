@@ -17,6 +17,7 @@ pub mod conn;
 mod context;
 mod device;
 pub mod fault;
+pub mod rx_queue;
 pub mod floor;
 mod provider;
 pub mod rx_buffer;
@@ -32,6 +33,7 @@ pub use cm_agent::*;
 pub use context::*;
 pub use device::*;
 pub use fault::{FaultConfig, FaultConfigError, FaultCounters, FaultCountersSnapshot};
+pub use rx_queue::RxQueueConfig;
 pub use provider::{SoftOptions, SoftProvider};
 
 /// ECN bits of the ToS / traffic class byte (RFC 3168).
