@@ -4,6 +4,7 @@
 //! bring CNPs that the senders act on. Nothing about timings is asserted (the numbers
 //! are `scripts/incast.sh`'s, in BENCHMARKS.md).
 #[path = "../examples/incast/run.rs"]
+#[allow(dead_code)] // the example reads every field; this test only some
 mod run;
 
 use std::time::Duration;

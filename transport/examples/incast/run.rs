@@ -262,7 +262,11 @@ pub fn run(c: &IncastCfg) -> Result<IncastResult, String> {
         let t = tx.ctx.qp_counters(*qt).ok_or("sender QP counters")?;
         resent += t.sent_pkts.saturating_sub(msgs as u64 * pkts_per_msg);
         handled += t.rp_cnp_handled;
-        cnps += rx.ctx.qp_counters(*qr).ok_or("receiver QP counters")?.np_cnp_sent;
+        cnps += rx
+            .ctx
+            .qp_counters(*qr)
+            .ok_or("receiver QP counters")?
+            .np_cnp_sent;
     }
     let q = rx.dev.counters().injected.snapshot();
     Ok(IncastResult {
