@@ -41,6 +41,10 @@ const ICRC_MASKED_BYTE: usize = 4;
 /// The FECN bit in that byte.
 const BTH_FECN_BIT: u8 = 0x80;
 
+/// The environment variable [`FaultConfig::from_env`] reads: the probability (0-1)
+/// that a received RoCEv2 packet is taken as CE-marked.
+pub const CE_MARK_ENV: &str = "NVMF_SOFT_CE_MARK";
+
 /// What to inject and how often (per received datagram), and the seed.
 ///
 /// Probabilities are in `[0, 1]` and their sum must not exceed 1: one uniform draw per
@@ -162,6 +166,39 @@ impl FaultConfig {
             }
         }
         Ok(())
+    }
+
+    /// CE marking on receive as [`CE_MARK_ENV`] asks, for every program built on the
+    /// soft provider (an interop peer made to receive CNPs from us): a probability in
+    /// `(0, 1]` gives `ce_mark` that, seed 1, no other fault; unset or 0: `None`.
+    /// Another value is reported once and ignored.
+    pub fn from_env() -> Option<FaultConfig> {
+        let v = std::env::var(CE_MARK_ENV).ok()?;
+        match Self::ce_mark_from(&v) {
+            Ok(cfg) => cfg,
+            Err(()) => {
+                static ONCE: std::sync::Once = std::sync::Once::new();
+                ONCE.call_once(|| {
+                    tracing::warn!(
+                        "{CE_MARK_ENV}={v:?} is not a probability in [0, 1]: no CE marking"
+                    )
+                });
+                None
+            }
+        }
+    }
+
+    /// What [`FaultConfig::from_env`] makes of the value `v`; `Err` if it is not a
+    /// probability.
+    fn ce_mark_from(v: &str) -> Result<Option<FaultConfig>, ()> {
+        match v.trim().parse::<f64>() {
+            Ok(p) if p > 0.0 && p <= 1.0 => Ok(Some(FaultConfig {
+                ce_mark: p,
+                ..FaultConfig::with_seed(1)
+            })),
+            Ok(0.0) => Ok(None),
+            _ => Err(()),
+        }
     }
 
     /// Whether every probability is 0 (the layer would never act).
@@ -770,5 +807,16 @@ mod tests {
         let ip = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2));
         assert_ne!(group_seed(1, ip, 0), group_seed(1, ip, 1));
         assert_eq!(group_seed(1, ip, 1), group_seed(1, ip, 1));
+    }
+
+    #[test]
+    fn the_ce_mark_variable_takes_a_probability() {
+        let c = FaultConfig::ce_mark_from(" 0.02 ").unwrap().unwrap();
+        assert_eq!(c.ce_mark, 0.02);
+        assert_eq!((c.loss, c.queue), (0.0, None));
+        assert_eq!(FaultConfig::ce_mark_from("0"), Ok(None));
+        for bad in ["", "2", "-0.1", "NaN", "often"] {
+            assert_eq!(FaultConfig::ce_mark_from(bad), Err(()), "{bad:?}");
+        }
     }
 }

@@ -33,7 +33,7 @@ pub use crate::verbs::{Cq, Pd, Qp, QpInitAttr, Srq};
 pub use cm_agent::*;
 pub use context::*;
 pub use device::*;
-pub use fault::{FaultConfig, FaultConfigError, FaultCounters, FaultCountersSnapshot};
+pub use fault::{FaultConfig, FaultConfigError, FaultCounters, FaultCountersSnapshot, CE_MARK_ENV};
 pub use provider::{SoftOptions, SoftProvider};
 pub use rx_queue::RxQueueConfig;
 
