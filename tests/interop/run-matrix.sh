@@ -258,7 +258,7 @@ run_linux_host() {
     # end); IPv6: a sparse file through the page cache (the file back end).
     export INTEROP_LOOP=1
     local capture=(-c "$OUT/$g.pcap")
-    unset INTEROP_LOSS_PCT
+    unset INTEROP_LOSS_PCT INTEROP_CE_MARK
     if [ "$g" = linux-host-ipv6 ]; then
         ipv6=1 tip=fd77::1 extra=(-a ipv6=1 -a short=1) INTEROP_LOOP=0
     fi
@@ -271,6 +271,11 @@ run_linux_host() {
         extra=(-a loss=1 -a loss_secs="${LOSS_SECS:-30}" -a loss_pct="${LOSS_PCT:-1}")
         INTEROP_LOOP=0 capture=()
         export INTEROP_LOSS_PCT=${LOSS_PCT:-1}
+        # ECN toward rxe (issue 17 item 4): our target takes CE_MARK of what it
+        # receives as CE-marked (NVMF_SOFT_CE_MARK), so its notification point sends
+        # CNPs to the host's rxe QPs under the same fio verify; cell cnps-to-rxe, and
+        # fio-4k-qd16-loss / no-reconnect say they did no harm.
+        export INTEROP_CE_MARK=${CE_MARK:-0.02}
     fi
     mkdir -p "$d"
     export INTEROP_IMG="$OUT/$g-ns1.img"
@@ -321,6 +326,17 @@ run_linux_host() {
         fi
     else
         echo "cell slow-peer FAIL no target.log" >>"$f"
+    fi
+    if [ "$g" = linux-host-loss ]; then
+        local cnp
+        cnp=$(grep -o 'QP counters at queue end.*' "$d/target.log" 2>/dev/null | awk '
+            { for (i = 1; i <= NF; i++) { split($i, kv, "="); if (kv[2] != "") s[kv[1]] += kv[2] } }
+            END { printf "%d %d", s["np_cnp_sent"], s["np_ecn_marked"] }')
+        if [ "${cnp%% *}" -gt 0 ] 2>/dev/null; then
+            echo "cell cnps-to-rxe PASS our target sent ${cnp%% *} CNPs to rxe's QPs for ${cnp##* } CE marks (NVMF_SOFT_CE_MARK=$INTEROP_CE_MARK); fio verify and no-reconnect above ran under them" >>"$f"
+        else
+            echo "cell cnps-to-rxe FAIL no CNP sent (np_cnp_sent, np_ecn_marked: ${cnp:-no QP counter lines})" >>"$f"
+        fi
     fi
     target_exit_cell "$d" "$f" nvmf-target -i "panicked|ERROR"
 }
@@ -481,7 +497,7 @@ PERFTEST_CELLS="ours-client/write_bw ours-client/read_bw ours-client/send_lat
 HOST_CELLS="discover connect list id-ctrl id-ns fio-4k-qd1 fio-4k-qd32 fio-128k-qd1 fio-128k-qd32
             fio-1m-write-qd8 flush readback discard disconnect data-intact slow-peer target-exit"
 HOST6_CELLS="discover connect fio-4k-qd32 fio-128k-qd32 disconnect data-intact slow-peer target-exit"
-HOSTLOSS_CELLS="connect fio-4k-qd16-loss no-reconnect duplicates disconnect data-intact slow-peer target-exit"
+HOSTLOSS_CELLS="connect fio-4k-qd16-loss no-reconnect duplicates disconnect data-intact slow-peer cnps-to-rxe target-exit"
 TARGET_CELLS="bench-4k-qd1 bench-4k-qd32 bench-128k-qd1 bench-128k-qd32 connect identify disconnect"
 TARGET6_CELLS="bench-4k-qd32 bench-128k-qd32 connect identify disconnect"
 VERBS_TARGET_CELLS="target-start discover connect list id-ctrl id-ns fio-4k-qd1 fio-4k-qd32

@@ -918,6 +918,8 @@ impl<P: Provider> PollGroup<P> {
                 spurious_rto = c.spurious_rto,
                 local_ack_timeouts = c.local_ack_timeout_err,
                 retry_exceeded = c.retry_exceeded_err,
+                np_ecn_marked = c.np_ecn_marked_roce_packets,
+                np_cnp_sent = c.np_cnp_sent,
                 "QP counters at queue end"
             );
         }

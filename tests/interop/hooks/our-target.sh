@@ -19,6 +19,8 @@
 #   INTEROP_LOSS_PCT drop this percentage of our RoCE packets (UDP to 4791) on their
 #                    way out, at random (nftables numgen; this kernel has no netem);
 #                    the table with its counters is left in $LP_SHARE/nft-loss.txt
+#   INTEROP_CE_MARK  the target takes this fraction (0-1) of the RoCE packets it
+#                    receives as CE-marked (NVMF_SOFT_CE_MARK), so it sends CNPs
 # Touches $LP_SHARE/out/A/ready once the target listens; stops the target (SIGTERM)
 # when $LP_SHARE/out/stop appears, and writes its exit status to
 # $LP_SHARE/target.rc. The target's log is $LP_SHARE/target.log.
@@ -47,6 +49,10 @@ table inet nvmf_loss {
 }
 NFT
     echo "$(date +%T) dropping $INTEROP_LOSS_PCT% of our RoCE packets on their way out"
+fi
+if [ -n "${INTEROP_CE_MARK:-}" ]; then
+    export NVMF_SOFT_CE_MARK=$INTEROP_CE_MARK
+    echo "$(date +%T) the target takes $INTEROP_CE_MARK of what it receives as CE-marked"
 fi
 echo "$(date +%T) starting $NVMF_TARGET_BIN on $ip:4420 ($INTEROP_NQN, ${ns[*]} over $INTEROP_IMG, $INTEROP_NS_SIZE)"
 NO_COLOR=1 RUST_LOG="${INTEROP_TARGET_LOG:-info}" "$NVMF_TARGET_BIN" --addr "$ip" --port 4420 \

@@ -548,7 +548,8 @@ impl RcQp {
         self.requester_timeout(now);
     }
 
-    /// The rate congestion control holds this QP's requests to (Mbit/s), `None`
+    /// The rate congestion control holds this QP's data packets (requests and READ
+    /// responses) to (Mbit/s), `None`
     /// while unlimited.
     pub fn cc_rate_mbps(&self) -> Option<f64> {
         self.rp.rate_mbps()
@@ -609,6 +610,17 @@ impl RcQp {
         }
     }
 
+    /// The responder's next packet, READ responses held to the reaction point's rate
+    /// as a RoCE NIC limits all of a QP's outgoing data (the paced send time is shared
+    /// with the requester's packets). ACKs and NAKs leave unpaced, except behind a
+    /// READ response still waiting for its time (responses go in PSN order).
+    fn responder_paced(&mut self, now: Timestamp) -> Option<TxPacket> {
+        if self.responder_next_is_data() && self.paced_out(now) {
+            return None;
+        }
+        self.responder_transmit()
+    }
+
     /// A packet carrying data left: the reaction point counts it.
     fn cc_note_sent(&mut self, now: Timestamp, p: &TxPacket) {
         if p.payload.is_empty() && p.hdr.bth.opcode.is_response() {
@@ -650,7 +662,7 @@ impl RcQp {
             self.counters.sent_pkts += 1;
             return Some(p);
         }
-        let p = match self.responder_transmit() {
+        let p = match self.responder_paced(now) {
             Some(p) => Some(p),
             None if self.paced_out(now) => None,
             None => self.requester_transmit(now, env),
@@ -683,7 +695,7 @@ impl RcQp {
             .flatten()
         {
             Some(p) => Some(p),
-            None => self.responder_transmit(),
+            None => self.responder_paced(now),
         };
         if let Some(p) = &p {
             self.counters.sent_pkts += 1;

@@ -656,6 +656,12 @@ impl RcQp {
         self.enter_error();
     }
 
+    /// Whether the responder's next packet is a READ response (data, paced by the
+    /// reaction point) rather than an ACK or NAK.
+    pub(crate) fn responder_next_is_data(&self) -> bool {
+        matches!(self.resp.out.front(), Some(RespItem::Read { .. }))
+    }
+
     /// The next responder packet (ACK/NAK or READ response).
     pub(crate) fn responder_transmit(&mut self) -> Option<TxPacket> {
         let mtu = self.mtu() as u64;

@@ -33,7 +33,8 @@ pub struct DeviceConfig {
     /// when the device opens ([`SocketError::RoceMtu`]).
     pub roce_mtu: Option<Mtu>,
     /// Fault injection on the poll groups' receive path (see [`super::fault`]); `None`
-    /// (the default) for none at all. Counted in [`DeviceCountersSnapshot`]'s
+    /// (the default, unless `NVMF_SOFT_CE_MARK` asks for CE marking:
+    /// [`FaultConfig::from_env`]) for none at all. Counted in [`DeviceCountersSnapshot`]'s
     /// `injected_*` fields.
     pub faults: Option<FaultConfig>,
     /// Where QP numbering starts: `None` (the default) picks a random start per device
@@ -114,7 +115,7 @@ impl DeviceConfig {
             rx_queues: 1,
             netdev_mtu: None,
             roce_mtu: None,
-            faults: None,
+            faults: FaultConfig::from_env(),
             first_qpn: None,
             udp_gso: UdpGso::from_env(),
             packet_path: PacketPath::Udp,

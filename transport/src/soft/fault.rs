@@ -15,6 +15,10 @@
 //!   `reorder_depth` datagrams of the same socket, or once it has been held
 //!   `reorder_max_hold`, whichever comes first.
 //!
+//! With [`FaultConfig::queue`] set, every datagram delivered once (no fault, or only
+//! a CE mark) goes through a rate-limited RED queue first ([`super::rx_queue`]): the
+//! switch port in front of the receiver, for incast experiments.
+//!
 //! Only RC traffic (the poll groups' sockets) is touched, not QP1 (the CM agent's
 //! MADs), so connection setup is not part of the experiment. Faults act on receive:
 //! a device with faults configured perturbs what it receives, so to perturb both
@@ -28,12 +32,18 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::rx_queue::{RxQueue, RxQueueConfig};
+
 /// Byte of the UDP payload (BTH byte 4: FECN, BECN, resv6, just before DestQP) that
 /// the ICRC computation masks to ones (RoCEv2 Annex A17.4): a flip there would go
 /// unnoticed, so corruption never picks it.
 const ICRC_MASKED_BYTE: usize = 4;
 /// The FECN bit in that byte.
 const BTH_FECN_BIT: u8 = 0x80;
+
+/// The environment variable [`FaultConfig::from_env`] reads: the probability (0-1)
+/// that a received RoCEv2 packet is taken as CE-marked.
+pub const CE_MARK_ENV: &str = "NVMF_SOFT_CE_MARK";
 
 /// What to inject and how often (per received datagram), and the seed.
 ///
@@ -63,6 +73,9 @@ pub struct FaultConfig {
     /// Seed of the decision stream; each poll group derives its own from it, its
     /// device's address and its index.
     pub seed: u64,
+    /// A rate-limited, RED-marking, tail-dropping queue in front of each poll group's
+    /// RoCEv2 processing ([`super::rx_queue`]); `None` (the default): none.
+    pub queue: Option<RxQueueConfig>,
 }
 
 impl Default for FaultConfig {
@@ -76,6 +89,7 @@ impl Default for FaultConfig {
             reorder_depth: 3,
             reorder_max_hold: Duration::from_millis(1),
             seed: 0,
+            queue: None,
         }
     }
 }
@@ -100,6 +114,9 @@ pub enum FaultConfigError {
     /// `reorder_depth` is 0.
     #[error("reorder depth must be at least 1")]
     ZeroReorderDepth,
+    /// A receive queue with rate 0 or `kmax_bytes` below `kmin_bytes`.
+    #[error("receive queue {0:?}: the rate must be at least 1 Mbit/s and kmax_bytes at least kmin_bytes")]
+    BadQueue(RxQueueConfig),
 }
 
 impl FaultConfig {
@@ -137,7 +154,51 @@ impl FaultConfig {
         if self.reorder_depth == 0 {
             return Err(FaultConfigError::ZeroReorderDepth);
         }
+        if let Some(q) = self.queue {
+            if !(0.0..=1.0).contains(&q.pmax) {
+                return Err(FaultConfigError::OutOfRange {
+                    name: "queue.pmax",
+                    value: q.pmax,
+                });
+            }
+            if q.rate_mbps == 0 || q.kmax_bytes < q.kmin_bytes {
+                return Err(FaultConfigError::BadQueue(q));
+            }
+        }
         Ok(())
+    }
+
+    /// CE marking on receive as [`CE_MARK_ENV`] asks, for every program built on the
+    /// soft provider (an interop peer made to receive CNPs from us): a probability in
+    /// `(0, 1]` gives `ce_mark` that, seed 1, no other fault; unset or 0: `None`.
+    /// Another value is reported once and ignored.
+    pub fn from_env() -> Option<FaultConfig> {
+        let v = std::env::var(CE_MARK_ENV).ok()?;
+        match Self::ce_mark_from(&v) {
+            Ok(cfg) => cfg,
+            Err(()) => {
+                static ONCE: std::sync::Once = std::sync::Once::new();
+                ONCE.call_once(|| {
+                    tracing::warn!(
+                        "{CE_MARK_ENV}={v:?} is not a probability in [0, 1]: no CE marking"
+                    )
+                });
+                None
+            }
+        }
+    }
+
+    /// What [`FaultConfig::from_env`] makes of the value `v`; `Err` if it is not a
+    /// probability.
+    fn ce_mark_from(v: &str) -> Result<Option<FaultConfig>, ()> {
+        match v.trim().parse::<f64>() {
+            Ok(p) if p > 0.0 && p <= 1.0 => Ok(Some(FaultConfig {
+                ce_mark: p,
+                ..FaultConfig::with_seed(1)
+            })),
+            Ok(0.0) => Ok(None),
+            _ => Err(()),
+        }
     }
 
     /// Whether every probability is 0 (the layer would never act).
@@ -147,6 +208,7 @@ impl FaultConfig {
             && self.duplicate == 0.0
             && self.corrupt == 0.0
             && self.ce_mark == 0.0
+            && self.queue.is_none()
     }
 }
 
@@ -161,8 +223,17 @@ pub struct FaultCounters {
     pub reordered: AtomicU64,
     /// Datagrams with one bit flipped.
     pub corrupted: AtomicU64,
-    /// Datagrams delivered CE-marked.
+    /// Datagrams delivered CE-marked (by `ce_mark` or by the queue's RED).
     pub ce_marked: AtomicU64,
+    /// Datagrams the receive queue dropped at its tail.
+    pub queue_dropped: AtomicU64,
+    /// The receive queue's deepest backlog, bytes.
+    pub queue_max_depth_bytes: AtomicU64,
+    /// Datagrams the receive queue took in (not dropped).
+    pub queue_enqueued: AtomicU64,
+    /// Sum over those of the backlog each found (bytes): over `queue_enqueued`, the
+    /// mean depth an arrival sees.
+    pub queue_depth_sum_bytes: AtomicU64,
 }
 
 /// A snapshot of [`FaultCounters`].
@@ -178,6 +249,14 @@ pub struct FaultCountersSnapshot {
     pub corrupted: u64,
     /// [`FaultCounters::ce_marked`].
     pub ce_marked: u64,
+    /// [`FaultCounters::queue_dropped`].
+    pub queue_dropped: u64,
+    /// [`FaultCounters::queue_max_depth_bytes`].
+    pub queue_max_depth_bytes: u64,
+    /// [`FaultCounters::queue_enqueued`].
+    pub queue_enqueued: u64,
+    /// [`FaultCounters::queue_depth_sum_bytes`].
+    pub queue_depth_sum_bytes: u64,
 }
 
 impl FaultCounters {
@@ -190,6 +269,10 @@ impl FaultCounters {
             reordered: r(&self.reordered),
             corrupted: r(&self.corrupted),
             ce_marked: r(&self.ce_marked),
+            queue_dropped: r(&self.queue_dropped),
+            queue_max_depth_bytes: r(&self.queue_max_depth_bytes),
+            queue_enqueued: r(&self.queue_enqueued),
+            queue_depth_sum_bytes: r(&self.queue_depth_sum_bytes),
         }
     }
 }
@@ -266,6 +349,14 @@ impl FaultDecider {
         }
     }
 
+    /// `true` with probability `p` (one draw unless `p` is 0 or 1).
+    pub fn draw(&mut self, p: f64) -> bool {
+        if p <= 0.0 {
+            return false;
+        }
+        p >= 1.0 || (self.rng.next_u64() as f64) < p * 18_446_744_073_709_551_616.0
+    }
+
     /// Whether the next delivered datagram is CE-marked (no draw when marking is off,
     /// so the fates of a configuration without it stay as they were).
     pub fn next_ce_mark(&mut self) -> bool {
@@ -338,6 +429,7 @@ pub struct RxFaults {
     held: Vec<Held>,
     released: Vec<(SocketAddr, u16, Vec<u8>)>,
     spare: Vec<Vec<u8>>,
+    queue: Option<RxQueue>,
 }
 
 impl RxFaults {
@@ -351,6 +443,7 @@ impl RxFaults {
             held: Vec::new(),
             released: Vec::new(),
             spare: Vec::new(),
+            queue: cfg.queue.map(RxQueue::new),
         }
     }
 
@@ -384,6 +477,11 @@ impl RxFaults {
                 self.counters.ce_marked.fetch_add(1, Ordering::Relaxed);
             }
             match fate {
+                Fate::Deliver if self.queue.is_some() => {
+                    if let Some(from) = from {
+                        self.enqueue(from, ipv4_id, data);
+                    }
+                }
                 Fate::Deliver => self.order.push(Delivery::Slot(j)),
                 Fate::Drop => {
                     self.counters.dropped.fetch_add(1, Ordering::Relaxed);
@@ -426,6 +524,13 @@ impl RxFaults {
                 }
             }
         }
+        if let Some(q) = &mut self.queue {
+            let now = Instant::now();
+            while let Some(d) = q.pop_due(now) {
+                self.released.push((d.from, d.ipv4_id, d.data));
+                self.order.push(Delivery::Released(self.released.len() - 1));
+            }
+        }
         if !self.held.is_empty() {
             let now = Instant::now();
             let max = self.cfg.reorder_max_hold;
@@ -439,6 +544,36 @@ impl RxFaults {
             }
         }
         self.order.len()
+    }
+
+    /// A datagram meets the receive queue: dropped at its tail, or queued (CE-marked
+    /// by RED on the depth it finds).
+    fn enqueue(&mut self, from: SocketAddr, ipv4_id: u16, data: &[u8]) {
+        let Some(q) = &mut self.queue else {
+            return;
+        };
+        if q.overflows(data.len()) {
+            self.counters.queue_dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let c = &self.counters;
+        c.queue_enqueued.fetch_add(1, Ordering::Relaxed);
+        c.queue_depth_sum_bytes
+            .fetch_add(q.depth(), Ordering::Relaxed);
+        let mut copy = self.spare.pop().unwrap_or_default();
+        copy.clear();
+        copy.extend_from_slice(data);
+        if copy.len() > ICRC_MASKED_BYTE
+            && copy[ICRC_MASKED_BYTE] & BTH_FECN_BIT == 0
+            && self.decider.draw(q.mark_probability(q.depth()))
+        {
+            copy[ICRC_MASKED_BYTE] |= BTH_FECN_BIT;
+            self.counters.ce_marked.fetch_add(1, Ordering::Relaxed);
+        }
+        q.push(Instant::now(), from, ipv4_id, copy);
+        self.counters
+            .queue_max_depth_bytes
+            .fetch_max(q.depth(), Ordering::Relaxed);
     }
 
     fn release(&mut self, k: usize) {
@@ -460,9 +595,9 @@ impl RxFaults {
             .map(|(a, id, d)| (*a, *id, d.as_slice()))
     }
 
-    /// Datagrams currently held back.
+    /// Datagrams currently held back (reordered, or waiting in the receive queue).
     pub fn held(&self) -> usize {
-        self.held.len()
+        self.held.len() + self.queue.as_ref().map_or(0, RxQueue::len)
     }
 }
 
@@ -672,5 +807,16 @@ mod tests {
         let ip = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2));
         assert_ne!(group_seed(1, ip, 0), group_seed(1, ip, 1));
         assert_eq!(group_seed(1, ip, 1), group_seed(1, ip, 1));
+    }
+
+    #[test]
+    fn the_ce_mark_variable_takes_a_probability() {
+        let c = FaultConfig::ce_mark_from(" 0.02 ").unwrap().unwrap();
+        assert_eq!(c.ce_mark, 0.02);
+        assert_eq!((c.loss, c.queue), (0.0, None));
+        assert_eq!(FaultConfig::ce_mark_from("0"), Ok(None));
+        for bad in ["", "2", "-0.1", "NaN", "often"] {
+            assert_eq!(FaultConfig::ce_mark_from(bad), Err(()), "{bad:?}");
+        }
     }
 }

@@ -9,6 +9,7 @@
 //! - [`conn`]: connection bring-up (QP Init -> RTR -> RTS around the CM exchange), as
 //!   librdmacm does it for the verbs provider;
 //! - [`fault`]: seeded drop, duplication, reordering and corruption on receive, for tests;
+//! - [`rx_queue`]: the fault layer's rate-limited, RED-marking receive queue (incast);
 //! - [`rx_buffer`]: the receive buffer the kernel granted and the RC windows sized from it;
 //! - [`floor`]: the busy-polled UDP round trip under every round trip of this provider;
 //! - [`xdp`]: AF_XDP, the packet path past the kernel's UDP stack (root only).
@@ -21,6 +22,7 @@ pub mod floor;
 mod provider;
 pub mod rx_buffer;
 mod rx_check;
+pub mod rx_queue;
 pub mod socket;
 pub mod xdp;
 
@@ -31,8 +33,9 @@ pub use crate::verbs::{Cq, Pd, Qp, QpInitAttr, Srq};
 pub use cm_agent::*;
 pub use context::*;
 pub use device::*;
-pub use fault::{FaultConfig, FaultConfigError, FaultCounters, FaultCountersSnapshot};
+pub use fault::{FaultConfig, FaultConfigError, FaultCounters, FaultCountersSnapshot, CE_MARK_ENV};
 pub use provider::{SoftOptions, SoftProvider};
+pub use rx_queue::RxQueueConfig;
 
 /// ECN bits of the ToS / traffic class byte (RFC 3168).
 pub const ECN_MASK: u8 = 0x03;

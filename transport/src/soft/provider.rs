@@ -73,7 +73,7 @@ impl Provider for SoftProvider {
     /// `options`.
     fn device_config_with(ip: IpAddr, poll_groups: u32, options: &SoftOptions) -> DeviceConfig {
         DeviceConfig {
-            faults: options.faults,
+            faults: options.faults.or_else(FaultConfig::from_env),
             packet_path: options.packet_path.clone(),
             roce_mtu: options.roce_mtu,
             ..Self::device_config(ip, poll_groups)

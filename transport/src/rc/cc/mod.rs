@@ -5,7 +5,9 @@
 //! [`CongestionConfig::np_min_time_between_cnps`]; the **reaction point** (the sending
 //! side, a [`CongestionControl`]: [`Dcqcn`], or [`NoCongestionControl`] for peers
 //! without ECN) cuts its rate on each CNP, recovers without them and paces the
-//! requester's packets.
+//! QP's data packets: the requester's and the responder's READ responses alike, as a
+//! RoCE NIC's rate limiter holds all of a QP's outgoing traffic (ACKs and CNPs leave
+//! unpaced).
 //!
 //! The interface is small and sans-IO: a CNP arrived, bytes were sent, a timer of the
 //! QP's table ([`super::Timers`]) expired, and when the next paced packet may leave.

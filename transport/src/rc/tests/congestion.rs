@@ -75,3 +75,126 @@ fn a_sender_without_a_reaction_point_counts_cnps_as_ignored() {
     assert_eq!(a.rp_cnp_handled, 0);
     assert_eq!(o.sim.net.a.qp.cc_rate_mbps(), None);
 }
+
+/// The departure times (ns) of B's READ response packets for one 16 KiB READ of A's,
+/// B's NIC sending each packet as soon as its QP lets it (an unlimited link), after B
+/// heard `cnps` CNPs. Checks the data arrived intact.
+fn read_response_times(cnps: u32) -> (Vec<(u64, usize)>, Option<f64>) {
+    use super::{pattern, send_wr, sge, Net, Opts, ALL};
+    use crate::rc::cc::{cnp_headers, cnp_payload, DcqcnParams};
+    use crate::rc::RcEnv;
+    use crate::time::Timestamp;
+    use crate::verbs::SendOp;
+    use crate::wire::{parse, Opcode};
+
+    let line = 25_000;
+    let mut o = Opts::default();
+    o.cfg.cc.rp = ReactionPoint::Dcqcn(DcqcnParams {
+        line_rate_mbps: line,
+        ..DcqcnParams::default()
+    });
+    let len = 16 << 10;
+    let mut n = Net::new(o);
+    let (_src, ks) = n.mr(n.b.pd, len, ALL, pattern(3));
+    let (dst, kd) = n.mr(n.a.pd, len, ALL, |_| 0);
+    for _ in 0..cnps {
+        let (h, hl) = cnp_headers(n.b.qp.qpn()).to_bytes();
+        let mut bytes = h[..hl].to_vec();
+        bytes.extend(cnp_payload().to_vec());
+        bytes.extend([0u8; 4]);
+        let pkt = parse(&bytes).unwrap();
+        let mut env = RcEnv {
+            keys: &n.keys,
+            srq: None,
+        };
+        n.b.qp.handle_packet(n.now, &pkt, &mut env);
+        n.now = n.now + std::time::Duration::from_micros(5);
+    }
+    let rate = n.b.qp.cc_rate_mbps();
+    let r = SendOp::RdmaRead {
+        remote_addr: ks.addr,
+        rkey: ks.rkey,
+    };
+    n.a.qp
+        .post_send(&send_wr(1, r, &[sge(&kd, 0, len as u32)]))
+        .unwrap();
+    // A's READ request reaches B.
+    {
+        let Net {
+            keys, a, b, now, ..
+        } = &mut n;
+        let mut env = RcEnv { keys, srq: None };
+        while let Some(tx) = a.qp.poll_transmit(*now, &mut env) {
+            let (h, hl) = tx.hdr.to_bytes();
+            let mut bytes = h[..hl].to_vec();
+            bytes.extend(tx.payload.to_vec());
+            bytes.extend([0u8; 4]);
+            b.qp.handle_packet(*now, &parse(&bytes).unwrap(), &mut env);
+        }
+    }
+    let mut times = vec![];
+    for _ in 0..10_000 {
+        let mut env = RcEnv {
+            keys: &n.keys,
+            srq: None,
+        };
+        if let Some(tx) = n.b.qp.poll_transmit(n.now, &mut env) {
+            if matches!(
+                tx.hdr.bth.opcode,
+                Opcode::RcRdmaReadResponseFirst
+                    | Opcode::RcRdmaReadResponseMiddle
+                    | Opcode::RcRdmaReadResponseLast
+                    | Opcode::RcRdmaReadResponseOnly
+            ) {
+                times.push((n.now.0, tx.payload.len()));
+            }
+            let (h, hl) = tx.hdr.to_bytes();
+            let mut bytes = h[..hl].to_vec();
+            bytes.extend(tx.payload.to_vec());
+            bytes.extend([0u8; 4]);
+            let pkt = parse(&bytes).unwrap();
+            n.a.qp.handle_packet(n.now, &pkt, &mut env);
+            continue;
+        }
+        // Nothing may leave now: B's next timer (its pacing timer) moves time on.
+        let Some(t) = n.b.qp.poll_timeout() else {
+            break;
+        };
+        n.now = Timestamp(n.now.0.max(t.0));
+        n.b.qp.handle_timeout(n.now, &mut env);
+    }
+    n.collect();
+    let wcs = n.a.send_wcs();
+    assert_eq!(wcs.len(), 1);
+    assert_eq!(wcs[0].status, crate::verbs::WcStatus::Success);
+    assert!(super::bytes(&dst)[..len]
+        .iter()
+        .enumerate()
+        .all(|(i, &b)| b == pattern(3)(i)));
+    (times, rate)
+}
+
+#[test]
+fn a_cut_rate_spaces_read_response_packets() {
+    use crate::rc::cc::PACKET_OVERHEAD_BYTES;
+    // Unlimited: all 16 response packets leave at the same instant.
+    let (free, rate) = read_response_times(0);
+    assert_eq!(rate, None);
+    assert_eq!(free.len(), 16);
+    assert!(free.iter().all(|&(t, _)| t == free[0].0), "{free:?}");
+    // One CNP (alpha 1): the rate halves to 12.5 Gbit/s and each response packet of
+    // `n` payload bytes holds the next back by (n + overhead) * 8 / rate.
+    let (paced, rate) = read_response_times(1);
+    let rate = rate.expect("B is rate-limited");
+    assert!((rate - 12_500.0).abs() < 1.0, "rate {rate}");
+    assert_eq!(paced.len(), 16);
+    for w in paced.windows(2) {
+        let ((t0, n0), (t1, _)) = (w[0], w[1]);
+        let want = ((n0 + PACKET_OVERHEAD_BYTES) as f64 * 8.0 * 1000.0 / rate) as u64;
+        assert!(
+            t1 - t0 >= want && t1 - t0 <= want + 1,
+            "gap {} ns, want {want}: {paced:?}",
+            t1 - t0
+        );
+    }
+}

@@ -14,6 +14,7 @@ use crate::wire::{pad_for, parse};
 mod access;
 mod basic;
 mod congestion;
+mod incast;
 mod loss;
 mod props;
 mod recovery;

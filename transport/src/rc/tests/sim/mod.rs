@@ -31,7 +31,9 @@ use crate::rc::{RcEnv, TxPacket};
 use crate::time::Timestamp;
 use crate::wire::{self, IcrcIpInfo, Opcode, PacketHeaders, ParseError, ROCE_V2_UDP_DPORT};
 
+pub(super) mod bottleneck;
 pub(super) mod cases;
+pub(super) mod fabric;
 pub(super) mod link;
 pub(super) mod plan;
 pub(super) mod workload;
