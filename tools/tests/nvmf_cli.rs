@@ -560,7 +560,16 @@ fn connect_ublk_without_the_driver_says_how_to_load_it() {
     );
     let state = tempfile::tempdir().unwrap();
     let args: Vec<String> = [
-        "connect", "--ublk", "-t", "rdma", "-a", "127.0.7.9", "-w", "127.0.8.9", "-n", NQN,
+        "connect",
+        "--ublk",
+        "-t",
+        "rdma",
+        "-a",
+        "127.0.7.9",
+        "-w",
+        "127.0.8.9",
+        "-n",
+        NQN,
     ]
     .iter()
     .map(|s| s.to_string())
@@ -569,12 +578,21 @@ fn connect_ublk_without_the_driver_says_how_to_load_it() {
     let o = run_bin(&args, b"", state.path());
     let e = failed(&o, "connect --ublk without ublk_drv");
     assert!(e.contains("modprobe ublk_drv"), "{e}");
-    assert!(e.contains("Linux >= 6.0") && e.contains("CONFIG_BLK_DEV_UBLK"), "{e}");
+    assert!(
+        e.contains("Linux >= 6.0") && e.contains("CONFIG_BLK_DEV_UBLK"),
+        "{e}"
+    );
     // Refused before connecting: no target answers at 127.0.7.9, and no wait for one.
     assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
     // The ublk flags need --ublk.
     let o = run_bin(
-        &["connect".into(), "--ublk-depth".into(), "8".into(), "-a".into(), "127.0.7.9".into()],
+        &[
+            "connect".into(),
+            "--ublk-depth".into(),
+            "8".into(),
+            "-a".into(),
+            "127.0.7.9".into(),
+        ],
         b"",
         state.path(),
     );
@@ -622,8 +640,16 @@ fn connect_all_connects_every_subsystem_of_the_discovery_log() {
         let mut line = String::new();
         if out.read_line(&mut line).unwrap() == 0 {
             let mut err = String::new();
-            holder.stderr.take().unwrap().read_to_string(&mut err).unwrap();
-            panic!("connect-all printed {text:?} and exited: {:?} {err}", holder.wait());
+            holder
+                .stderr
+                .take()
+                .unwrap()
+                .read_to_string(&mut err)
+                .unwrap();
+            panic!(
+                "connect-all printed {text:?} and exited: {:?} {err}",
+                holder.wait()
+            );
         }
         text.push_str(&line);
         if line == "]\n" {
@@ -633,7 +659,10 @@ fn connect_all_connects_every_subsystem_of_the_discovery_log() {
     let v: Value = serde_json::from_str(&text).unwrap();
     let ctrls = v.as_array().expect("one entry per controller");
     assert_eq!(ctrls.len(), 2, "{text}");
-    let mut nqns: Vec<&str> = ctrls.iter().map(|c| c["subnqn"].as_str().unwrap()).collect();
+    let mut nqns: Vec<&str> = ctrls
+        .iter()
+        .map(|c| c["subnqn"].as_str().unwrap())
+        .collect();
     nqns.sort();
     assert_eq!(nqns, [NQN, nqn2]);
     for c in ctrls {
@@ -643,9 +672,16 @@ fn connect_all_connects_every_subsystem_of_the_discovery_log() {
         let want = if c["subnqn"] == NQN { 8 << 20 } else { 4 << 20 } / 512;
         assert_eq!(c["namespaces"][0]["nsze"], want, "{c}");
     }
-    let mut hosts: Vec<&str> = ctrls.iter().map(|c| c["host_traddr"].as_str().unwrap()).collect();
+    let mut hosts: Vec<&str> = ctrls
+        .iter()
+        .map(|c| c["host_traddr"].as_str().unwrap())
+        .collect();
     hosts.sort();
-    assert_eq!(hosts, ["127.0.8.10", "127.0.8.11"], "one local address per subsystem");
+    assert_eq!(
+        hosts,
+        ["127.0.8.10", "127.0.8.11"],
+        "one local address per subsystem"
+    );
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(holder.id() as i32),
         nix::sys::signal::Signal::SIGTERM,
@@ -653,8 +689,16 @@ fn connect_all_connects_every_subsystem_of_the_discovery_log() {
     .unwrap();
     let st = holder.wait().unwrap();
     let mut err = String::new();
-    holder.stderr.take().unwrap().read_to_string(&mut err).unwrap();
-    assert!(st.success(), "connect-all disconnects on SIGTERM: {st:?} {err}");
+    holder
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert!(
+        st.success(),
+        "connect-all disconnects on SIGTERM: {st:?} {err}"
+    );
     handle.shutdown();
     drop(serial);
 }

@@ -985,7 +985,11 @@ async fn hold(
                 }
             };
             for n in holders[0].namespaces.iter_mut() {
-                n.ublk = d.ready.iter().find(|r| r.nsid == n.nsid).map(|r| r.path.clone());
+                n.ublk = d
+                    .ready
+                    .iter()
+                    .find(|r| r.nsid == n.nsid)
+                    .map(|r| r.path.clone());
             }
             Some(d)
         }

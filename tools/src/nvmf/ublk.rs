@@ -68,7 +68,9 @@ pub struct Devices {
 
 impl std::fmt::Debug for Devices {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Devices").field("ready", &self.ready).finish()
+        f.debug_struct("Devices")
+            .field("ready", &self.ready)
+            .finish()
     }
 }
 
@@ -77,6 +79,7 @@ impl Devices {
     /// complete), and waits for their threads. Errors: the devices whose deletion
     /// the driver refused (each named).
     pub fn stop(self) -> Result<(), String> {
+        ctrl_ring().map_err(|e| format!("deleting ublk devices: {}", ublk_error(&e)))?;
         for c in &self.ctrls {
             // The queues see the device stopping and end once their tags are idle.
             let _ = c.kill_dev();
@@ -185,6 +188,10 @@ fn start_one(
                 set.add(nix::sys::signal::Signal::SIGINT);
                 set.add(nix::sys::signal::Signal::SIGTERM);
                 let _ = set.thread_block();
+                if let Err(e) = ctrl_ring() {
+                    let _ = tx_fail.send(Started::Failed(ublk_error(&e)));
+                    return;
+                }
                 let tgt = move |dev: &mut UblkDev| {
                     set_params(dev, geometry, features);
                     Ok(())
@@ -216,7 +223,14 @@ fn start_one(
                 "--ublk: starting the ublk device of namespace {nsid}: {e}"
             ))
         }
-        Err(_) => {
+        Err(mpsc::RecvTimeoutError::Disconnected) => {
+            let _ = thread.join();
+            let _ = ctrl.del_dev();
+            Err(format!(
+                "--ublk: the ublk thread of namespace {nsid} ended before its device came up"
+            ))
+        }
+        Err(mpsc::RecvTimeoutError::Timeout) => {
             let _ = ctrl.kill_dev();
             let _ = thread.join();
             let _ = ctrl.del_dev();
@@ -226,6 +240,22 @@ fn start_one(
             ))
         }
     }
+}
+
+/// libublk's control commands go through an io_uring of the calling thread (made by
+/// `UblkCtrl`'s constructor in its own thread): a thread that starts, stops or deletes
+/// a device made elsewhere makes its own first.
+fn ctrl_ring() -> Result<(), UblkError> {
+    libublk::ctrl::ublk_init_ctrl_task_ring(|ring| {
+        if ring.is_none() {
+            *ring = Some(
+                io_uring::IoUring::<io_uring::squeue::Entry128>::builder()
+                    .build(32)
+                    .map_err(UblkError::IOError)?,
+            );
+        }
+        Ok(())
+    })
 }
 
 fn ublk_error(e: &UblkError) -> String {
@@ -284,13 +314,7 @@ fn set_params(dev: &mut UblkDev, g: Geometry, f: Features) {
 
 /// One ublk queue (its own thread, from libublk): a smol task per tag, driven with
 /// the queue's io_uring until the device stops.
-fn queue(
-    qid: u16,
-    dev: &UblkDev,
-    ns: Namespace,
-    rt: tokio::runtime::Handle,
-    geometry: Geometry,
-) {
+fn queue(qid: u16, dev: &UblkDev, ns: Namespace, rt: tokio::runtime::Handle, geometry: Geometry) {
     let q = match UblkQueue::new(qid, dev) {
         Ok(q) => Rc::new(q),
         Err(e) => {
@@ -411,7 +435,10 @@ async fn serve(
     };
     let len = op.data_bytes(geometry.lba_size);
     if len > buf.len() {
-        report(ns.nsid, &format!("{len} bytes exceed the {}-byte ublk buffer", buf.len()));
+        report(
+            ns.nsid,
+            &format!("{len} bytes exceed the {}-byte ublk buffer", buf.len()),
+        );
         return -libc::EINVAL;
     }
     let data = match op {
@@ -439,7 +466,12 @@ async fn serve(
             Some(o) => break o,
             // Interrupted before the command finished: wait again.
             None if r == -libc::EINTR || r == -libc::EAGAIN || r == 8 => continue,
-            None => break Err(HostError::Protocol(format!("waiting on the eventfd: errno {}", -r))),
+            None => {
+                break Err(HostError::Protocol(format!(
+                    "waiting on the eventfd: errno {}",
+                    -r
+                )))
+            }
         }
     };
     match outcome {
@@ -463,7 +495,9 @@ async fn serve(
 fn report(nsid: u32, msg: &str) {
     let n = FAILURES.fetch_add(1, Ordering::Relaxed);
     if n < PRINTED_FAILURES {
-        eprintln!("nvmf: ublk namespace {nsid}: request failed (-EIO or -EINVAL to the kernel): {msg}");
+        eprintln!(
+            "nvmf: ublk namespace {nsid}: request failed (-EIO or -EINVAL to the kernel): {msg}"
+        );
     } else if n == PRINTED_FAILURES {
         eprintln!("nvmf: ublk: more failed requests; not printing them");
     }

@@ -152,9 +152,7 @@ impl MapError {
     /// The negative errno the ublk request is completed with.
     pub fn errno(&self) -> i32 {
         match self {
-            MapError::Unaligned { .. } | MapError::Empty | MapError::TooLarge(_) => {
-                -libc::EINVAL
-            }
+            MapError::Unaligned { .. } | MapError::Empty | MapError::TooLarge(_) => -libc::EINVAL,
             MapError::PastEnd { .. } => -libc::EIO,
             MapError::Unsupported(_) => -libc::EOPNOTSUPP,
         }
@@ -281,7 +279,11 @@ pub fn check_kernel() -> Result<(), String> {
 }
 
 fn check_control(path: &std::path::Path) -> Result<(), String> {
-    match std::fs::OpenOptions::new().read(true).write(true).open(path) {
+    match std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+    {
         Ok(_) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(format!(
             "--ublk: no {}: this kernel has no ublk driver loaded; load it with \
@@ -299,7 +301,6 @@ fn check_control(path: &std::path::Path) -> Result<(), String> {
         Err(e) => Err(format!("--ublk: opening {}: {e}", path.display())),
     }
 }
-
 
 #[cfg(test)]
 mod tests {
@@ -328,10 +329,7 @@ mod tests {
                 fua: false
             })
         );
-        assert_eq!(
-            BlockOp::Read { slba: 8, nlb: 16 }.success_result(512),
-            8192
-        );
+        assert_eq!(BlockOp::Read { slba: 8, nlb: 16 }.success_result(512), 8192);
     }
 
     #[test]
@@ -349,17 +347,35 @@ mod tests {
                 fua: true
             })
         );
-        assert_eq!(BlockOp::Write { slba: 0, nlb: 2, fua: false }.data_bytes(4096), 8192);
+        assert_eq!(
+            BlockOp::Write {
+                slba: 0,
+                nlb: 2,
+                fua: false
+            }
+            .data_bytes(4096),
+            8192
+        );
     }
 
     #[test]
     fn unaligned_requests_are_einval() {
         let e = map(G4K, u32::from(OP_READ), 4, 8).unwrap_err();
-        assert!(matches!(e, MapError::Unaligned { start: 2048, len: 4096, lba_size: 4096 }));
+        assert!(matches!(
+            e,
+            MapError::Unaligned {
+                start: 2048,
+                len: 4096,
+                lba_size: 4096
+            }
+        ));
         assert_eq!(e.errno(), -libc::EINVAL);
         let e = map(G4K, u32::from(OP_WRITE), 8, 4).unwrap_err();
         assert_eq!(e.errno(), -libc::EINVAL);
-        assert_eq!(map(G4K, u32::from(OP_DISCARD), 1, 8).unwrap_err().errno(), -libc::EINVAL);
+        assert_eq!(
+            map(G4K, u32::from(OP_DISCARD), 1, 8).unwrap_err().errno(),
+            -libc::EINVAL
+        );
         assert_eq!(map(G512, u32::from(OP_READ), 0, 0), Err(MapError::Empty));
     }
 
@@ -378,7 +394,9 @@ mod tests {
         );
         assert_eq!(e.errno(), -libc::EIO);
         assert_eq!(
-            map(G4K, u32::from(OP_WRITE_ZEROES), 1000 * 8, 8).unwrap_err().errno(),
+            map(G4K, u32::from(OP_WRITE_ZEROES), 1000 * 8, 8)
+                .unwrap_err()
+                .errno(),
             -libc::EIO
         );
         // A start so large that start * 512 overflows is past the end, not a wrap.
@@ -416,7 +434,6 @@ mod tests {
         assert_eq!(G4K.bytes(), 4096 * 1000);
     }
 
-
     #[test]
     fn missing_control_node_names_modprobe_and_the_kernel() {
         let dir = tempfile::tempdir().unwrap();
@@ -445,8 +462,25 @@ mod tests {
 
     #[test]
     fn option_ranges() {
-        assert!(Options { queues: 1, depth: 64 }.check().is_ok());
-        assert!(Options { queues: 0, depth: 64 }.check().unwrap_err().contains("--ublk-queues"));
-        assert!(Options { queues: 1, depth: 5000 }.check().unwrap_err().contains("--ublk-depth"));
+        assert!(Options {
+            queues: 1,
+            depth: 64
+        }
+        .check()
+        .is_ok());
+        assert!(Options {
+            queues: 0,
+            depth: 64
+        }
+        .check()
+        .unwrap_err()
+        .contains("--ublk-queues"));
+        assert!(Options {
+            queues: 1,
+            depth: 5000
+        }
+        .check()
+        .unwrap_err()
+        .contains("--ublk-depth"));
     }
 }
