@@ -110,9 +110,10 @@ enum Started {
 }
 
 /// Adds and starts one ublk device per namespace of `namespaces`, each served on
-/// `rt` (the host's runtime). Blocks until every device is up (`/dev/ublkbN`
-/// exists and the kernel has read its partition table). Errors: the driver's refusal
-/// to add or start a device (the devices already up are torn down first).
+/// `rt` (the host's runtime). Blocks until every device is up (the driver's
+/// START_DEV done: `/dev/ublkbN` exists), at most 60 s each. Errors: the driver's
+/// refusal to add or start a device, a namespace whose block size a block device
+/// cannot have (the devices already up are torn down first).
 pub fn start(
     rt: tokio::runtime::Handle,
     namespaces: Vec<Namespace>,
