@@ -61,8 +61,15 @@
 #                   host and controller keys (right, bidirectional ffdhe2048, wrong
 #                   key, wrong controller key), then Linux's nvme connect in VM B ->
 #                   our nvmf-target (no secret, right, bidirectional, wrong controller
-#                   secret, wrong secret; the wrong ones refused at once). Not a default
-#                   group: INTEROP_GROUPS=dhchap (.ci/run runs it).
+#                   secret, wrong secret; the wrong ones refused at once). Then, on
+#                   the same boot, ublk/* (issue 15 item 5, guest/auth-ublk-host.sh):
+#                   our `nvmf connect --ublk` in VM B (soft provider, rdma_rxe
+#                   unloaded) -> our nvmf-target: no-driver (ublk_drv unloaded: the
+#                   error names modprobe ublk_drv, exit 1), connect (/dev/ublkbN),
+#                   mkfs (ext4), write (mount, 4 MiB file, sync, umount),
+#                   remount-read (sha256 matches), stop (SIGTERM: exit 0, device
+#                   gone), backing-file (the file out of the target's backing file,
+#                   debugfs). Not a default group: INTEROP_GROUPS=dhchap (.ci/run runs it).
 #   ana/*           issue 16 item 4: ANA with Linux's native multipath in VM B (nvme_core
 #                   multipath=Y): our target (the example ana_control, hooks/our-ana.sh)
 #                   on 192.168.77.1 ports 4420 (optimized) and 4421 (non-optimized),
@@ -168,7 +175,7 @@ case " $GROUPS_ " in
         done ;;
 esac
 case " $GROUPS_ " in
-    *" nvmf-cli "*)
+    *" nvmf-cli "* | *" dhchap "*)
         [ -x "$NVMF_CLI_BIN" ] || cannot "$NVMF_CLI_BIN not built (cargo build -p rdma-tools --bin nvmf)" ;;
 esac
 case " $GROUPS_ " in
@@ -205,9 +212,14 @@ if [ ! -f "$LP_OUT/bzImage" ] || [ ! -f "$LP_OUT/initramfs.cpio.gz" ]; then
         cannot "building the guest failed ($LP_DIR/build.sh): $(tail -3 "$OUT/build.log" | tr '\n' ' ')"
 fi
 LP_OUT_612="${LP_OUT_612:-/tmp/linux-peer-612}"
-if [[ " $GROUPS_ " == *" dhchap "* ]] && { [ ! -f "$LP_OUT_612/bzImage" ] || [ ! -f "$LP_OUT_612/initramfs.cpio.gz" ]; }; then
-    say "no Linux 6.12 guest image in $LP_OUT_612: building it (KVER=6.12 $LP_DIR/build.sh, log $OUT/build-612.log)"
-    KVER=6.12 LP_OUT="$LP_OUT_612" "$LP_DIR/build.sh" >"$OUT/build-612.log" 2>&1 ||
+# build.sh's 6.12 module set (DH-HMAC-CHAP, ublk_drv) plus ext4 for the dhchap group's
+# ublk cells (mkfs.ext4 and mount on /dev/ublkbN); an image without ext4 is rebuilt.
+LP_612_MODULES="nvme-auth nvme-keyring dh_generic kpp hmac sha256_generic sha512_generic
+                sha256-ssse3 sha512-ssse3 ublk_drv ext4"
+if [[ " $GROUPS_ " == *" dhchap "* ]] && { [ ! -f "$LP_OUT_612/bzImage" ] || [ ! -f "$LP_OUT_612/initramfs.cpio.gz" ] ||
+    ! zcat "$LP_OUT_612/initramfs.cpio.gz" | cpio -t 2>/dev/null | grep -q '/ext4\.ko'; }; then
+    say "no Linux 6.12 guest image with ext4 in $LP_OUT_612: building it (KVER=6.12 $LP_DIR/build.sh, log $OUT/build-612.log)"
+    KVER=6.12 LP_OUT="$LP_OUT_612" LP_EXTRA_MODULES="$LP_612_MODULES" "$LP_DIR/build.sh" >"$OUT/build-612.log" 2>&1 ||
         cannot "building the 6.12 guest failed: $(tail -3 "$OUT/build-612.log" | tr '\n' ' ')"
 fi
 # QEMU must at least start (TCG is enough): a failing accelerator or missing ROMs show here.
@@ -399,7 +411,7 @@ run_dhchap() {
     t0=$(date +%s)
     LP_OUT="$LP_OUT_612" "$LP/run.sh" -t 600 -o "$d" -c "$OUT/$g.pcap" -a target_ip=192.168.77.1 \
         -a target_name=ours -a target_timeout=500 -H "$HERE/hooks/our-auth.sh" \
-        A:192.168.77.10:nvmet-auth-target.sh B:192.168.77.11:nvme-auth-host.sh >"$OUT/$g.log" 2>&1
+        A:192.168.77.10:nvmet-auth-target.sh B:192.168.77.11:auth-ublk-host.sh >"$OUT/$g.log" 2>&1
     say "$g: run.sh exit status $? after $(( $(date +%s) - t0 )) s"
     cp "$d/cells-auth.txt" "$OUT/$g.cells" 2>/dev/null || : >"$OUT/$g.cells"
 }
@@ -506,7 +518,9 @@ DHCHAP_CELLS="our-host/h1-right-key our-host/h2-bidirectional our-host/h2-wrong-
             our-host/h1-wrong-key linux-host/a-H1-no-secret linux-host/b-H1-right-secret
             linux-host/b-data-read-back-matches linux-host/d-H2-bidirectional
             linux-host/e-H2-wrong-ctrl-secret linux-host/c-H1-wrong-secret
-            linux-host/refused-at-once-(c) linux-host/refused-at-once-(e) target-exit"
+            linux-host/refused-at-once-(c) linux-host/refused-at-once-(e) target-exit
+            ublk/no-driver ublk/connect ublk/mkfs ublk/write ublk/remount-read ublk/stop
+            ublk/backing-file"
 ANA_CELLS="connect list-subsys io-before ana-flip io-moved fio-verify disconnect target-exit"
 NVMET_ANA_CELLS="connect io-before ana-flip io-moved verify disconnect"
 RELOAD_CELLS="connect fio-started ns2-appears ns2-io bad-config-unchanged ns2-disappears

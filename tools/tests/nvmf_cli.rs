@@ -546,3 +546,159 @@ fn bad_input_is_answered_not_panicked_on() {
     );
     assert!(e.starts_with("NVMe status: "), "{e}");
 }
+
+/// `connect --ublk` on a kernel without the ublk driver (this machine's: no
+/// /dev/ublk-control) exits 1 before connecting, naming `modprobe ublk_drv` and the
+/// kernel it needs. The ublk path itself runs in Linux 6.12 in QEMU (the interop
+/// matrix's `dhchap` group, cells `ublk/*`).
+#[test]
+fn connect_ublk_without_the_driver_says_how_to_load_it() {
+    assert!(
+        !std::path::Path::new("/dev/ublk-control").exists(),
+        "this test checks the answer of a kernel without ublk: /dev/ublk-control exists \
+         here; run it where ublk_drv is not loaded (modprobe -r ublk_drv)"
+    );
+    let state = tempfile::tempdir().unwrap();
+    let args: Vec<String> = [
+        "connect",
+        "--ublk",
+        "-t",
+        "rdma",
+        "-a",
+        "127.0.7.9",
+        "-w",
+        "127.0.8.9",
+        "-n",
+        NQN,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let t0 = Instant::now();
+    let o = run_bin(&args, b"", state.path());
+    let e = failed(&o, "connect --ublk without ublk_drv");
+    assert!(e.contains("modprobe ublk_drv"), "{e}");
+    assert!(
+        e.contains("Linux >= 6.0") && e.contains("CONFIG_BLK_DEV_UBLK"),
+        "{e}"
+    );
+    // Refused before connecting: no target answers at 127.0.7.9, and no wait for one.
+    assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+    // The ublk flags need --ublk.
+    let o = run_bin(
+        &[
+            "connect".into(),
+            "--ublk-depth".into(),
+            "8".into(),
+            "-a".into(),
+            "127.0.7.9".into(),
+        ],
+        b"",
+        state.path(),
+    );
+    let e = failed(&o, "--ublk-depth without --ublk");
+    assert!(e.contains("--ublk"), "{e}");
+}
+
+/// `connect-all`: the Discovery log of our target, then every NVM subsystem it lists
+/// connected (one local address each), printed as one JSON document with an entry per
+/// controller, held until SIGTERM, then disconnected (exit 0).
+#[test]
+fn connect_all_connects_every_subsystem_of_the_discovery_log() {
+    let serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let ip = IpAddr::V4(Ipv4Addr::new(127, 0, 7, 10));
+    let nqn2 = "nqn.2026-11.io.nvmf-rdma:cli-second";
+    let mut cfg = TargetConfig::default_for(ip, NQN, &dir.path().join("ns1.img"), 8 << 20);
+    let mut second =
+        TargetConfig::default_for(ip, nqn2, &dir.path().join("ns2.img"), 4 << 20).subsystems;
+    cfg.subsystems.append(&mut second);
+    let handle = nvmf_target::start(&cfg).expect("target starts");
+    let state = tempfile::tempdir().unwrap();
+    let mut holder = Command::new(BIN)
+        .args([
+            "connect-all",
+            "-t",
+            "rdma",
+            "-a",
+            "127.0.7.10",
+            "-w",
+            "127.0.8.10",
+            "--host-traddr-more",
+            "127.0.8.11",
+            "-o",
+            "json",
+        ])
+        .env("NVMF_STATE_DIR", state.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(holder.stdout.take().unwrap());
+    let mut text = String::new();
+    loop {
+        let mut line = String::new();
+        if out.read_line(&mut line).unwrap() == 0 {
+            let mut err = String::new();
+            holder
+                .stderr
+                .take()
+                .unwrap()
+                .read_to_string(&mut err)
+                .unwrap();
+            panic!(
+                "connect-all printed {text:?} and exited: {:?} {err}",
+                holder.wait()
+            );
+        }
+        text.push_str(&line);
+        if line == "]\n" {
+            break;
+        }
+    }
+    let v: Value = serde_json::from_str(&text).unwrap();
+    let ctrls = v.as_array().expect("one entry per controller");
+    assert_eq!(ctrls.len(), 2, "{text}");
+    let mut nqns: Vec<&str> = ctrls
+        .iter()
+        .map(|c| c["subnqn"].as_str().unwrap())
+        .collect();
+    nqns.sort();
+    assert_eq!(nqns, [NQN, nqn2]);
+    for c in ctrls {
+        assert_eq!(c["traddr"], "127.0.7.10");
+        assert_eq!(c["trsvcid"], "4420");
+        assert_eq!(c["namespaces"][0]["nsid"], 1);
+        let want = if c["subnqn"] == NQN { 8 << 20 } else { 4 << 20 } / 512;
+        assert_eq!(c["namespaces"][0]["nsze"], want, "{c}");
+    }
+    let mut hosts: Vec<&str> = ctrls
+        .iter()
+        .map(|c| c["host_traddr"].as_str().unwrap())
+        .collect();
+    hosts.sort();
+    assert_eq!(
+        hosts,
+        ["127.0.8.10", "127.0.8.11"],
+        "one local address per subsystem"
+    );
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(holder.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let st = holder.wait().unwrap();
+    let mut err = String::new();
+    holder
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert!(
+        st.success(),
+        "connect-all disconnects on SIGTERM: {st:?} {err}"
+    );
+    handle.shutdown();
+    drop(serial);
+}

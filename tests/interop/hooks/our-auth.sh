@@ -9,9 +9,15 @@
 #   2. then Linux's `nvme connect --dhchap-secret [--dhchap-ctrl-secret]` in VM B
 #      (scenario nvme-auth-host.sh, lp_target_name=ours) -> our nvmf-target on
 #      192.168.77.1 with the same hosts and keys in its TOML: its five cases.
+#   3. on the same boot, VM B (guest/auth-ublk-host.sh) runs our `nvmf connect --ublk`
+#      (issue 15 item 5; $NVMF_CLI_BIN, copied to $LP_SHARE/bin with the host's mke2fs)
+#      -> subsystem $UNQN of the same nvmf-target (any host, namespace 1 the file
+#      $UBLK_IMG): its ublk/* cells, and here ublk/backing-file: the file VM B wrote
+#      through ext4 on /dev/ublkbN, read out of the target's backing file (debugfs).
 # Cells (cell NAME PASS|FAIL reason) go to $LP_SHARE/cells-auth.txt.
 # Env from run.sh: LP_SHARE, LP_HOST_IP (192.168.77.1), LP_BRIDGE.
-# Env from run-matrix.sh: NVMF_TARGET_BIN, NVMF_BENCH_BIN, INTEROP_IMG, INTEROP_NS_SIZE.
+# Env from run-matrix.sh: NVMF_TARGET_BIN, NVMF_BENCH_BIN, NVMF_CLI_BIN, INTEROP_IMG,
+# INTEROP_NS_SIZE.
 set -u
 ip=${LP_HOST_IP:-192.168.77.1}
 host_ip=192.168.77.2
@@ -62,6 +68,20 @@ bench h1-wrong-key refused "$H1" "$K1BAD"
 # ---- 2. Linux host (VM B) -> our nvmf-target ---------------------------------------
 cfg="$LP_SHARE/our-auth-target.toml"
 truncate -s "$INTEROP_NS_SIZE" "$INTEROP_IMG"
+# 3.'s subsystem: any host, a 64 MiB file; its binaries for VM B (nvmf, the host's
+# mke2fs, the shared libraries either needs; Debian 12 on both sides).
+UNQN=nqn.2026-11.io.example:ublk
+UBLK_IMG="${INTEROP_IMG%.img}-ublk.img"
+rm -f "$UBLK_IMG"
+truncate -s 64M "$UBLK_IMG"
+mkdir -p "$LP_SHARE/bin/lib"
+cp "$NVMF_CLI_BIN" "$LP_SHARE/bin/nvmf"
+cp "$(command -v mke2fs)" "$LP_SHARE/bin/mke2fs"
+cp /etc/mke2fs.conf "$LP_SHARE/bin/mke2fs.conf" 2>/dev/null
+for b in "$LP_SHARE/bin/nvmf" "$LP_SHARE/bin/mke2fs"; do
+    ldd "$b" | awk '$3 ~ /^\// {print $3}' | grep -v -e '/libc\.so' -e 'ld-linux' |
+        while read -r l; do cp -L "$l" "$LP_SHARE/bin/lib/"; done
+done
 cat >"$cfg" <<E
 [[listen]]
 addr = "$ip"
@@ -87,6 +107,14 @@ dhchap_dhgroup = ["ffdhe2048"]
 [[subsystems.namespaces]]
 nsid = 1
 path = "$INTEROP_IMG"
+
+[[subsystems]]
+nqn = "$UNQN"
+allow_any_host = true
+
+[[subsystems.namespaces]]
+nsid = 1
+path = "$UBLK_IMG"
 E
 log="$LP_SHARE/target.log"
 NO_COLOR=1 RUST_LOG=info "$NVMF_TARGET_BIN" --config "$cfg" >"$log" 2>&1 &
@@ -108,6 +136,7 @@ K2=$K2
 KC2=$KC2
 E
 touch "$LP_SHARE/out/ours/ready"
+touch "$LP_SHARE/out/ours/ublk-ready"
 echo "$(date +%T) our target ready on $ip"
 while [ ! -e "$LP_SHARE/out/stop" ] && kill -0 "$pid" 2>/dev/null; do sleep 0.2; done
 sleep 1
@@ -135,6 +164,19 @@ for c in "(c)" "(e)"; do
         cell "linux-host/refused-at-once-$c" FAIL "nvme connect returned after ${t:-?} s"
     fi
 done
+# 3. VM B's ublk cells, then the file it wrote, out of our target's backing file.
+if [ -s "$LP_SHARE/out/B/ublk-cells.txt" ]; then
+    grep '^cell ublk/' "$LP_SHARE/out/B/ublk-cells.txt" >>"$cells"
+fi
+want=$(cat "$LP_SHARE/out/B/ublk-data.sha256" 2>/dev/null)
+rm -f "$LP_SHARE/ublk-data.back"
+debugfs -R "dump /data $LP_SHARE/ublk-data.back" "$UBLK_IMG" >"$LP_SHARE/ublk-debugfs.log" 2>&1
+got=$(sha256sum "$LP_SHARE/ublk-data.back" 2>/dev/null | cut -d' ' -f1)
+if [ -n "$want" ] && [ "$got" = "$want" ]; then
+    cell ublk/backing-file PASS "/data read out of the target's backing file (debugfs): $(stat -c %s "$LP_SHARE/ublk-data.back") bytes, sha256 matches VM B's"
+else
+    cell ublk/backing-file FAIL "sha256 ${got:-none} of /data in $UBLK_IMG != ${want:-none} (VM B's); $(tail -2 "$LP_SHARE/ublk-debugfs.log" | tr '\n' ' ')"
+fi
 n_ok=$(grep -c 'host authenticated (DH-HMAC-CHAP)' "$log")
 n_bad=$(grep -c 'authentication (DH-HMAC-CHAP) failed:' "$log")
 if [ "$rc" = 0 ] && ! grep -q panicked "$log"; then

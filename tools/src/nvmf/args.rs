@@ -124,6 +124,21 @@ pub enum Command {
         /// Entries per I/O queue (nvme-cli's -Q).
         #[arg(short = 'Q', long = "queue-size", default_value_t = 128)]
         queue_size: u16,
+        /// Make each namespace a local block device /dev/ublkbN through the kernel's
+        /// ublk driver (Linux >= 6.0 with CONFIG_BLK_DEV_UBLK, `modprobe ublk_drv`,
+        /// as root), served by this process until SIGINT/SIGTERM, then deleted: one
+        /// line per device (`/dev/ublkbN namespace NSID: ...`) once all are up, or
+        /// "ublk" in each namespace of `-o json`. mkfs and mount work on it with no
+        /// nvme-rdma in the kernel. Needs an nvmf built with the `ublk` feature.
+        #[arg(long = "ublk")]
+        ublk: bool,
+        /// ublk queues per device (with --ublk): each a thread, ublk queue q on I/O
+        /// queue q modulo -i.
+        #[arg(long = "ublk-queues", default_value_t = super::ublk_map::DEFAULT_QUEUES, requires = "ublk")]
+        ublk_queues: u16,
+        /// Requests in flight per ublk queue (with --ublk), 1..=4096.
+        #[arg(long = "ublk-depth", default_value_t = super::ublk_map::DEFAULT_DEPTH, requires = "ublk")]
+        ublk_depth: u16,
     },
     /// Discovers at -a/-s and connects every NVM subsystem listed over RDMA, each on
     /// its own local address (-w may be given once per subsystem: the soft provider

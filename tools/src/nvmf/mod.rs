@@ -9,7 +9,10 @@
 //!   disconnects, `connect` holds until SIGINT/SIGTERM;
 //! - [`state`]: the live `connect` processes (`list`, `list-subsys`, `disconnect`);
 //! - [`json`]: `-o json` with nvme-cli's field names;
-//! - [`status`]: NVMe statuses and exit codes as nvme-cli prints them.
+//! - [`status`]: NVMe statuses and exit codes as nvme-cli prints them;
+//! - `ublk` (feature `ublk`): `connect --ublk`, each namespace a /dev/ublkbN through
+//!   the kernel's ublk driver (libublk); [`ublk_map`]: its options, the kernel check
+//!   and its requests to NVMe commands, sans-IO (always built).
 //!
 //! docs/nvmf-cli.md describes the tool.
 pub mod args;
@@ -17,3 +20,6 @@ pub mod json;
 pub mod run;
 pub mod state;
 pub mod status;
+#[cfg(feature = "ublk")]
+pub mod ublk;
+pub mod ublk_map;

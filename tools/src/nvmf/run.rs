@@ -197,7 +197,16 @@ async fn dispatch(command: Command) -> R {
             fabric,
             nr_io_queues,
             queue_size,
-        } => connect_hold(&fabric, nr_io_queues, queue_size).await,
+            ublk,
+            ublk_queues,
+            ublk_depth,
+        } => {
+            let ublk = ublk.then_some(super::ublk_map::Options {
+                queues: ublk_queues,
+                depth: ublk_depth,
+            });
+            connect_hold(&fabric, nr_io_queues, queue_size, ublk).await
+        }
         Command::ConnectAll {
             fabric,
             more_host_traddr,
@@ -843,6 +852,7 @@ async fn held_namespaces(host: &Host) -> R<Vec<HeldNamespace>> {
             lba_size: n.block_size,
             anagrpid: n.anagrpid,
             ana_state: ana.get(&n.anagrpid).cloned().unwrap_or_default(),
+            ublk: None,
         });
     }
     Ok(out)
@@ -910,7 +920,16 @@ fn print_connected(holders: &[Holder], output: OutputFormat) {
                     h.firmware,
                     h.pid
                 );
-                for n in &h.namespaces {
+                for n in h.namespaces.iter().filter(|n| n.ublk.is_some()) {
+                    println!(
+                        "{} namespace {}: {} blocks of {} bytes",
+                        n.ublk.as_deref().unwrap_or(""),
+                        n.nsid,
+                        n.nsze,
+                        n.lba_size
+                    );
+                }
+                for n in h.namespaces.iter().filter(|n| n.ublk.is_none()) {
                     println!(
                         "  namespace {}: {} blocks of {} bytes{}",
                         n.nsid,
@@ -939,13 +958,45 @@ fn stop_flag() -> R<Arc<AtomicBool>> {
 }
 
 /// Holds `hosts` until SIGINT/SIGTERM, republishing ANA changes; then disconnects.
-async fn hold(mut held: Vec<(Host, HostOptions)>, output: OutputFormat) -> R {
+/// With `ublk` (one controller), each namespace is first made a ublk block device,
+/// deleted again before the disconnect.
+async fn hold(
+    mut held: Vec<(Host, HostOptions)>,
+    output: OutputFormat,
+    ublk: Option<super::ublk_map::Options>,
+) -> R {
     let stop = stop_flag()?;
     let mut holders = Vec::new();
     for (h, o) in &held {
         let ns = held_namespaces(h).await?;
         holders.push(holder_of(h, o, ns));
     }
+    #[cfg(feature = "ublk")]
+    let devices = match (ublk, held.first()) {
+        (Some(opts), Some((h, _))) => {
+            let d = ublk_start(h, opts).await;
+            let d = match d {
+                Ok(d) => d,
+                Err(e) => {
+                    for (h, _) in held.drain(..) {
+                        let _ = h.disconnect().await;
+                    }
+                    return Err(e);
+                }
+            };
+            for n in holders[0].namespaces.iter_mut() {
+                n.ublk = d
+                    .ready
+                    .iter()
+                    .find(|r| r.nsid == n.nsid)
+                    .map(|r| r.path.clone());
+            }
+            Some(d)
+        }
+        _ => None,
+    };
+    #[cfg(not(feature = "ublk"))]
+    let _ = ublk;
     // One holder file per process: the first controller's (connect-all lists each
     // subsystem in the same file's siblings below).
     let me = merge(&holders);
@@ -968,7 +1019,14 @@ async fn hold(mut held: Vec<(Host, HostOptions)>, output: OutputFormat) -> R {
                     nvmf_initiator::ControllerEvent::AnaChanged { .. }
                         | nvmf_initiator::ControllerEvent::NamespacesChanged { .. }
                 ) {
-                    if let Ok(ns) = held_namespaces(&held[i].0).await {
+                    if let Ok(mut ns) = held_namespaces(&held[i].0).await {
+                        for n in ns.iter_mut() {
+                            n.ublk = holders[i]
+                                .namespaces
+                                .iter()
+                                .find(|o| o.nsid == n.nsid)
+                                .and_then(|o| o.ublk.clone());
+                        }
                         holders[i].namespaces = ns;
                         changed = true;
                     }
@@ -986,6 +1044,17 @@ async fn hold(mut held: Vec<(Host, HostOptions)>, output: OutputFormat) -> R {
         }
         if changed {
             let _ = state::publish(&merge(&holders));
+        }
+    }
+    #[cfg(feature = "ublk")]
+    if let Some(d) = devices {
+        // The block devices go first (their queues drain), then the controller.
+        let r = tokio::task::spawn_blocking(move || d.stop())
+            .await
+            .map_err(|_| bad("the ublk teardown thread panicked"))
+            .and_then(|r| r.map_err(bad));
+        if result.is_ok() {
+            result = r;
         }
     }
     state::withdraw(std::process::id());
@@ -1013,13 +1082,52 @@ fn merge(holders: &[Holder]) -> Holder {
     h
 }
 
-async fn connect_hold(f: &Fabric, io_queues: u16, depth: u16) -> R {
+/// Starts the ublk devices of every active namespace of `host`.
+#[cfg(feature = "ublk")]
+async fn ublk_start(host: &Host, opts: super::ublk_map::Options) -> R<super::ublk::Devices> {
+    let mut namespaces = Vec::new();
+    for nsid in host.active_namespace_ids() {
+        namespaces.push(namespace(host, nsid).await?);
+    }
+    if namespaces.is_empty() {
+        return Err(bad(
+            "--ublk: the controller has no active namespace to make a block device of",
+        ));
+    }
+    let c = host.controller_info();
+    let features = super::ublk_map::Features::from_identify(c.oncs, c.vwc);
+    let rt = tokio::runtime::Handle::current();
+    tokio::task::spawn_blocking(move || super::ublk::start(rt, namespaces, features, opts))
+        .await
+        .map_err(|_| bad("the ublk start thread panicked"))?
+        .map_err(bad)
+}
+
+async fn connect_hold(
+    f: &Fabric,
+    io_queues: u16,
+    depth: u16,
+    ublk: Option<super::ublk_map::Options>,
+) -> R {
+    if let Some(u) = &ublk {
+        // Before connecting: a kernel without ublk, or a user who may not use it, is
+        // told at once.
+        u.check().map_err(bad)?;
+        super::ublk_map::check_kernel().map_err(bad)?;
+        if !cfg!(feature = "ublk") {
+            return Err(bad(
+                "--ublk: this nvmf was built without ublk support: build it with \
+                 `cargo build -p rdma-tools --features ublk --bin nvmf` (libublk's \
+                 bindings need libclang-dev)",
+            ));
+        }
+    }
     let mut o = host_options(f, true)?;
     o.io_queues = io_queues.max(1);
     o.queue_depth = depth.max(2);
     o.ctrl_loss_tmo = Some(nvmf_initiator::lifecycle::DEFAULT_CTRL_LOSS_TMO);
     let host = connect(&o).await?;
-    hold(vec![(host, o)], f.output).await
+    hold(vec![(host, o)], f.output, ublk).await
 }
 
 async fn connect_all(f: &Fabric, more: &[IpAddr]) -> R {
@@ -1068,7 +1176,7 @@ async fn connect_all(f: &Fabric, more: &[IpAddr]) -> R {
             o.traddr
         )));
     }
-    hold(held, f.output).await
+    hold(held, f.output, None).await
 }
 
 fn disconnect(nqn: Option<&str>) -> R {

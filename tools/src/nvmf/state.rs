@@ -28,6 +28,9 @@ pub struct HeldNamespace {
     /// The ANA state of its group as last read (`optimized`, `non-optimized`,
     /// `inaccessible`, `persistent-loss`, `change`), or `""` without ANA.
     pub ana_state: String,
+    /// The local block device serving it (`nvmf connect --ublk`: `/dev/ublkbN`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ublk: Option<String>,
 }
 
 /// What a live `nvmf connect` process holds.
@@ -62,9 +65,18 @@ pub struct Holder {
 }
 
 impl Holder {
-    /// The name `list` shows for namespace `nsid` of this holder (no device node
-    /// exists: the name points at the process).
+    /// The name `list` shows for namespace `nsid` of this holder: its ublk block
+    /// device where `connect --ublk` made one, else a name that points at the
+    /// process (no device node exists).
     pub fn device_name(&self, nsid: u32) -> String {
+        if let Some(d) = self
+            .namespaces
+            .iter()
+            .find(|n| n.nsid == nsid)
+            .and_then(|n| n.ublk.clone())
+        {
+            return d;
+        }
         format!("nvmf-{}n{nsid}", self.pid)
     }
 }
