@@ -235,6 +235,7 @@ pub fn run<P: Provider>(
                     max_recv_sge: 1,
                     max_inline_data: 0,
                 },
+                qp_type: transport::verbs::QpType::Rc,
             })
             .map_err(verbs("ibv_create_qp"))?;
         ctx.modify_qp(
