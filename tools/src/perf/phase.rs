@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use transport::verbs::provider::{Context, MemoryRegion, Provider};
 use transport::verbs::{
-    SendFlags, SendOp, SendWr, SgList, Sge, WcOpcode, WcStatus, WorkCompletion,
+    QpType, SendFlags, SendOp, SendWr, SgList, Sge, WcOpcode, WcStatus, WorkCompletion,
 };
 
 use super::kind::Verb;
@@ -26,6 +26,10 @@ pub(super) fn send_wr<P: Provider>(
 ) -> SendWr {
     let rem = res.rem[q];
     let op = match verb {
+        Verb::Send if res.conn == QpType::Ud => SendOp::UdSend {
+            dest: res.ud[q],
+            imm_data: None,
+        },
         Verb::Send => SendOp::Send,
         Verb::Write => SendOp::RdmaWrite {
             remote_addr: rem.vaddr,
@@ -208,7 +212,9 @@ pub(super) fn send_bw_server<P: Provider>(
         }
         Ok(c > 0)
     };
-    if o.duration.is_some() {
+    // Timed, or unreliable (UC, UD: a lost message never arrives, so the receiver
+    // counts what came until the client's next message).
+    if o.duration.is_some() || res.conn != QpType::Rc {
         let mut err = None;
         s.wait_for_peer(|| match step(res, &mut stamps) {
             Ok(b) => Ok(b),
