@@ -101,9 +101,12 @@ pub trait Provider: Sized + Send + Sync + 'static {
     /// Sets the RoCE MTU the device of `cfg` is to use (its active MTU; connections run
     /// at the smaller of the two ends'), where the provider lets the user choose it.
     ///
+    /// The soft provider checks it against the interface MTU when the device opens,
+    /// the verbs provider against the RDMA port's active MTU (a larger one is refused
+    /// there, naming both and the fix).
+    ///
     /// # Errors
-    /// [`RoceMtuFixed`]: the default, for a provider whose MTU is its port's (verbs:
-    /// the kernel device's active MTU, set through the interface MTU).
+    /// [`RoceMtuFixed`]: the default, for a provider whose MTU is only its port's.
     fn set_roce_mtu(cfg: &mut Self::DeviceConfig, mtu: Mtu) -> Result<(), RoceMtuFixed> {
         let _ = (cfg, mtu);
         Err(RoceMtuFixed {
@@ -537,7 +540,7 @@ pub trait ConnectionManager: Clone + Send + Sync + 'static {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error(
     "the {provider} provider uses its RDMA port's active MTU (it follows the interface MTU: \
-     ip link set dev IFACE mtu N); a RoCE MTU is chosen on the soft provider only"
+     ip link set dev IFACE mtu N); it takes no RoCE MTU of its own"
 )]
 pub struct RoceMtuFixed {
     /// The provider's name ([`Provider::NAME`]).
