@@ -245,11 +245,27 @@ fn uc_write_bw_send_bw_and_write_lat_loopback() {
 #[test]
 fn connection_types_are_refused_as_perftest_does() {
     for (test, c, msg) in [
-        ("read_bw", "UC", " UC connection not possible in READ/ATOMIC verbs"),
-        ("read_lat", "UC", " UC connection not possible in READ/ATOMIC verbs"),
-        ("write_bw", "UD", " UD connection only possible in SEND verb"),
+        (
+            "read_bw",
+            "UC",
+            " UC connection not possible in READ/ATOMIC verbs",
+        ),
+        (
+            "read_lat",
+            "UC",
+            " UC connection not possible in READ/ATOMIC verbs",
+        ),
+        (
+            "write_bw",
+            "UD",
+            " UD connection only possible in SEND verb",
+        ),
         ("read_bw", "UD", " UD connection only possible in SEND verb"),
-        ("send_bw", "XC", " Invalid Connection type . please choose from {RC,UC,UD}"),
+        (
+            "send_bw",
+            "XC",
+            " Invalid Connection type . please choose from {RC,UC,UD}",
+        ),
     ] {
         let o = Command::new(BIN)
             .args([test, "--bind", "127.0.0.1", "-c", c])

@@ -125,7 +125,12 @@ fn wc0() -> WorkCompletion {
 
 /// Polls both sides until `n` completions arrived on `me`'s CQ or, with `settle`,
 /// until nothing arrived for that long (a lossy run's end).
-fn poll(me: &mut Side, other: &mut Side, n: usize, settle: Option<Duration>) -> Vec<WorkCompletion> {
+fn poll(
+    me: &mut Side,
+    other: &mut Side,
+    n: usize,
+    settle: Option<Duration>,
+) -> Vec<WorkCompletion> {
     let mut out = Vec::new();
     let mut buf = [wc0(); 32];
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -251,13 +256,22 @@ fn uc_send_loss_costs_only_the_message() {
             })
             .collect();
         a.ctx.post_send_list(a.qp, &wrs).unwrap();
-        got.extend(poll(&mut b, &mut a, usize::MAX, Some(Duration::from_millis(30))));
+        got.extend(poll(
+            &mut b,
+            &mut a,
+            usize::MAX,
+            Some(Duration::from_millis(30)),
+        ));
     }
     let dropped = b.dev.counters().snapshot().injected_drops;
     assert!(dropped > 0, "the fault layer dropped packets");
     let mut tags = Vec::new();
     for w in &got {
-        assert_eq!((w.status, w.byte_len), (WcStatus::Success, LEN as u32), "{w:?}");
+        assert_eq!(
+            (w.status, w.byte_len),
+            (WcStatus::Success, LEN as u32),
+            "{w:?}"
+        );
         let mut buf = vec![0u8; LEN];
         b.mr.read(w.wr_id as usize * 16384, &mut buf);
         let tag = u32::from_le_bytes(buf[..4].try_into().unwrap());
@@ -269,8 +283,14 @@ fn uc_send_loss_costs_only_the_message() {
     assert!(tags.windows(2).all(|t| t[0] < t[1]), "in order: {tags:?}");
     let lost = N as usize - tags.len();
     let c = *b.ctx.qp_counters(b.qp).unwrap();
-    assert!(lost >= 1 && lost as u64 <= dropped, "lost {lost}, dropped {dropped}");
-    assert!(c.dropped_msgs >= 1 && c.dropped_msgs <= lost as u64, "{c:?}");
+    assert!(
+        lost >= 1 && lost as u64 <= dropped,
+        "lost {lost}, dropped {dropped}"
+    );
+    assert!(
+        c.dropped_msgs >= 1 && c.dropped_msgs <= lost as u64,
+        "{c:?}"
+    );
     // The WRs in completion order are the posted ones in order: a lost message's WR
     // took the next message.
     let ids: Vec<u64> = got.iter().map(|w| w.wr_id).collect();
@@ -280,7 +300,10 @@ fn uc_send_loss_costs_only_the_message() {
         .enumerate()
         .skip_while(|&(k, &t)| t == k as u32)
         .count();
-    assert!(after_first_loss > 0, "messages after a loss arrive: {tags:?}");
+    assert!(
+        after_first_loss > 0,
+        "messages after a loss arrive: {tags:?}"
+    );
 }
 
 /// UC RDMA WRITE with immediate under loss: each completion's immediate names a
@@ -316,9 +339,18 @@ fn uc_write_with_imm_loss_costs_only_the_message() {
             })
             .collect();
         a.ctx.post_send_list(a.qp, &wrs).unwrap();
-        got.extend(poll(&mut b, &mut a, usize::MAX, Some(Duration::from_millis(30))));
+        got.extend(poll(
+            &mut b,
+            &mut a,
+            usize::MAX,
+            Some(Duration::from_millis(30)),
+        ));
     }
-    assert!(got.len() < N as usize && got.len() > N as usize / 2, "{}", got.len());
+    assert!(
+        got.len() < N as usize && got.len() > N as usize / 2,
+        "{}",
+        got.len()
+    );
     for w in &got {
         assert_eq!(w.opcode, WcOpcode::RecvRdmaWithImm);
         let i = w.imm_data.unwrap();
@@ -381,7 +413,13 @@ fn ud_send_grh_src_qp_qkey_and_size() {
     let w = got[0];
     assert_eq!(
         (w.wr_id, w.status, w.byte_len, w.src_qp, w.grh),
-        (10, WcStatus::Success, 3000 + GRH_LEN as u32, a.qp.qpn(), true)
+        (
+            10,
+            WcStatus::Success,
+            3000 + GRH_LEN as u32,
+            a.qp.qpn(),
+            true
+        )
     );
     let mut g = [0u8; GRH_LEN];
     b.mr.read(0, &mut g);
@@ -406,5 +444,8 @@ fn ud_send_grh_src_qp_qkey_and_size() {
     // The receiver's source port is its QPN's, and a UD QP has one from creation.
     assert!(a.ctx.qp_udp_sport(a.qp).is_some_and(|p| p >= 0xC000));
     a.ctx.destroy_ah(ah).unwrap();
-    assert!(a.ctx.post_send(a.qp, &ud(QKEY, 10)).is_err(), "destroyed AH");
+    assert!(
+        a.ctx.post_send(a.qp, &ud(QKEY, 10)).is_err(),
+        "destroyed AH"
+    );
 }

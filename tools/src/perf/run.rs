@@ -251,7 +251,11 @@ pub fn run<P: Provider>(
 
     let max_size = run_sizes.iter().copied().max().unwrap_or(o.size);
     // UD receive buffers hold the 40-byte GRH area in front of the message.
-    let grh = if conn == QpType::Ud { GRH_LEN as u64 } else { 0 };
+    let grh = if conn == QpType::Ud {
+        GRH_LEN as u64
+    } else {
+        0
+    };
     let qps = if kind.is_bw() { o.qps.max(1) } else { 1 } as usize;
     let slot = (max_size + grh)
         .max(oob::CYCLE_BUFFER as u64)

@@ -9,7 +9,9 @@ use std::mem::MaybeUninit;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rdma_sys::{ibv_ah, ibv_comp_channel, ibv_cq, ibv_mr, ibv_mw, ibv_qp, ibv_srq, ibv_wc, rdma_cm_id};
+use rdma_sys::{
+    ibv_ah, ibv_comp_channel, ibv_cq, ibv_mr, ibv_mw, ibv_qp, ibv_srq, ibv_wc, rdma_cm_id,
+};
 
 use super::cm::CmLink;
 use super::device::VerbsDevice;
@@ -18,8 +20,8 @@ use super::wr::{self, SendLimits};
 use super::VerbsProvider;
 use super::{cq, qp, srq};
 use crate::verbs::{
-    Ah, AhAttr, AsyncEvent, Context, Cq, Device as _, Pd, Qp, QpAttr, QpCap, QpInitAttr,
-    QpState, QpType, RecvWr, SendWr, Srq, VerbsError, WorkCompletion,
+    Ah, AhAttr, AsyncEvent, Context, Cq, Device as _, Pd, Qp, QpAttr, QpCap, QpInitAttr, QpState,
+    QpType, RecvWr, SendWr, Srq, VerbsError, WorkCompletion,
 };
 
 /// Completions fetched per `ibv_poll_cq` call at most.

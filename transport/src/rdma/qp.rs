@@ -160,15 +160,24 @@ fn unreliable_params(t: QpType, from: QpState, to: QpState) -> (u32, u32, &'stat
         m(k::IBV_QP_ACCESS_FLAGS),
         m(k::IBV_QP_QKEY),
     );
-    let rtr_uc = m(k::IBV_QP_AV) | m(k::IBV_QP_PATH_MTU) | m(k::IBV_QP_DEST_QPN) | m(k::IBV_QP_RQ_PSN);
+    let rtr_uc =
+        m(k::IBV_QP_AV) | m(k::IBV_QP_PATH_MTU) | m(k::IBV_QP_DEST_QPN) | m(k::IBV_QP_RQ_PSN);
     let sq_psn = m(k::IBV_QP_SQ_PSN);
     match (t, from, to) {
-        (QpType::Ud, Reset, Init) => (pkey | port | qkey, pkey | port | qkey, "a UD QP's Reset -> Init needs qkey"),
+        (QpType::Ud, Reset, Init) => (
+            pkey | port | qkey,
+            pkey | port | qkey,
+            "a UD QP's Reset -> Init needs qkey",
+        ),
         (QpType::Ud, Init, Init) => (pkey | port | qkey, 0, ""),
         (QpType::Ud, Init, Rtr) => (pkey | qkey, 0, ""),
         (QpType::Ud, Rtr, Rts) => (sq_psn | qkey, sq_psn, "RTR -> RTS needs sq_psn"),
         (QpType::Ud, Rts | Sqd | SqError, Rts | Sqd) => (qkey, 0, ""),
-        (_, Reset, Init) => (pkey | port | access, pkey | port | access, "Reset -> Init needs its port"),
+        (_, Reset, Init) => (
+            pkey | port | access,
+            pkey | port | access,
+            "Reset -> Init needs its port",
+        ),
         (_, Init, Init) => (pkey | port | access, 0, ""),
         (_, Init, Rtr) => (
             rtr_uc | access | pkey,
@@ -577,7 +586,10 @@ mod tests {
         )
         .err()
         .unwrap();
-        assert_eq!(e, VerbsError::InvalidArgument("a UD QP's Reset -> Init needs qkey"));
+        assert_eq!(
+            e,
+            VerbsError::InvalidArgument("a UD QP's Reset -> Init needs qkey")
+        );
         let (_, mask) = build_attr_for(QpType::Ud, &rtr(), QpState::Init, PATH, &caps()).unwrap();
         assert_eq!(mask as u32, k::IBV_QP_STATE.0, "no path on a UD QP");
         let (_, mask) = build_attr_for(QpType::Uc, &rtr(), QpState::Init, PATH, &caps()).unwrap();

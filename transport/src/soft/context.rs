@@ -15,18 +15,18 @@ use std::time::Duration;
 use socket2::{SockAddr, Socket};
 
 use super::device::SoftDevice;
+use super::qp_core::QpCore;
 use super::socket::{
     bind_tx_socket, is_gso_refusal, send_many, RxBatch, SocketError, TxMsg, GSO_MAX_BYTES,
     RX_GRO_SLOT_BYTES,
 };
 use super::xdp::frame::{self, FrameEnds};
 use super::xdp::XdpQueue;
-use super::qp_core::QpCore;
 use crate::rc::{CompletionQueueKind, QpCounters, RcConfig, RcEnv, RecvQueue, TxPacket};
 use crate::time::{Clock, Timestamp};
 use crate::verbs::{
-    Ah, AhAttr, AsyncEvent, Cq, Pd, Qp, QpAttr, QpCap, QpInitAttr, QpState, QpType, RecvWr,
-    SendOp, SendWr, Srq, VerbsError, WorkCompletion, MAX_SGE,
+    Ah, AhAttr, AsyncEvent, Cq, Pd, Qp, QpAttr, QpCap, QpInitAttr, QpState, QpType, RecvWr, SendOp,
+    SendWr, Srq, VerbsError, WorkCompletion, MAX_SGE,
 };
 use crate::wire::icrc_rx::UDP_GSO_MAX_SEGMENTS;
 use crate::wire::{self, IcrcIpInfo, ROCE_V2_UDP_DPORT};
@@ -1309,7 +1309,11 @@ fn deliver(
         return;
     };
     // Packets must come from the connected peer (UD: from anyone).
-    if let Some(tx) = slot.tx.as_ref().filter(|_| slot.core.qp_type() != QpType::Ud) {
+    if let Some(tx) = slot
+        .tx
+        .as_ref()
+        .filter(|_| slot.core.qp_type() != QpType::Ud)
+    {
         if tx.icrc.dst != from.ip() {
             counters.unknown_qp_pkts.fetch_add(1, Ordering::Relaxed);
             return;

@@ -25,9 +25,9 @@ use crate::verbs::connection::{
     AcceptToken, ActiveConn, ConnError, ConnRequest, ConnectRequestParams, CM_REJ_CONSUMER_DEFINED,
 };
 use crate::verbs::{
-    AccessFlags, Ah, AhAttr, AsyncEvent, ConnectionManager, Context, Cq, Device, DeviceCaps, MemoryRegion, Mtu,
-    Pd, PostReceives, Provider, Qp, QpAttr, QpCap, QpInitAttr, QpState, RecvWr, SendWr, Srq,
-    VerbsError, WorkCompletion, MAX_SGE,
+    AccessFlags, Ah, AhAttr, AsyncEvent, ConnectionManager, Context, Cq, Device, DeviceCaps,
+    MemoryRegion, Mtu, Pd, PostReceives, Provider, Qp, QpAttr, QpCap, QpInitAttr, QpState, RecvWr,
+    SendWr, Srq, VerbsError, WorkCompletion, MAX_SGE,
 };
 
 /// The soft provider's own options ([`Provider::Options`]): what its devices have and

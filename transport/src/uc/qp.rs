@@ -6,8 +6,8 @@ use std::collections::VecDeque;
 use crate::rc::psn::PSN_MASK;
 use crate::rc::{Completion, CompletionQueueKind, QpCounters, RcEnv, RecvQueue, TxPacket};
 use crate::verbs::{
-    AccessFlags, AhAttr, Mtu, QpAttr, QpCap, QpState, RecvWr, SendOp, SendWr, VerbsError,
-    WcOpcode, WcStatus, WorkCompletion, MAX_SGE,
+    AccessFlags, AhAttr, Mtu, QpAttr, QpCap, QpState, RecvWr, SendOp, SendWr, VerbsError, WcOpcode,
+    WcStatus, WorkCompletion, MAX_SGE,
 };
 use crate::wire::Packet;
 

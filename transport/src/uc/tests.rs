@@ -244,7 +244,9 @@ fn a_lost_middle_loses_only_its_message_and_its_wr_takes_the_next() {
     assert_eq!(Net::wcs(&mut n.a, CompletionQueueKind::Send).len(), 3);
     let got = Net::wcs(&mut n.b, CompletionQueueKind::Recv);
     assert_eq!(
-        got.iter().map(|w| (w.wr_id, w.byte_len)).collect::<Vec<_>>(),
+        got.iter()
+            .map(|w| (w.wr_id, w.byte_len))
+            .collect::<Vec<_>>(),
         [(100, 2500), (101, 2500)]
     );
     // WR 101 holds the third message.
@@ -271,7 +273,9 @@ fn a_lost_last_is_noticed_at_the_next_first_which_is_placed() {
     n.run();
     let got = Net::wcs(&mut n.b, CompletionQueueKind::Recv);
     assert_eq!(
-        got.iter().map(|w| (w.wr_id, w.byte_len)).collect::<Vec<_>>(),
+        got.iter()
+            .map(|w| (w.wr_id, w.byte_len))
+            .collect::<Vec<_>>(),
         [(1, 3000)]
     );
     let want: Vec<u8> = (0..3000).map(|i| 2 ^ (i as u8)).collect();
@@ -291,7 +295,11 @@ fn a_lost_first_drops_the_rest_of_its_message() {
     n.write(1, 0, 3000, 0, None);
     n.write(2, 4096, 3000, 8192, None);
     n.run();
-    assert_eq!(n.b_bytes(0, 3000), vec![0u8; 3000], "nothing of the first WRITE");
+    assert_eq!(
+        n.b_bytes(0, 3000),
+        vec![0u8; 3000],
+        "nothing of the first WRITE"
+    );
     let want: Vec<u8> = (0..3000).map(|i| 2 ^ (i as u8)).collect();
     assert_eq!(n.b_bytes(8192, 3000), want);
     let c = n.b.counters();
@@ -424,7 +432,9 @@ fn a_duplicated_middle_drops_the_message() {
     }
     let got = Net::wcs(&mut n.b, CompletionQueueKind::Recv);
     assert_eq!(
-        got.iter().map(|w| (w.wr_id, w.byte_len)).collect::<Vec<_>>(),
+        got.iter()
+            .map(|w| (w.wr_id, w.byte_len))
+            .collect::<Vec<_>>(),
         [(1, 3000)]
     );
     assert_eq!(n.b.counters().dropped_msgs, 1);

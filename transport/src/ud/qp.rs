@@ -224,7 +224,8 @@ impl UdQp {
         match self.state {
             QpState::Reset => Err(VerbsError::InvalidState(QpState::Reset)),
             QpState::Error => {
-                let wc = WorkCompletion::new(wr.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, self.qpn);
+                let wc =
+                    WorkCompletion::new(wr.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, self.qpn);
                 self.push(CompletionQueueKind::Recv, wc);
                 Ok(())
             }

@@ -60,7 +60,13 @@ impl Two {
         let mr = keys
             .reg_mr(pd, &mem, 0, 1 << 14, AccessFlags::LOCAL_WRITE)
             .unwrap();
-        Two { keys, a, b, mem, mr }
+        Two {
+            keys,
+            a,
+            b,
+            mem,
+            mr,
+        }
     }
 
     fn sge(&self, off: usize, len: usize) -> SgList {
@@ -133,7 +139,14 @@ fn a_ud_send_lands_behind_the_grh_with_src_qp() {
     assert_eq!(c.queue, CompletionQueueKind::Recv);
     let wc = c.wc;
     assert_eq!(
-        (wc.wr_id, wc.status, wc.byte_len, wc.src_qp, wc.grh, wc.imm_data),
+        (
+            wc.wr_id,
+            wc.status,
+            wc.byte_len,
+            wc.src_qp,
+            wc.grh,
+            wc.imm_data
+        ),
         (3, WcStatus::Success, 1040, 0x31, true, Some(0x1234))
     );
     let mut g = [0u8; GRH_LEN];

@@ -346,10 +346,7 @@ pub enum SendOp {
     /// `wr.ud` fields of `struct ibv_send_wr` (IBTA Vol 1 §9.8.4): to QP
     /// `dest.remote_qpn` at the address of `dest.ah`, carrying `dest.remote_qkey` in
     /// the DETH. At most one path MTU of payload.
-    UdSend {
-        dest: UdDest,
-        imm_data: Option<u32>,
-    },
+    UdSend { dest: UdDest, imm_data: Option<u32> },
     /// IBV_WR_BIND_MW (type 2 memory window, IBTA §10.6.7): grant `rkey` (the window's
     /// key with a fresh 8-bit tag, see [`inc_rkey`]) over exactly `[addr, addr + length)`
     /// of the MR `mr_lkey`, with `access` (remote read and/or write), to this QP's peer.

@@ -318,7 +318,11 @@ impl Opcode {
     pub const fn is_first(self) -> bool {
         matches!(
             self,
-            RcSendFirst | RcRdmaWriteFirst | RcRdmaReadResponseFirst | UcSendFirst | UcRdmaWriteFirst
+            RcSendFirst
+                | RcRdmaWriteFirst
+                | RcRdmaReadResponseFirst
+                | UcSendFirst
+                | UcRdmaWriteFirst
         )
     }
 
