@@ -44,7 +44,7 @@ pub fn grh_for(
                 IpAddr::V4(a) => a.to_ipv6_mapped(),
                 IpAddr::V6(a) => a,
             };
-            let word = 6u32 << 28 | u32::from(traffic_class) << 20;
+            let word = (6u32 << 28) | (u32::from(traffic_class) << 20);
             g[0..4].copy_from_slice(&word.to_be_bytes());
             let plen = (UDP_HDR_LEN + udp_payload_len).min(u16::MAX as usize) as u16;
             g[4..6].copy_from_slice(&plen.to_be_bytes());
