@@ -224,6 +224,18 @@ pub(super) fn send_bw_server<P: Provider>(
             }
         })
         .or_else(|e| err.take().map_or(Err(PerfError::Oob(e)), Err))?;
+        if o.duration.is_none() {
+            // Unreliable: the client's message can overtake its last packets; take
+            // what still comes until a quiet 50 ms (or every message is in).
+            let mut quiet = Instant::now();
+            while (stamps.len() as u64) < want && quiet.elapsed() < Duration::from_millis(50) {
+                if step(res, &mut stamps)? {
+                    quiet = Instant::now();
+                } else {
+                    std::thread::yield_now();
+                }
+            }
+        }
         let t = stamps.last().copied().unwrap_or(0) - first.unwrap_or(0);
         return Ok(stats::bw_report_duration(
             size,
