@@ -105,6 +105,7 @@ fn start_target_with(ip: IpAddr, crqsize: u16) -> FakeTarget {
             recv_cq: cq,
             srq: None,
             cap,
+            qp_type: transport::verbs::QpType::Rc,
         };
         let (qp, token) = cm.create_accept_qp(&mut ctx, &req, &init, 16).unwrap();
         for i in 0..usize::from(DEPTH) {

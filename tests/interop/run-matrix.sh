@@ -46,7 +46,8 @@
 #                   alone it boots the same run and reports only its cells.
 #   perftest/*      issue 17 item 1: our rdma-perf (soft provider on the bridge) against
 #                   Linux's perftest on rxe0 in VM A, one boot: ours-client/{write_bw,
-#                   read_bw,send_lat} (ib_* serving in the guest), guest-client/{...}
+#                   read_bw,send_lat,send_bw-UD,write_bw-UC} (ib_* serving in the guest;
+#                   -c UD / -c UC, issue 17 item 5), guest-client/{...}
 #                   (ib_* in the guest against our rdma-perf server), icrc (every RoCEv2
 #                   packet of the capture, icrc_check.py); with RDMA_PERF_VERBS_BIN
 #                   also verbs-client/{write_bw,send_lat} (that rdma-perf, built with
@@ -505,7 +506,9 @@ run_perftest() {
 }
 
 PERFTEST_CELLS="ours-client/write_bw ours-client/read_bw ours-client/send_lat
-            guest-client/write_bw guest-client/read_bw guest-client/send_lat icrc"
+            ours-client/send_bw-UD ours-client/write_bw-UC
+            guest-client/write_bw guest-client/read_bw guest-client/send_lat
+            guest-client/send_bw-UD guest-client/write_bw-UC icrc"
 HOST_CELLS="discover connect list id-ctrl id-ns fio-4k-qd1 fio-4k-qd32 fio-128k-qd1 fio-128k-qd32
             fio-1m-write-qd8 flush readback discard disconnect data-intact slow-peer target-exit"
 HOST6_CELLS="discover connect fio-4k-qd32 fio-128k-qd32 disconnect data-intact slow-peer target-exit"

@@ -206,3 +206,76 @@ fn bad_arguments_are_refused_by_name() {
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("nosuchdev0"));
 }
+
+/// `-c UD`: `send_bw` at 64 KiB is clamped to the MTU (4096 on loopback) with
+/// perftest's message; both sides print a row.
+#[test]
+fn ud_send_bw_and_send_lat_loopback() {
+    let (c, s) = pair("send_bw", 71, &["-c", "UD", "-s", "65536", "-n", "500"]);
+    assert!(
+        c.contains(" Max msg size in UD is MTU 4096") && c.contains(" Changing to this MTU"),
+        "{c}"
+    );
+    assert!(c.contains(" Connection type : UD"), "{c}");
+    check_bw(&c, 4096.0, 500.0);
+    let r = rows(&s, BW);
+    assert!(r.len() == 1 && r[0][0] == 4096.0 && r[0][1] > 0.0, "{s}");
+    let (c, s) = pair("send_lat", 72, &["-c", "UD", "-s", "64", "-n", "300"]);
+    check_lat(&c, 64.0, 300.0);
+    check_lat(&s, 64.0, 300.0);
+}
+
+/// `-c UC`: `write_bw` (the passive server prints the client's row), `send_bw` and
+/// `write_lat`.
+#[test]
+fn uc_write_bw_send_bw_and_write_lat_loopback() {
+    let (c, s) = pair("write_bw", 73, &["-c", "UC", "-s", "65536", "-n", "300"]);
+    assert!(c.contains(" Connection type : UC"), "{c}");
+    check_bw(&c, 65536.0, 300.0);
+    assert_eq!(rows(&c, BW), rows(&s, BW));
+    let (c, s) = pair("send_bw", 74, &["-c", "UC", "-s", "4096", "-n", "500"]);
+    check_bw(&c, 4096.0, 500.0);
+    assert!(rows(&s, BW)[0][1] > 0.0, "{s}");
+    let (c, s) = pair("write_lat", 75, &["-c", "UC", "-s", "64", "-n", "300"]);
+    check_lat(&c, 64.0, 300.0);
+    check_lat(&s, 64.0, 300.0);
+}
+
+/// perftest's refusals of `-c`: UC without READ, UD for SEND only, RC/UC/UD only.
+#[test]
+fn connection_types_are_refused_as_perftest_does() {
+    for (test, c, msg) in [
+        (
+            "read_bw",
+            "UC",
+            " UC connection not possible in READ/ATOMIC verbs",
+        ),
+        (
+            "read_lat",
+            "UC",
+            " UC connection not possible in READ/ATOMIC verbs",
+        ),
+        (
+            "write_bw",
+            "UD",
+            " UD connection only possible in SEND verb",
+        ),
+        ("read_bw", "UD", " UD connection only possible in SEND verb"),
+        (
+            "send_bw",
+            "XC",
+            " Invalid Connection type . please choose from {RC,UC,UD}",
+        ),
+    ] {
+        let o = Command::new(BIN)
+            .args([test, "--bind", "127.0.0.1", "-c", c])
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "{test} -c {c}");
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains(msg),
+            "{test} -c {c}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+}

@@ -7,6 +7,7 @@
 //! - [`verbs`]: the verbs nouns and values (access flags, QP states and attributes, work
 //!   requests, work completions) shared by every provider.
 //! - [`rc`]: the sans-IO Reliable Connection core (requester, responder, completer).
+//! - [`uc`] and [`ud`]: the sans-IO Unreliable Connection and Unreliable Datagram cores.
 //! - [`cm`]: the sans-IO connection manager (RDMA CM semantics on IB CM MADs over QP1).
 //! - [`soft`]: the software provider: drives the cores over UDP sockets on port 4791.
 //! - `rdma` (cargo feature `verbs`): the verbs provider on a real RDMA device through
@@ -31,6 +32,8 @@ pub(crate) mod test_captures;
 #[cfg(test)]
 extern crate self as transport;
 pub mod time;
+pub mod uc;
+pub mod ud;
 pub mod verbs;
 pub mod wire;
 

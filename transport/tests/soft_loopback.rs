@@ -36,6 +36,7 @@ fn side_on(dev: Arc<SoftDevice>, mut ctx: Context) -> Side {
         recv_cq: cq,
         srq: Some(srq),
         cap: QpCap::default(),
+        qp_type: transport::verbs::QpType::Rc,
     };
     let qp = ctx.create_qp(&attr).unwrap();
     let mr = dev.reg_mr(pd, 4 << 20, ACCESS).unwrap();

@@ -167,6 +167,7 @@ fn init_attr(s: &Setup, srq: Option<Srq>, cap: QpCap) -> QpInitAttr {
         recv_cq: s.cq,
         srq,
         cap,
+        qp_type: transport::verbs::QpType::Rc,
     }
 }
 
@@ -681,6 +682,7 @@ fn cm_server(dev: Arc<VerbsDevice>, port: u16, ready: std::sync::mpsc::Sender<()
         recv_cq: cq,
         srq: None,
         cap: QpCap::default(),
+        qp_type: transport::verbs::QpType::Rc,
     };
     loop {
         let ev = events.recv_timeout(T).expect("a connection request");
@@ -756,6 +758,7 @@ fn rdma_cm_connect_accept_reject_disconnect() {
         recv_cq: cq,
         srq: None,
         cap: QpCap::default(),
+        qp_type: transport::verbs::QpType::Rc,
     };
     let params = |pd: &[u8], port: u16| ConnectRequestParams {
         dest: SocketAddr::new(dev.ip(), port),

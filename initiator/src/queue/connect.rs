@@ -108,6 +108,7 @@ impl<P: Provider> NvmeRdmaQueue<P> {
                 max_recv_sge: 1,
                 max_inline_data: 0,
             },
+            qp_type: transport::verbs::QpType::Rc,
         };
         let params = ConnectRequestParams {
             dest: cfg.target,

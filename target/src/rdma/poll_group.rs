@@ -803,6 +803,7 @@ impl<P: Provider> PollGroup<P> {
                 max_recv_sge: 2,
                 max_inline_data: 0,
             },
+            qp_type: transport::verbs::QpType::Rc,
         };
         let (qp, token) = self
             .cm

@@ -3,7 +3,8 @@
 # (issue 17 item 1): our rdma-perf (soft provider on the bridge, 192.168.77.1) against
 # Linux's perftest on rxe0 in VM A (guest/perftest-cells.sh), both roles:
 #   ours-client/<test>   rdma-perf <test> ... 192.168.77.10 against ib_<test> serving in
-#                        the guest, for write_bw, read_bw, send_lat;
+#                        the guest, for write_bw, read_bw, send_lat, send_bw-UD
+#                        (`-c UD`, 1024-byte messages) and write_bw-UC (`-c UC`);
 #   guest-client/<test>  ib_<test> ... 192.168.77.1 in the guest against our rdma-perf
 #                        server.
 # A cell passes when both sides exit 0 and both print a result row for the size and
@@ -27,7 +28,14 @@ A="$LP_SHARE/out/A"
 cell() { c_n=$1 c_v=$2; shift 2; echo "cell $c_n $c_v $*" | tee -a "$CELLS"; }
 done_() { touch "$LP_SHARE/out/stop"; exit 0; }
 trap done_ TERM INT
-spec() { case $1 in *_bw) echo "$BW" ;; *) echo "$LAT" ;; esac; }
+# An item is TEST or TEST@CONN (perftest's -c CONN); cells and files name it TEST-CONN.
+ITEMS="write_bw read_bw send_lat send_bw@UD write_bw@UC"
+spec() {   # size:iters of an item (UD: one 1024-byte MTU, rxe's on the bridge)
+    case $1 in *_bw*) s_=$BW ;; *) s_=$LAT ;; esac
+    case $1 in *@UD) s_=1024:${s_##*:} ;; esac
+    echo "$s_"
+}
+conn() { case $1 in *@*) echo "-c ${1#*@}" ;; esac; }
 wait_for() { for _ in $(seq 1 "$2"); do [ -e "$1" ] && return 0; sleep 0.2; done; return 1; }
 # has_row FILE SIZE ITERS: a result row " SIZE  ITERS ..." with a positive figure
 has_row() {
@@ -45,8 +53,9 @@ judge() {   # judge CELL TEST OURS_LOG OURS_RC GUEST_LOG GUEST_RC
 }
 
 # 1. Linux's perftest serving, our client.
-for t in write_bw read_bw send_lat; do
-    s=$(spec $t)
+for item in $ITEMS; do
+    s=$(spec "$item")
+    t=$(echo "$item" | tr @ -)
     log="$LP_SHARE/ours-client-$t.log"
     if ! wait_for "$A/srv-$t-ready" 1200; then
         cell "ours-client/$t" FAIL "the guest never started ib_$t (see console-A.log)"
@@ -54,17 +63,20 @@ for t in write_bw read_bw send_lat; do
     fi
     sleep 0.5
     echo "$(date +%T) ours-client/$t"
-    timeout 150 "$BIN" "$t" --bind "$host_ip" -s "${s%%:*}" -n "${s##*:}" "$vm" >"$log" 2>&1
+    # shellcheck disable=SC2046
+    timeout 150 "$BIN" "${item%@*}" $(conn "$item") --bind "$host_ip" -s "${s%%:*}" -n "${s##*:}" "$vm" >"$log" 2>&1
     rc=$?
     wait_for "$A/guest-server-$t.rc" 750
     judge "ours-client/$t" "$t" "$s" "$log" "$rc" "$A/guest-server-$t.log" "$(cat "$A/guest-server-$t.rc" 2>/dev/null || echo '?')"
 done
-serve() {   # serve CELL TEST READY_FILE GUEST_PREFIX: our server, a guest client
-    local c=$1 t=$2 s log rc pid
-    s=$(spec "$t")
+serve() {   # serve CELL ITEM READY_FILE GUEST_PREFIX: our server, a guest client
+    local c=$1 item=$2 t s log rc pid
+    s=$(spec "$item")
+    t=$(echo "$item" | tr @ -)
     log="$LP_SHARE/ours-server-${c//\//-}.log"
     echo "$(date +%T) $c"
-    timeout 150 "$BIN" "$t" --bind "$host_ip" -s "${s%%:*}" -n "${s##*:}" >"$log" 2>&1 &
+    # shellcheck disable=SC2046
+    timeout 150 "$BIN" "${item%@*}" $(conn "$item") --bind "$host_ip" -s "${s%%:*}" -n "${s##*:}" >"$log" 2>&1 &
     pid=$!
     for _ in $(seq 1 100); do ss -ltn 2>/dev/null | grep -q ':18515 ' && break; sleep 0.1; done
     touch "$3"
@@ -73,8 +85,9 @@ serve() {   # serve CELL TEST READY_FILE GUEST_PREFIX: our server, a guest clien
     judge "$c" "$t" "$s" "$log" "$rc" "$A/$4-$t.log" "$(cat "$A/$4-$t.rc" 2>/dev/null || echo '?')"
 }
 # 2. Our server, Linux's perftest as the client.
-for t in write_bw read_bw send_lat; do
-    serve "guest-client/$t" "$t" "$LP_SHARE/out/ours-srv-$t-ready" guest-client
+for item in $ITEMS; do
+    t=$(echo "$item" | tr @ -)
+    serve "guest-client/$t" "$item" "$LP_SHARE/out/ours-srv-$t-ready" guest-client
 done
 # 3. Our server, our rdma-perf on the verbs provider (rxe0) in the guest as the client.
 if [ -x "$LP_SHARE/bin/rdma-perf" ]; then

@@ -6,6 +6,7 @@
 //! rdma-perf write_bw --bind 192.168.77.1                          # server
 //! rdma-perf write_bw --bind 192.168.77.2 -s 1048576 192.168.77.1  # client
 //! rdma-perf send_lat -d rxe0 -x 1 -s 64 -n 1000 [SERVER]          # verbs device, GID index 1
+//! rdma-perf send_bw -c UD --bind 192.168.77.2 192.168.77.1         # UD (UC: -c UC)
 //! ```
 //!
 //! Exit status 0 when the test ran, 1 when it failed (the reason on standard error), 2
@@ -55,6 +56,10 @@ struct Args {
     /// Run for this many seconds instead of -n (BW tests).
     #[arg(short = 'D', long = "duration")]
     duration: Option<u64>,
+    /// Connection type: RC, UC (SEND and WRITE tests) or UD (SEND tests; messages of
+    /// at most one MTU), as perftest's `-c`.
+    #[arg(short = 'c', long = "connection", default_value = "RC")]
+    connection: String,
     /// Number of QPs (BW tests).
     #[arg(short = 'q', long = "qp", default_value_t = 1)]
     qps: u32,
@@ -147,6 +152,7 @@ fn options(a: &Args) -> Result<Options, String> {
     if a.qps == 0 || a.cq_mod == 0 {
         return Err("-q and -Q must be at least 1".into());
     }
+    let conn = run::connection_type(&a.connection, kind)?;
     Ok(Options {
         kind,
         size,
@@ -158,6 +164,7 @@ fn options(a: &Args) -> Result<Options, String> {
         tx_depth: a.tx_depth.unwrap_or(if kind.is_bw() { 128 } else { 1 }),
         rx_depth: a.rx_depth,
         cq_mod: a.cq_mod,
+        conn,
     })
 }
 

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use transport::verbs::provider::{Context, MemoryRegion, Provider};
 use transport::verbs::{
-    SendFlags, SendOp, SendWr, SgList, Sge, WcOpcode, WcStatus, WorkCompletion,
+    QpType, SendFlags, SendOp, SendWr, SgList, Sge, WcOpcode, WcStatus, WorkCompletion,
 };
 
 use super::kind::Verb;
@@ -26,6 +26,10 @@ pub(super) fn send_wr<P: Provider>(
 ) -> SendWr {
     let rem = res.rem[q];
     let op = match verb {
+        Verb::Send if res.conn == QpType::Ud => SendOp::UdSend {
+            dest: res.ud[q],
+            imm_data: None,
+        },
         Verb::Send => SendOp::Send,
         Verb::Write => SendOp::RdmaWrite {
             remote_addr: rem.vaddr,
@@ -208,7 +212,9 @@ pub(super) fn send_bw_server<P: Provider>(
         }
         Ok(c > 0)
     };
-    if o.duration.is_some() {
+    // Timed, or unreliable (UC, UD: a lost message never arrives, so the receiver
+    // counts what came until the client's next message).
+    if o.duration.is_some() || res.conn != QpType::Rc {
         let mut err = None;
         s.wait_for_peer(|| match step(res, &mut stamps) {
             Ok(b) => Ok(b),
@@ -218,6 +224,18 @@ pub(super) fn send_bw_server<P: Provider>(
             }
         })
         .or_else(|e| err.take().map_or(Err(PerfError::Oob(e)), Err))?;
+        if o.duration.is_none() {
+            // Unreliable: the client's message can overtake its last packets; take
+            // what still comes until a quiet 50 ms (or every message is in).
+            let mut quiet = Instant::now();
+            while (stamps.len() as u64) < want && quiet.elapsed() < Duration::from_millis(50) {
+                if step(res, &mut stamps)? {
+                    quiet = Instant::now();
+                } else {
+                    std::thread::yield_now();
+                }
+            }
+        }
         let t = stamps.last().copied().unwrap_or(0) - first.unwrap_or(0);
         return Ok(stats::bw_report_duration(
             size,

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use transport::verbs::provider::{Context, Device, MemoryRegion, Provider};
 use transport::verbs::{
-    AccessFlags, AhAttr, Mtu, Pd, Qp, QpAttr, QpCap, QpInitAttr, QpState, RecvWr, SgList, Sge,
-    WcOpcode, WcStatus, WorkCompletion,
+    AccessFlags, AhAttr, Mtu, Pd, Qp, QpAttr, QpCap, QpInitAttr, QpState, QpType, RecvWr, SgList,
+    Sge, UdDest, WcOpcode, WcStatus, WorkCompletion, GRH_LEN,
 };
 
 use super::kind::{Step, TestKind, Verb};
@@ -42,6 +42,33 @@ pub struct Options {
     pub rx_depth: u32,
     /// Signal every this many sends (`-Q`, BW tests).
     pub cq_mod: u32,
+    /// The connection type (`-c RC|UC|UD`; see [`connection_type`]).
+    pub conn: QpType,
+}
+
+/// perftest's Q_Key of UD tests (`DEF_QKEY`).
+pub const DEF_QKEY: u32 = 0x1111_1111;
+
+/// Parses perftest's `-c` for `kind`: `RC`, `UC` (not with RDMA READ) or `UD` (SEND
+/// tests only).
+///
+/// # Errors
+/// perftest's messages (`change_conn_type` of perftest 4.5): " UC connection not
+/// possible in READ/ATOMIC verbs", " UD connection only possible in SEND verb",
+/// " Invalid Connection type . please choose from {RC,UC,UD}".
+pub fn connection_type(arg: &str, kind: TestKind) -> Result<QpType, String> {
+    match arg.get(..2) {
+        Some("RC") => Ok(QpType::Rc),
+        Some("UC") if kind.verb() == Verb::Read => {
+            Err(" UC connection not possible in READ/ATOMIC verbs".into())
+        }
+        Some("UC") => Ok(QpType::Uc),
+        Some("UD") if kind.verb() != Verb::Send => {
+            Err(" UD connection only possible in SEND verb".into())
+        }
+        Some("UD") => Ok(QpType::Ud),
+        _ => Err(" Invalid Connection type . please choose from {RC,UC,UD}".into()),
+    }
 }
 
 /// The provider's counters after the run, where it keeps them (the soft provider: per
@@ -108,6 +135,21 @@ pub fn sizes(o: &Options) -> Vec<u64> {
     }
 }
 
+/// [`sizes`] of a run at path MTU `mtu`: UD messages are at most one MTU (perftest
+/// clamps `-s` to it and ends `-a` there).
+pub fn sizes_at(o: &Options, mtu: Mtu) -> Vec<u64> {
+    let v = sizes(o);
+    if o.conn != QpType::Ud {
+        return v;
+    }
+    let m = u64::from(mtu.bytes());
+    if o.all_sizes {
+        v.into_iter().filter(|&s| s <= m).collect()
+    } else {
+        v.into_iter().map(|s| s.min(m)).collect()
+    }
+}
+
 /// What a run printed, for tests and the caller's exit status.
 #[derive(Clone, Debug, Default)]
 pub struct Outcome {
@@ -131,6 +173,10 @@ pub(super) struct Res<P: Provider> {
     pub(super) my: Vec<QpRecord>,
     pub(super) rem: Vec<QpRecord>,
     pub(super) mtu: Mtu,
+    /// The connection type.
+    pub(super) conn: QpType,
+    /// UD: per QP, where its sends go (the peer QP's address handle, QPN, Q_Key).
+    pub(super) ud: Vec<UdDest>,
 }
 
 impl<P: Provider> Res<P> {
@@ -196,10 +242,22 @@ pub fn run<P: Provider>(
     session.xchg(&oob::encode_mtu(my_mtu.code()), &mut rm)?;
     let rem_mtu = oob::decode_mtu(&rm)?;
     let mtu = Mtu::from_code(rem_mtu.min(my_mtu.code())).unwrap_or(my_mtu);
+    let conn = o.conn;
+    if conn == QpType::Ud && !o.all_sizes && o.size > u64::from(mtu.bytes()) {
+        out(&format!(" Max msg size in UD is MTU {}", mtu.bytes()));
+        out(" Changing to this MTU");
+    }
+    let run_sizes = sizes_at(o, mtu);
 
-    let max_size = sizes(o).into_iter().max().unwrap_or(o.size);
+    let max_size = run_sizes.iter().copied().max().unwrap_or(o.size);
+    // UD receive buffers hold the 40-byte GRH area in front of the message.
+    let grh = if conn == QpType::Ud {
+        GRH_LEN as u64
+    } else {
+        0
+    };
     let qps = if kind.is_bw() { o.qps.max(1) } else { 1 } as usize;
-    let slot = max_size
+    let slot = (max_size + grh)
         .max(oob::CYCLE_BUFFER as u64)
         .next_multiple_of(4096);
     let caps = dev.caps();
@@ -235,17 +293,29 @@ pub fn run<P: Provider>(
                     max_recv_sge: 1,
                     max_inline_data: 0,
                 },
+                qp_type: conn,
             })
             .map_err(verbs("ibv_create_qp"))?;
-        ctx.modify_qp(
-            qp,
-            &QpAttr {
+        // perftest's `ctx_modify_qp_to_init`: UD takes its Q_Key, UC no remote read.
+        let init = match conn {
+            QpType::Ud => QpAttr {
+                qp_state: Some(QpState::Init),
+                qkey: Some(DEF_QKEY),
+                ..Default::default()
+            },
+            QpType::Uc => QpAttr {
+                qp_state: Some(QpState::Init),
+                qp_access_flags: Some(AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE),
+                ..Default::default()
+            },
+            QpType::Rc => QpAttr {
                 qp_state: Some(QpState::Init),
                 qp_access_flags: Some(access),
                 ..Default::default()
             },
-        )
-        .map_err(verbs("ibv_modify_qp(INIT)"))?;
+        };
+        ctx.modify_qp(qp, &init)
+            .map_err(verbs("ibv_modify_qp(INIT)"))?;
         qp_list.push(qp);
         my.push(QpRecord {
             lid: 0,
@@ -271,12 +341,15 @@ pub fn run<P: Provider>(
         my,
         rem: Vec::new(),
         mtu,
+        conn,
+        ud: Vec::new(),
     };
 
     out(stats::RESULT_LINE);
     out(&format!("                    {}", kind.title()));
     out(&format!(
-        " Number of qps   : {qps}\t\tTransport type : IB\n Connection type : RC\t\tUsing SRQ      : OFF"
+        " Number of qps   : {qps}\t\tTransport type : IB\n Connection type : {}\t\tUsing SRQ      : OFF",
+        conn.name()
     ));
     if client {
         out(&format!(" TX depth        : {tx}"));
@@ -294,7 +367,7 @@ pub fn run<P: Provider>(
     out(stats::RESULT_LINE);
 
     // The setup handshakes of the test's `main`.
-    let recv_len = max_size as u32;
+    let recv_len = (max_size + grh) as u32;
     for step in kind.setup_plan() {
         match step {
             Step::AllQps => {
@@ -351,7 +424,7 @@ pub fn run<P: Provider>(
         TestKind::write_bw | TestKind::read_bw => {
             if client {
                 let mut last = BwReport::default();
-                for size in sizes(o) {
+                for size in run_sizes.iter().copied() {
                     last = bw_client(&mut res, o, size)?;
                     out(&stats::bw_row(&last, o.gbits));
                     outcome.bw.push(last);
@@ -370,7 +443,7 @@ pub fn run<P: Provider>(
         }
         TestKind::send_bw => {
             let depth = rx.min(o.iters as u32).max(1);
-            for size in sizes(o) {
+            for size in run_sizes.iter().copied() {
                 if !client {
                     for q in 0..qps {
                         for _ in 0..depth {
@@ -393,7 +466,7 @@ pub fn run<P: Provider>(
             out(stats::RESULT_LINE);
         }
         TestKind::write_lat | TestKind::send_lat => {
-            for size in sizes(o) {
+            for size in run_sizes.iter().copied() {
                 let posted = if kind == TestKind::write_lat {
                     write_lat(&mut res, o, size, client)?
                 } else {
@@ -412,7 +485,7 @@ pub fn run<P: Provider>(
         }
         TestKind::read_lat => {
             if client {
-                for size in sizes(o) {
+                for size in run_sizes.iter().copied() {
                     let posted = read_lat(&mut res, o, size)?;
                     if let Some(r) = stats::lat_report(size, &posted, false) {
                         out(&stats::lat_row(&r));
@@ -456,10 +529,14 @@ fn xchg_reports(s: &mut Session, mine: &BwReport) -> Result<BwReport, PerfError>
 
 /// RTR and RTS toward the peer's records (perftest's `ctx_connect`: timeout 14, retry
 /// 7, RNR retry 7, min RNR timer 12; IRD = our outstanding reads, ORD = the peer's).
+/// UD: RTR and RTS alone, and an address handle per QP toward the peer's GID.
 fn connect<P: Provider>(
     res: &mut Res<P>,
     caps: &transport::verbs::DeviceCaps,
 ) -> Result<(), PerfError> {
+    if res.conn == QpType::Ud {
+        return connect_ud(res);
+    }
     for i in 0..res.qps.len() {
         let (qp, my, rem) = (res.qps[i], res.my[i], res.rem[i]);
         res.ctx
@@ -497,6 +574,46 @@ fn connect<P: Provider>(
                 },
             )
             .map_err(verbs("ibv_modify_qp(RTS)"))?;
+    }
+    Ok(())
+}
+
+fn connect_ud<P: Provider>(res: &mut Res<P>) -> Result<(), PerfError> {
+    let pd = res.mr.pd();
+    for i in 0..res.qps.len() {
+        let (qp, my, rem) = (res.qps[i], res.my[i], res.rem[i]);
+        for attr in [
+            QpAttr {
+                qp_state: Some(QpState::Rtr),
+                ..Default::default()
+            },
+            QpAttr {
+                qp_state: Some(QpState::Rts),
+                sq_psn: Some(my.psn),
+                ..Default::default()
+            },
+        ] {
+            res.ctx
+                .modify_qp(qp, &attr)
+                .map_err(verbs("ibv_modify_qp(UD RTR/RTS)"))?;
+        }
+        let ah = res
+            .ctx
+            .create_ah(
+                pd,
+                &AhAttr {
+                    dest: rem.gid_ip(),
+                    flow_label: 0,
+                    hop_limit: 0xFF,
+                    traffic_class: 0,
+                },
+            )
+            .map_err(verbs("ibv_create_ah"))?;
+        res.ud.push(UdDest {
+            ah,
+            remote_qpn: rem.qpn,
+            remote_qkey: DEF_QKEY,
+        });
     }
     Ok(())
 }

@@ -99,6 +99,7 @@ pub fn side<P: Provider>(dev: &Arc<DeviceOf<P>>, group: u32) -> Res<Side<P>> {
         recv_cq: cq,
         srq: None,
         cap: QP_CAP,
+        qp_type: transport::verbs::QpType::Rc,
     };
     let cm = dev.cm().map_err(|e| format!("RDMA CM: {e}"))?;
     Ok(Side {

@@ -1,6 +1,7 @@
 //! Per-QP counters, named as Linux rxe's hw_counters (`rxe_hw_counters.c`).
 
-/// Packet and error counters of one RC QP. Each counts events since the QP was created.
+/// Packet and error counters of one QP (RC; UC and UD use the ones that apply, plus
+/// `dropped_msgs` and `qkey_violations`). Each counts events since the QP was created.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct QpCounters {
     /// Packets handed to the driver by `poll_transmit` (requests, responses, ACKs).
@@ -72,6 +73,14 @@ pub struct QpCounters {
     /// Reaction point: CNPs received without rate control to act on them
     /// (`rp_cnp_ignored`).
     pub rp_cnp_ignored: u64,
+    /// UC and UD receiver: messages (UD: packets) dropped without a completion, as
+    /// IBTA Vol 1 §9.7.7 / §9.8 and rxe drop them: UC, a PSN gap or an opcode out of
+    /// sequence (the rest of the message is dropped), an R_Key or length violation,
+    /// no receive WR; UD, no receive WR. Not an rxe counter.
+    pub dropped_msgs: u64,
+    /// UD receiver: packets dropped for a Q_Key other than the QP's (IBTA Vol 1
+    /// §10.2.5; the port's Q_Key violation count, per QP here).
+    pub qkey_violations: u64,
 }
 
 /// Sums counters (a poll group's QPs, live and destroyed).
@@ -102,5 +111,7 @@ impl std::ops::AddAssign<&QpCounters> for QpCounters {
         self.np_cnp_sent += b.np_cnp_sent;
         self.rp_cnp_handled += b.rp_cnp_handled;
         self.rp_cnp_ignored += b.rp_cnp_ignored;
+        self.dropped_msgs += b.dropped_msgs;
+        self.qkey_violations += b.qkey_violations;
     }
 }

@@ -13,7 +13,7 @@ pub(crate) enum Kind {
     Ack,
     /// Atomics and their acknowledgements (not implemented).
     Atomic,
-    /// Not an RC packet (UD, CNP).
+    /// Not an RC packet (UC, UD, CNP).
     Other,
 }
 
@@ -52,7 +52,12 @@ pub(crate) fn classify(op: Opcode) -> (Kind, Pos, bool, bool) {
         RcRdmaReadResponseOnly => (Kind::ReadResponse, Only, false, false),
         RcAcknowledge => (Kind::Ack, Only, false, false),
         RcAtomicAcknowledge | RcCompareSwap | RcFetchAdd => (Kind::Atomic, Only, false, false),
-        UdSendOnly | UdSendOnlyImm | Cnp => (Kind::Other, Only, false, false),
+        // UC and UD opcodes are not the RC core's (the `uc` and `ud` cores take them).
+        UcSendFirst | UcSendMiddle | UcSendLast | UcSendLastImm | UcSendOnly | UcSendOnlyImm
+        | UcRdmaWriteFirst | UcRdmaWriteMiddle | UcRdmaWriteLast | UcRdmaWriteLastImm
+        | UcRdmaWriteOnly | UcRdmaWriteOnlyImm | UdSendOnly | UdSendOnlyImm | Cnp => {
+            (Kind::Other, Only, false, false)
+        }
     }
 }
 

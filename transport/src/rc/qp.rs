@@ -446,8 +446,14 @@ impl RcQp {
     /// with IBV_WC_WR_FLUSH_ERR). Memory is not touched until the WR is processed.
     /// `SendFlags::INLINE` is treated like a normal gather list (the lkeys are checked).
     /// Errors: `InvalidState`, `QueueFull` (max_send_wr outstanding), `InvalidArgument`
-    /// (more SGEs than max_send_sge, message above 2^31 bytes).
+    /// (a UD send, more SGEs than max_send_sge, message above 2^31 bytes).
     pub fn post_send(&mut self, wr: &SendWr) -> Result<(), VerbsError> {
+        if matches!(wr.op, crate::verbs::SendOp::UdSend { .. }) {
+            return Err(VerbsError::InvalidArgument(
+                "SendOp::UdSend is for UD QPs; an RC QP sends to its connected peer \
+                 (SendOp::Send)",
+            ));
+        }
         match self.state {
             QpState::Rts | QpState::Sqd | QpState::Error => {}
             s => return Err(VerbsError::InvalidState(s)),

@@ -21,7 +21,10 @@ use crate::verbs::QpState;
 /// The completion opcode of a send WR.
 pub(crate) fn wc_opcode(op: &SendOp) -> WcOpcode {
     match op {
-        SendOp::Send | SendOp::SendWithImm { .. } | SendOp::SendWithInv { .. } => WcOpcode::Send,
+        SendOp::Send
+        | SendOp::SendWithImm { .. }
+        | SendOp::SendWithInv { .. }
+        | SendOp::UdSend { .. } => WcOpcode::Send,
         SendOp::RdmaWrite { .. } | SendOp::RdmaWriteWithImm { .. } => WcOpcode::RdmaWrite,
         SendOp::RdmaRead { .. } => WcOpcode::RdmaRead,
         SendOp::LocalInv { .. } => WcOpcode::LocalInv,

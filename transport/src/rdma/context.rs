@@ -9,7 +9,9 @@ use std::mem::MaybeUninit;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rdma_sys::{ibv_comp_channel, ibv_cq, ibv_qp, ibv_srq, ibv_wc, rdma_cm_id};
+use rdma_sys::{
+    ibv_ah, ibv_comp_channel, ibv_cq, ibv_mr, ibv_mw, ibv_qp, ibv_srq, ibv_wc, rdma_cm_id,
+};
 
 use super::cm::CmLink;
 use super::device::VerbsDevice;
@@ -18,8 +20,8 @@ use super::wr::{self, SendLimits};
 use super::VerbsProvider;
 use super::{cq, qp, srq};
 use crate::verbs::{
-    AsyncEvent, Context, Cq, Device as _, Pd, Qp, QpAttr, QpCap, QpInitAttr, QpState, RecvWr,
-    SendWr, Srq, VerbsError, WorkCompletion,
+    Ah, AhAttr, AsyncEvent, Context, Cq, Device as _, Pd, Qp, QpAttr, QpCap, QpInitAttr, QpState,
+    QpType, RecvWr, SendWr, Srq, VerbsError, WorkCompletion,
 };
 
 /// Completions fetched per `ibv_poll_cq` call at most.
@@ -32,6 +34,7 @@ struct SrqSlot {
 
 struct QpSlot {
     qp: *mut ibv_qp,
+    qp_type: QpType,
     limits: SendLimits,
     granted: QpCap,
     /// The rdma_cm id the QP was created on (`rdma_create_qp`), if any.
@@ -47,7 +50,30 @@ pub struct VerbsContext {
     srqs: Vec<SrqSlot>,
     /// Sorted by QPN (binary search; no hashing per work request).
     qps: Vec<(u32, QpSlot)>,
+    /// Address handles by index (`ibv_create_ah`); NULL once destroyed.
+    ahs: Vec<*mut ibv_ah>,
     wc_buf: Vec<MaybeUninit<ibv_wc>>,
+}
+
+/// The device's keys and this poll group's address handles, for [`wr::fill_send`].
+struct Resolver<'a> {
+    dev: &'a VerbsDevice,
+    ahs: &'a [*mut ibv_ah],
+}
+
+impl wr::KeyResolver for Resolver<'_> {
+    fn mw(&self, mw_handle: u32) -> Option<*mut ibv_mw> {
+        wr::KeyResolver::mw(self.dev, mw_handle)
+    }
+    fn mr(&self, lkey: u32) -> Option<*mut ibv_mr> {
+        wr::KeyResolver::mr(self.dev, lkey)
+    }
+    fn ah(&self, ah: Ah) -> Option<*mut ibv_ah> {
+        self.ahs
+            .get(ah.0 as usize)
+            .copied()
+            .filter(|p| !p.is_null())
+    }
 }
 
 // SAFETY: the ibverbs objects may be used from any thread; the context is driven by
@@ -75,6 +101,7 @@ impl VerbsContext {
             cqs: Vec::new(),
             srqs: Vec::new(),
             qps: Vec::new(),
+            ahs: Vec::new(),
             wc_buf: (0..WC_BATCH).map(|_| MaybeUninit::uninit()).collect(),
         })
     }
@@ -112,11 +139,18 @@ impl VerbsContext {
         Ok((self.cq_ptr(attr.send_cq)?, self.cq_ptr(attr.recv_cq)?, s))
     }
 
-    fn insert_qp(&mut self, p: *mut ibv_qp, granted: QpCap, cm: Option<CmLink>) -> Qp {
+    fn insert_qp(
+        &mut self,
+        p: *mut ibv_qp,
+        qp_type: QpType,
+        granted: QpCap,
+        cm: Option<CmLink>,
+    ) -> Qp {
         // SAFETY: live QP.
         let qpn = unsafe { (*p).qp_num };
         let slot = QpSlot {
             qp: p,
+            qp_type,
             limits: SendLimits {
                 max_inline_data: granted.max_inline_data,
                 max_send_sge: granted.max_send_sge,
@@ -161,7 +195,7 @@ impl VerbsContext {
         if rc != 0 || (*id).qp.is_null() {
             return Err(super::sys::os_err("rdma_create_qp"));
         }
-        Ok(self.insert_qp((*id).qp, qp::granted(&init.cap), Some(link)))
+        Ok(self.insert_qp((*id).qp, QpType::Rc, qp::granted(&init.cap), Some(link)))
     }
 }
 
@@ -222,8 +256,9 @@ impl Context for VerbsContext {
         unsafe { srq::arm_limit(s.srq, limit, s.max_wr) }
     }
 
-    /// Creates an RC QP in Reset (`ibv_create_qp`); the granted capacities (inline data
-    /// included) are kept and checked at post time ([`Context::qp_cap`]).
+    /// Creates a QP of `attr.qp_type` (IBV_QPT_RC, IBV_QPT_UC or IBV_QPT_UD) in Reset
+    /// (`ibv_create_qp`); the granted capacities (inline data included) are kept and
+    /// checked at post time ([`Context::qp_cap`]).
     ///
     /// # Errors
     /// `CapabilityExceeded` for sizes beyond the device's; `InvalidArgument` for CQs or
@@ -232,8 +267,62 @@ impl Context for VerbsContext {
         let (scq, rcq, s) = self.init_ptrs(attr)?;
         let p = self.dev.pd_ptr(attr.pd)?;
         // SAFETY: all objects are live and of this device.
-        let (q, granted) = unsafe { qp::create(p, scq, rcq, s, &attr.cap, &self.dev.caps())? };
-        Ok(self.insert_qp(q, granted, None))
+        let (q, granted) =
+            unsafe { qp::create(p, scq, rcq, s, &attr.cap, attr.qp_type, &self.dev.caps())? };
+        Ok(self.insert_qp(q, attr.qp_type, granted, None))
+    }
+
+    /// `ibv_create_ah` toward `attr.dest` (a RoCEv2 GRH from the device's GID index).
+    ///
+    /// # Errors
+    /// `NoSuchObject` for an unknown PD; `Os` from `ibv_create_ah` (the kernel resolves
+    /// the destination's MAC address: EINVAL or ENODATA for an unreachable one).
+    fn create_ah(&mut self, pd: Pd, attr: &AhAttr) -> Result<Ah, VerbsError> {
+        let p = self.dev.pd_ptr(pd)?;
+        let path = self.dev.path();
+        let mut a = rdma_sys::ibv_ah_attr {
+            grh: rdma_sys::ibv_global_route {
+                dgid: rdma_sys::ibv_gid {
+                    raw: super::sys::gid_of(attr.dest),
+                },
+                flow_label: attr.flow_label & 0x000F_FFFF,
+                sgid_index: path.sgid_index,
+                hop_limit: attr.hop_limit,
+                traffic_class: attr.traffic_class,
+            },
+            dlid: 0,
+            sl: 0,
+            src_path_bits: 0,
+            static_rate: 0,
+            is_global: 1,
+            port_num: path.port_num,
+        };
+        // SAFETY: a live PD of this device and a filled attribute struct.
+        let ah = unsafe { rdma_sys::ibv_create_ah(p, &mut a) };
+        if ah.is_null() {
+            return Err(super::sys::os_err("ibv_create_ah"));
+        }
+        self.ahs.push(ah);
+        Ok(Ah(self.ahs.len() as u32 - 1))
+    }
+
+    /// `ibv_destroy_ah`.
+    ///
+    /// # Errors
+    /// `NoSuchObject` for an unknown or destroyed handle; `Os`.
+    fn destroy_ah(&mut self, ah: Ah) -> Result<(), VerbsError> {
+        let slot = self
+            .ahs
+            .get_mut(ah.0 as usize)
+            .filter(|p| !p.is_null())
+            .ok_or(VerbsError::NoSuchObject)?;
+        let p = std::mem::replace(slot, std::ptr::null_mut());
+        // SAFETY: ours, live, and out of the table.
+        let rc = unsafe { rdma_sys::ibv_destroy_ah(p) };
+        if rc != 0 {
+            return Err(super::sys::rc_err("ibv_destroy_ah", rc));
+        }
+        Ok(())
     }
 
     /// The capacities the device granted `qp` at creation (`max_inline_data` included).
@@ -250,7 +339,7 @@ impl Context for VerbsContext {
     fn modify_qp(&mut self, qp: Qp, attr: &QpAttr) -> Result<(), VerbsError> {
         let s = self.slot(qp)?;
         // SAFETY: live QP of this group.
-        unsafe { qp::modify(s.qp, attr, self.dev.path(), &self.dev.caps()) }
+        unsafe { qp::modify(s.qp, s.qp_type, attr, self.dev.path(), &self.dev.caps()) }
     }
 
     /// The QP's state as the device reports it (`ibv_query_qp`); `None` for an unknown
@@ -299,7 +388,11 @@ impl Context for VerbsContext {
     fn post_send_list(&mut self, qp: Qp, wrs: &[SendWr]) -> Result<(), VerbsError> {
         let s = self.slot(qp)?;
         // SAFETY: live QP of this group; the SGEs are the caller's registered memory.
-        unsafe { wr::post_send_list(s.qp, wrs, s.limits, &*self.dev) }
+        let keys = Resolver {
+            dev: &self.dev,
+            ahs: &self.ahs,
+        };
+        unsafe { wr::post_send_list(s.qp, wrs, s.limits, &keys) }
     }
 
     /// Posts one receive WR on `qp`'s own receive queue (`ibv_post_recv`).
@@ -420,6 +513,13 @@ impl Drop for VerbsContext {
             };
             if let Err(e) = r {
                 tracing::warn!(%e, "destroying a QP of a closing poll group");
+            }
+        }
+        for ah in self.ahs.drain(..).filter(|p| !p.is_null()) {
+            // SAFETY: ours; the QPs that sent with it are gone.
+            let rc = unsafe { rdma_sys::ibv_destroy_ah(ah) };
+            if rc != 0 {
+                tracing::warn!(rc, "destroying an address handle of a closing poll group");
             }
         }
         for s in self.srqs.drain(..) {

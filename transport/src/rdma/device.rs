@@ -37,6 +37,10 @@ pub struct DeviceConfig {
     pub poll_groups: u32,
     /// Where the GID tables are read (default [`SYSFS_INFINIBAND`]).
     pub sysfs_root: PathBuf,
+    /// A RoCE MTU chosen by the user (`Provider::set_roce_mtu`): connections then run
+    /// at it rather than at the port's active MTU, which it must not exceed (checked
+    /// when the device opens, [`roce_mtu_for_port`]). `None`: the active MTU.
+    pub roce_mtu: Option<Mtu>,
 }
 
 impl DeviceConfig {
@@ -46,6 +50,7 @@ impl DeviceConfig {
             ip,
             poll_groups: 1,
             sysfs_root: PathBuf::from(SYSFS_INFINIBAND),
+            roce_mtu: None,
         }
     }
 }
@@ -66,6 +71,19 @@ pub enum DeviceError {
         port: u8,
         state: &'static str,
     },
+    /// The RoCE MTU chosen is above the port's active MTU.
+    #[error(
+        "RoCE MTU {asked} on {device} port {port}: the port's active MTU is {active} (it follows \
+         the MTU of the port's netdev); choose a RoCE MTU of {active} or less, or raise the \
+         netdev's MTU (ip link set dev IFACE mtu {need}) so the port offers {asked}",
+        need = asked + 108
+    )]
+    RoceMtuAboveActive {
+        device: String,
+        port: u8,
+        asked: u32,
+        active: u32,
+    },
     /// sysfs lists the device but librdmacm did not open it.
     #[error("{device} has the GID of {ip} in sysfs but librdmacm has no context for it (devices: {opened}); is its user-space provider (libibverbs-d / ibverbs-providers) installed?")]
     NotOpened {
@@ -73,6 +91,31 @@ pub enum DeviceError {
         ip: IpAddr,
         opened: String,
     },
+}
+
+/// The path MTU of a port whose active MTU is `active` when the user chose `asked`
+/// (`Provider::set_roce_mtu`): `asked` when it is not above `active` (a smaller MTU is
+/// the user's to choose), `active` without a choice.
+///
+/// # Errors
+/// [`DeviceError::RoceMtuAboveActive`] (naming `device` and `port`) for an `asked`
+/// above `active`: the port cannot carry it.
+pub fn roce_mtu_for_port(
+    asked: Option<Mtu>,
+    active: Mtu,
+    device: &str,
+    port: u8,
+) -> Result<Mtu, DeviceError> {
+    match asked {
+        Some(m) if m > active => Err(DeviceError::RoceMtuAboveActive {
+            device: device.to_string(),
+            port,
+            asked: m.bytes(),
+            active: active.bytes(),
+        }),
+        Some(m) => Ok(m),
+        None => Ok(active),
+    }
 }
 
 /// The message of [`VerbsError::NoDevice`] when librdmacm finds no device.
@@ -311,6 +354,12 @@ impl VerbsDevice {
                 state: port.state_name(),
             });
         }
+        let path_mtu = roce_mtu_for_port(
+            cfg.roce_mtu,
+            port.active_mtu.unwrap_or(Mtu::Mtu1024),
+            &entry.device,
+            entry.port,
+        )?;
         let sgid_index = u8::try_from(entry.index).map_err(|_| {
             VerbsError::InvalidArgument("GID index above 255 (the address vector holds 8 bits)")
         })?;
@@ -341,7 +390,7 @@ impl VerbsDevice {
                 sgid_index,
             },
             gid: entry,
-            path_mtu: port.active_mtu.unwrap_or(Mtu::Mtu1024),
+            path_mtu,
             caps,
             poll_groups: groups,
             pds: Mutex::new(Vec::new()),
@@ -542,6 +591,43 @@ impl Drop for VerbsDevice {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A chosen RoCE MTU is the path MTU when the port's active MTU carries it, and is
+    /// refused naming the port, the active MTU and the fix when it does not.
+    #[test]
+    fn a_roce_mtu_is_checked_against_the_ports_active_mtu() {
+        let f = |asked| roce_mtu_for_port(asked, Mtu::Mtu1024, "rxe0", 1);
+        assert_eq!(f(None), Ok(Mtu::Mtu1024));
+        assert_eq!(f(Some(Mtu::Mtu512)), Ok(Mtu::Mtu512));
+        assert_eq!(f(Some(Mtu::Mtu1024)), Ok(Mtu::Mtu1024));
+        let e = f(Some(Mtu::Mtu4096)).unwrap_err();
+        assert_eq!(
+            e,
+            DeviceError::RoceMtuAboveActive {
+                device: "rxe0".into(),
+                port: 1,
+                asked: 4096,
+                active: 1024
+            }
+        );
+        let m = e.to_string();
+        assert!(
+            m.contains("RoCE MTU 4096 on rxe0 port 1: the port's active MTU is 1024")
+                && m.contains("choose a RoCE MTU of 1024 or less")
+                && m.contains("ip link set dev IFACE mtu 4204"),
+            "{m}"
+        );
+        let mut cfg = <super::super::VerbsProvider as crate::verbs::Provider>::device_config(
+            "192.0.2.1".parse().unwrap(),
+            1,
+        );
+        <super::super::VerbsProvider as crate::verbs::Provider>::set_roce_mtu(
+            &mut cfg,
+            Mtu::Mtu2048,
+        )
+        .unwrap();
+        assert_eq!(cfg.roce_mtu, Some(Mtu::Mtu2048));
+    }
 
     /// On a machine without RDMA (no rdma_cm in the kernel, as the project's build
     /// machine): a typed "no RDMA devices" error, never a crash. With devices: an

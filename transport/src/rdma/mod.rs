@@ -81,6 +81,17 @@ impl crate::verbs::Provider for VerbsProvider {
         Self::device_config(ip, poll_groups)
     }
 
+    /// [`DeviceConfig::roce_mtu`]: checked against the port's active MTU when the
+    /// device opens (a larger one is refused with [`DeviceError::RoceMtuAboveActive`],
+    /// see [`device::roce_mtu_for_port`]).
+    fn set_roce_mtu(
+        cfg: &mut DeviceConfig,
+        mtu: crate::verbs::Mtu,
+    ) -> Result<(), crate::verbs::RoceMtuFixed> {
+        cfg.roce_mtu = Some(mtu);
+        Ok(())
+    }
+
     /// [`VerbsDevice::open`].
     fn open(cfg: &DeviceConfig) -> Result<std::sync::Arc<VerbsDevice>, DeviceError> {
         VerbsDevice::open(cfg)

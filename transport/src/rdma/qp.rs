@@ -1,4 +1,4 @@
-//! RC queue pairs: `ibv_create_qp`, `ibv_modify_qp` with the model's [`QpAttr`] mapped
+//! Queue pairs (RC, and UC and UD: [`build_attr_for`]): `ibv_create_qp`, `ibv_modify_qp` with the model's [`QpAttr`] mapped
 //! to `struct ibv_qp_attr` and its mask, `ibv_query_qp`, `ibv_destroy_qp`.
 //!
 //! The state machine is checked before the device sees a transition (IBTA Vol 1
@@ -12,7 +12,7 @@ use rdma_sys::{
 };
 
 use super::sys::{gid_of, os_err, rc_err};
-use crate::verbs::{AccessFlags, DeviceCaps, QpAttr, QpCap, QpState, VerbsError};
+use crate::verbs::{AccessFlags, DeviceCaps, QpAttr, QpCap, QpState, QpType, VerbsError};
 
 /// Where the QP's address vectors start: the port and the RoCE v2 GID index of the
 /// device's address (see [`super::gid`]).
@@ -129,6 +129,103 @@ pub fn build_attr(
     path: PathInfo,
     caps: &DeviceCaps,
 ) -> Result<(ibv_qp_attr, i32), VerbsError> {
+    let (a, mask) = fill_attr(attr, from, path, caps)?;
+    let to = attr.qp_state.unwrap_or(from);
+    let missing: Vec<&str> = required(from, to)
+        .iter()
+        .filter(|(bit, _)| mask & bit == 0)
+        .map(|(_, name)| *name)
+        .collect();
+    if !missing.is_empty() {
+        return Err(VerbsError::InvalidArgument(match (from, to) {
+            (QpState::Init, QpState::Rtr) => {
+                "Init -> RTR needs ah_attr, path_mtu, dest_qp_num, rq_psn, max_dest_rd_atomic and min_rnr_timer"
+            }
+            _ => "RTR -> RTS needs sq_psn, timeout, retry_cnt, rnr_retry and max_rd_atomic",
+        }));
+    }
+    Ok((a, mask as i32))
+}
+
+/// The attributes a UC or UD QP takes on `from -> to` besides the state (the kernel's
+/// `qp_state_table` `req_param | opt_param` for IB_QPT_UC / IB_QPT_UD; an RC-only
+/// attribute there is EINVAL, so the model's others are left out), and those of them
+/// required, with the message naming them.
+fn unreliable_params(t: QpType, from: QpState, to: QpState) -> (u32, u32, &'static str) {
+    use ibv_qp_attr_mask as k;
+    use QpState::*;
+    let (pkey, port, access, qkey) = (
+        m(k::IBV_QP_PKEY_INDEX),
+        m(k::IBV_QP_PORT),
+        m(k::IBV_QP_ACCESS_FLAGS),
+        m(k::IBV_QP_QKEY),
+    );
+    let rtr_uc =
+        m(k::IBV_QP_AV) | m(k::IBV_QP_PATH_MTU) | m(k::IBV_QP_DEST_QPN) | m(k::IBV_QP_RQ_PSN);
+    let sq_psn = m(k::IBV_QP_SQ_PSN);
+    match (t, from, to) {
+        (QpType::Ud, Reset, Init) => (
+            pkey | port | qkey,
+            pkey | port | qkey,
+            "a UD QP's Reset -> Init needs qkey",
+        ),
+        (QpType::Ud, Init, Init) => (pkey | port | qkey, 0, ""),
+        (QpType::Ud, Init, Rtr) => (pkey | qkey, 0, ""),
+        (QpType::Ud, Rtr, Rts) => (sq_psn | qkey, sq_psn, "RTR -> RTS needs sq_psn"),
+        (QpType::Ud, Rts | Sqd | SqError, Rts | Sqd) => (qkey, 0, ""),
+        (_, Reset, Init) => (
+            pkey | port | access,
+            pkey | port | access,
+            "Reset -> Init needs its port",
+        ),
+        (_, Init, Init) => (pkey | port | access, 0, ""),
+        (_, Init, Rtr) => (
+            rtr_uc | access | pkey,
+            rtr_uc,
+            "a UC QP's Init -> RTR needs ah_attr, path_mtu, dest_qp_num and rq_psn",
+        ),
+        (_, Rtr, Rts) => (sq_psn | access, sq_psn, "RTR -> RTS needs sq_psn"),
+        (_, Rts | Sqd | SqError, Rts | Sqd) => (access, 0, ""),
+        _ => (0, 0, ""),
+    }
+}
+
+/// [`build_attr`] for a QP of type `t`: RC as there; UC and UD with only the
+/// attributes their transitions take (IBTA Vol 1 §11.2.4.2; a UD QP has no path,
+/// access flags or RDMA READ depths, a UC QP no timers, retries or READ depths), the
+/// required ones checked (UD: the Q_Key at Init, `sq_psn` at RTS; UC: the path at RTR,
+/// `sq_psn` at RTS).
+///
+/// # Errors
+/// As [`build_attr`].
+pub fn build_attr_for(
+    t: QpType,
+    attr: &QpAttr,
+    from: QpState,
+    path: PathInfo,
+    caps: &DeviceCaps,
+) -> Result<(ibv_qp_attr, i32), VerbsError> {
+    if t == QpType::Rc {
+        return build_attr(attr, from, path, caps);
+    }
+    let (a, mask) = fill_attr(attr, from, path, caps)?;
+    let to = attr.qp_state.unwrap_or(from);
+    let (allowed, need, msg) = unreliable_params(t, from, to);
+    let mask = mask & (allowed | m(ibv_qp_attr_mask::IBV_QP_STATE));
+    if mask & need != need {
+        return Err(VerbsError::InvalidArgument(msg));
+    }
+    Ok((a, mask as i32))
+}
+
+/// The attribute values and mask of `attr` on a QP in `from`, before any check of what
+/// the transition requires.
+fn fill_attr(
+    attr: &QpAttr,
+    from: QpState,
+    path: PathInfo,
+    caps: &DeviceCaps,
+) -> Result<(ibv_qp_attr, u32), VerbsError> {
     use ibv_qp_attr_mask as k;
     let to = attr.qp_state.unwrap_or(from);
     if !transition_allowed(from, to) {
@@ -217,20 +314,7 @@ pub fn build_attr(
         };
         mask |= m(k::IBV_QP_AV);
     }
-    let missing: Vec<&str> = required(from, to)
-        .iter()
-        .filter(|(bit, _)| mask & bit == 0)
-        .map(|(_, name)| *name)
-        .collect();
-    if !missing.is_empty() {
-        return Err(VerbsError::InvalidArgument(match (from, to) {
-            (QpState::Init, QpState::Rtr) => {
-                "Init -> RTR needs ah_attr, path_mtu, dest_qp_num, rq_psn, max_dest_rd_atomic and min_rnr_timer"
-            }
-            _ => "RTR -> RTS needs sq_psn, timeout, retry_cnt, rnr_retry and max_rd_atomic",
-        }));
-    }
-    Ok((a, mask as i32))
+    Ok((a, mask))
 }
 
 /// Creates an RC QP in Reset (`ibv_create_qp`) and returns it with the capacities the
@@ -250,15 +334,26 @@ pub unsafe fn create(
     recv_cq: *mut ibv_cq,
     srq: *mut ibv_srq,
     cap: &QpCap,
+    qp_type: QpType,
     caps: &DeviceCaps,
 ) -> Result<(*mut ibv_qp, QpCap), VerbsError> {
     caps.check_qp_cap(cap, !srq.is_null())?;
     let mut init = init_attr(send_cq, recv_cq, srq, cap);
+    init.qp_type = ibv_qp_type_of(qp_type);
     let qp = ibv_create_qp(pd, &mut init);
     if qp.is_null() {
         return Err(os_err("ibv_create_qp"));
     }
     Ok((qp, granted(&init.cap)))
+}
+
+/// `enum ibv_qp_type` of a model QP type.
+pub fn ibv_qp_type_of(t: QpType) -> ibv_qp_type::Type {
+    match t {
+        QpType::Rc => ibv_qp_type::IBV_QPT_RC,
+        QpType::Uc => ibv_qp_type::IBV_QPT_UC,
+        QpType::Ud => ibv_qp_type::IBV_QPT_UD,
+    }
 }
 
 /// The `ibv_qp_init_attr` of an RC QP (no `sq_sig_all`: completions where signaled).
@@ -326,12 +421,13 @@ pub unsafe fn query_state(qp: *mut ibv_qp) -> Option<QpState> {
 /// `qp` is a live QP.
 pub unsafe fn modify(
     qp: *mut ibv_qp,
+    qp_type: QpType,
     attr: &QpAttr,
     path: PathInfo,
     caps: &DeviceCaps,
 ) -> Result<(), VerbsError> {
     let from = query_state(qp).ok_or_else(|| os_err("ibv_query_qp"))?;
-    let (mut a, mask) = build_attr(attr, from, path, caps)?;
+    let (mut a, mask) = build_attr_for(qp_type, attr, from, path, caps)?;
     let rc = ibv_modify_qp(qp, &mut a, mask);
     if rc != 0 {
         return Err(rc_err("ibv_modify_qp", rc));
@@ -454,6 +550,74 @@ mod tests {
             a.qp_access_flags,
             (ibv_access_flags::IBV_ACCESS_LOCAL_WRITE | ibv_access_flags::IBV_ACCESS_REMOTE_READ).0
         );
+    }
+
+    /// UC and UD transitions carry only the attributes their QP type takes: the
+    /// kernel refuses RC's (EINVAL), so a UD RTR with a path, or a UC RTS with retry
+    /// counts, leaves them out; the required ones are named when missing.
+    #[test]
+    fn uc_and_ud_transitions_carry_only_their_attributes() {
+        use ibv_qp_attr_mask as k;
+        let (a, mask) = build_attr_for(
+            QpType::Ud,
+            &QpAttr {
+                qp_state: Some(QpState::Init),
+                qkey: Some(0x1111_1111),
+                qp_access_flags: Some(AccessFlags::LOCAL_WRITE),
+                ..Default::default()
+            },
+            QpState::Reset,
+            PATH,
+            &caps(),
+        )
+        .unwrap();
+        let want = k::IBV_QP_STATE | k::IBV_QP_PKEY_INDEX | k::IBV_QP_PORT | k::IBV_QP_QKEY;
+        assert_eq!(mask as u32, want.0);
+        assert_eq!(a.qkey, 0x1111_1111);
+        let e = build_attr_for(
+            QpType::Ud,
+            &QpAttr {
+                qp_state: Some(QpState::Init),
+                ..Default::default()
+            },
+            QpState::Reset,
+            PATH,
+            &caps(),
+        )
+        .err()
+        .unwrap();
+        assert_eq!(
+            e,
+            VerbsError::InvalidArgument("a UD QP's Reset -> Init needs qkey")
+        );
+        let (_, mask) = build_attr_for(QpType::Ud, &rtr(), QpState::Init, PATH, &caps()).unwrap();
+        assert_eq!(mask as u32, k::IBV_QP_STATE.0, "no path on a UD QP");
+        let (_, mask) = build_attr_for(QpType::Uc, &rtr(), QpState::Init, PATH, &caps()).unwrap();
+        let want = k::IBV_QP_STATE
+            | k::IBV_QP_AV
+            | k::IBV_QP_PATH_MTU
+            | k::IBV_QP_DEST_QPN
+            | k::IBV_QP_RQ_PSN;
+        assert_eq!(mask as u32, want.0, "no RDMA READ depth or RNR timer on UC");
+        let (_, mask) = build_attr_for(
+            QpType::Uc,
+            &QpAttr {
+                qp_state: Some(QpState::Rts),
+                sq_psn: Some(5),
+                timeout: Some(14),
+                retry_cnt: Some(7),
+                rnr_retry: Some(7),
+                max_rd_atomic: Some(1),
+                ..Default::default()
+            },
+            QpState::Rtr,
+            PATH,
+            &caps(),
+        )
+        .unwrap();
+        assert_eq!(mask as u32, (k::IBV_QP_STATE | k::IBV_QP_SQ_PSN).0);
+        assert_eq!(ibv_qp_type_of(QpType::Uc), ibv_qp_type::IBV_QPT_UC);
+        assert_eq!(ibv_qp_type_of(QpType::Ud), ibv_qp_type::IBV_QPT_UD);
     }
 
     #[test]

@@ -4,6 +4,8 @@ use rdma_sys::{ibv_wc, ibv_wc_opcode, ibv_wc_status};
 
 use crate::verbs::{WcOpcode, WcStatus, WorkCompletion};
 
+/// IBV_WC_GRH in `ibv_wc.wc_flags`: a GRH fills the first 40 bytes of the receive buffer.
+const IBV_WC_GRH: u32 = 1;
 /// IBV_WC_WITH_IMM in `ibv_wc.wc_flags`.
 const IBV_WC_WITH_IMM: u32 = 1 << 1;
 /// IBV_WC_WITH_INV in `ibv_wc.wc_flags`.
@@ -92,6 +94,7 @@ pub fn work_completion(wc: &ibv_wc) -> WorkCompletion {
         invalidated_rkey: (ok && invalidated(wc, opcode, union)).then_some(union),
         qp_num: wc.qp_num,
         src_qp: wc.src_qp,
+        grh: wc.wc_flags & IBV_WC_GRH != 0,
     }
 }
 

@@ -4,11 +4,12 @@
 use std::mem::MaybeUninit;
 
 use rdma_sys::{
-    bind_mw_t, ibv_mr, ibv_mw, ibv_mw_bind_info, ibv_post_recv, ibv_post_send, ibv_post_srq_recv,
-    ibv_qp, ibv_recv_wr, ibv_send_wr, ibv_sge, ibv_srq, ibv_wr_opcode, rdma_t,
+    bind_mw_t, ibv_ah, ibv_mr, ibv_mw, ibv_mw_bind_info, ibv_post_recv, ibv_post_send,
+    ibv_post_srq_recv, ibv_qp, ibv_recv_wr, ibv_send_wr, ibv_sge, ibv_srq, ibv_wr_opcode, rdma_t,
+    ud_t,
 };
 
-use crate::verbs::{RecvWr, SendFlags, SendOp, SendWr, SgList, VerbsError, MAX_SGE};
+use crate::verbs::{Ah, RecvWr, SendFlags, SendOp, SendWr, SgList, VerbsError, MAX_SGE};
 
 /// Work requests linked into one `ibv_post_send` by `post_send_list`; longer lists are
 /// posted in chunks of this many.
@@ -21,6 +22,10 @@ pub trait KeyResolver {
     fn mw(&self, mw_handle: u32) -> Option<*mut ibv_mw>;
     /// The MR whose lkey is `lkey`.
     fn mr(&self, lkey: u32) -> Option<*mut ibv_mr>;
+    /// The address handle `ah` names (UD sends); none by default.
+    fn ah(&self, _ah: Ah) -> Option<*mut ibv_ah> {
+        None
+    }
 }
 
 /// What a QP was granted that a send WR is checked against.
@@ -48,7 +53,8 @@ fn sges(list: &SgList, out: &mut [ibv_sge; MAX_SGE]) -> i32 {
 /// # Errors
 /// [`VerbsError::CapabilityExceeded`] for more SGEs than the QP was granted or more
 /// inline bytes (IBV_SEND_INLINE) than its granted `max_inline_data`;
-/// [`VerbsError::NoSuchObject`] for a bind naming an unknown MW or MR.
+/// [`VerbsError::NoSuchObject`] for a bind naming an unknown MW or MR;
+/// [`VerbsError::InvalidArgument`] for a UD send naming an unknown address handle.
 pub fn fill_send(
     wr: &SendWr,
     out: &mut ibv_send_wr,
@@ -84,6 +90,23 @@ pub fn fill_send(
     use ibv_wr_opcode::*;
     match wr.op {
         SendOp::Send => out.opcode = IBV_WR_SEND,
+        SendOp::UdSend { dest, imm_data } => {
+            let ah = keys.ah(dest.ah).ok_or(VerbsError::InvalidArgument(
+                "no such address handle in this poll group (create_ah first)",
+            ))?;
+            out.opcode = match imm_data {
+                Some(imm) => {
+                    out.imm_data_invalidated_rkey_union.imm_data = imm.to_be();
+                    IBV_WR_SEND_WITH_IMM
+                }
+                None => IBV_WR_SEND,
+            };
+            out.wr.ud = ud_t {
+                ah,
+                remote_qpn: dest.remote_qpn & 0x00FF_FFFF,
+                remote_qkey: dest.remote_qkey,
+            };
+        }
         SendOp::SendWithImm { imm_data } => {
             out.opcode = IBV_WR_SEND_WITH_IMM;
             out.imm_data_invalidated_rkey_union.imm_data = imm_data.to_be();

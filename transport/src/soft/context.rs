@@ -15,17 +15,18 @@ use std::time::Duration;
 use socket2::{SockAddr, Socket};
 
 use super::device::SoftDevice;
+use super::qp_core::QpCore;
 use super::socket::{
     bind_tx_socket, is_gso_refusal, send_many, RxBatch, SocketError, TxMsg, GSO_MAX_BYTES,
     RX_GRO_SLOT_BYTES,
 };
 use super::xdp::frame::{self, FrameEnds};
 use super::xdp::XdpQueue;
-use crate::rc::{CompletionQueueKind, QpCounters, RcConfig, RcEnv, RcQp, RecvQueue, TxPacket};
+use crate::rc::{CompletionQueueKind, QpCounters, RcConfig, RcEnv, RecvQueue, TxPacket};
 use crate::time::{Clock, Timestamp};
 use crate::verbs::{
-    AsyncEvent, Cq, Pd, Qp, QpAttr, QpCap, QpInitAttr, QpState, RecvWr, SendOp, SendWr, Srq,
-    VerbsError, WorkCompletion, MAX_SGE,
+    Ah, AhAttr, AsyncEvent, Cq, Pd, Qp, QpAttr, QpCap, QpInitAttr, QpState, QpType, RecvWr, SendOp,
+    SendWr, Srq, VerbsError, WorkCompletion, MAX_SGE,
 };
 use crate::wire::icrc_rx::UDP_GSO_MAX_SEGMENTS;
 use crate::wire::{self, IcrcIpInfo, ROCE_V2_UDP_DPORT};
@@ -38,6 +39,19 @@ struct TxPath {
     gso: bool,
 }
 
+impl TxPath {
+    /// Points a UD QP's path at `dest` (UDP port 4791) for the next packet.
+    fn retarget(&mut self, dest: IpAddr) {
+        if self.icrc.dst == dest {
+            return;
+        }
+        self.icrc.dst = dest;
+        if let TxVia::Udp { dest: d, .. } = &mut self.via {
+            *d = SockAddr::from(SocketAddr::new(dest, ROCE_V2_UDP_DPORT));
+        }
+    }
+}
+
 /// How a QP's packets leave: its UDP send socket, or as frames through the poll
 /// group's XSK ([`crate::soft::xdp::PacketPath::AfXdp`]).
 enum TxVia {
@@ -46,7 +60,7 @@ enum TxVia {
 }
 
 struct QpSlot {
-    core: RcQp,
+    core: QpCore,
     send_cq: u32,
     recv_cq: u32,
     srq: Option<u32>,
@@ -86,6 +100,8 @@ pub struct Context {
     srq_limits_armed: usize,
     /// Asynchronous events not yet handed out ([`Context::poll_async_event`]).
     async_events: VecDeque<AsyncEvent>,
+    /// Address handles ([`Context::create_ah`]) by index; `None` once destroyed.
+    ahs: Vec<Option<AhAttr>>,
     rc_config: RcConfig,
     tx: TxQueue,
     dirty: Vec<u32>,
@@ -144,6 +160,7 @@ impl Context {
             srq_limits: Vec::new(),
             srq_limits_armed: 0,
             async_events: VecDeque::new(),
+            ahs: Vec::new(),
             rc_config,
             tx: TxQueue::default(),
             dirty: Vec::new(),
@@ -316,7 +333,14 @@ impl Context {
         self.srqs.get(srq.0 as usize).map(|q| q.len()).unwrap_or(0)
     }
 
-    /// Creates an RC QP in the Reset state (`ibv_create_qp`).
+    /// Creates a QP of `attr.qp_type` in the Reset state (`ibv_create_qp`). A UD QP
+    /// gets its UDP send socket now (source port from its QPN; it sends to the address
+    /// of each WR's handle), an RC or UC QP when `modify_qp` gives it its path.
+    ///
+    /// # Errors
+    /// `InvalidArgument` for an unknown CQ or SRQ, or a UD QP on the AF_XDP packet
+    /// path (which sends RC and UC only); `OpenFiles` / `NoResources` when the UD
+    /// QP's socket cannot be opened.
     pub fn create_qp(&mut self, attr: &QpInitAttr) -> Result<Qp, VerbsError> {
         if attr.send_cq.0 as usize >= self.cqs.len() || attr.recv_cq.0 as usize >= self.cqs.len() {
             return Err(VerbsError::InvalidArgument("no such CQ"));
@@ -326,8 +350,25 @@ impl Context {
                 return Err(VerbsError::InvalidArgument("no such SRQ"));
             }
         }
+        if attr.qp_type == QpType::Ud && self.dev.xdp().is_some() {
+            return Err(VerbsError::InvalidArgument(
+                "UD QPs need the UDP packet path: the AF_XDP path sends RC and UC only",
+            ));
+        }
         let qpn = self.dev.alloc_qpn(self.rxq);
-        let core = RcQp::new(qpn, attr.pd.0, attr.cap, attr.srq.is_some(), self.rc_config);
+        let core = QpCore::new(
+            attr.qp_type,
+            qpn,
+            attr.pd.0,
+            attr.cap,
+            attr.srq.is_some(),
+            self.rc_config,
+            self.dev.path_mtu(),
+        );
+        let tx = match attr.qp_type {
+            QpType::Ud => Some(self.ud_tx_path(qpn)?),
+            _ => None,
+        };
         self.qps.insert(
             qpn,
             QpSlot {
@@ -335,10 +376,83 @@ impl Context {
                 send_cq: attr.send_cq.0,
                 recv_cq: attr.recv_cq.0,
                 srq: attr.srq.map(|s| s.0),
-                tx: None,
+                tx,
             },
         );
         Ok(Qp(qpn))
+    }
+
+    /// A UD QP's send path: a socket bound to the UDP source port derived from the QPN
+    /// (as rxe gives every QP one), pointed at the device's own address until the
+    /// first send names a destination.
+    fn ud_tx_path(&self, qpn: u32) -> Result<TxPath, VerbsError> {
+        let ip = self.dev.ip();
+        let want = wire::udp_sport_from_flow_label(qpn);
+        let (sock, sport) = bind_tx_socket(ip, want).map_err(|e| match e {
+            SocketError::OpenFiles(n) => VerbsError::OpenFiles(n),
+            _ => VerbsError::NoResources("UDP source port"),
+        })?;
+        let dest = SockAddr::from(SocketAddr::new(ip, ROCE_V2_UDP_DPORT));
+        Ok(TxPath {
+            via: TxVia::Udp { sock, dest },
+            icrc: IcrcIpInfo {
+                src: ip,
+                dst: ip,
+                ipv4_id: 0,
+                udp_sport: sport,
+                udp_dport: ROCE_V2_UDP_DPORT,
+            },
+            gso: false,
+        })
+    }
+
+    /// Creates an address handle for UD sends (`ibv_create_ah`) to `attr.dest`.
+    ///
+    /// # Errors
+    /// `InvalidArgument` for a destination of the other address family than the
+    /// device's (its sockets are of one family).
+    pub fn create_ah(&mut self, _pd: Pd, attr: &AhAttr) -> Result<Ah, VerbsError> {
+        if attr.dest.is_ipv4() != self.dev.ip().is_ipv4() {
+            return Err(VerbsError::InvalidArgument(
+                "the address handle's destination is of another address family than the                  device's address",
+            ));
+        }
+        self.ahs.push(Some(*attr));
+        Ok(Ah(self.ahs.len() as u32 - 1))
+    }
+
+    /// Destroys an address handle (`ibv_destroy_ah`); WRs posted with it keep the
+    /// address they were posted with.
+    ///
+    /// # Errors
+    /// `NoSuchObject` for an unknown or destroyed handle.
+    pub fn destroy_ah(&mut self, ah: Ah) -> Result<(), VerbsError> {
+        self.ahs
+            .get_mut(ah.0 as usize)
+            .and_then(Option::take)
+            .map(|_| ())
+            .ok_or(VerbsError::NoSuchObject)
+    }
+
+    /// The address a UD send WR's handle names (`None` for other WRs).
+    fn ud_dest(&self, wr: &SendWr) -> Result<Option<AhAttr>, VerbsError> {
+        match wr.op {
+            SendOp::UdSend { dest, .. } => self
+                .ahs
+                .get(dest.ah.0 as usize)
+                .copied()
+                .flatten()
+                .map(Some)
+                .ok_or(VerbsError::InvalidArgument(
+                    "no such address handle in this poll group (create_ah first)",
+                )),
+            _ => Ok(None),
+        }
+    }
+
+    /// The QP's transport service.
+    pub fn qp_type(&self, qp: Qp) -> Option<QpType> {
+        self.qps.get(&qp.0).map(|s| s.core.qp_type())
     }
 
     /// Modifies a QP (`ibv_modify_qp`). With `ah_attr`, the QP's send socket is bound
@@ -348,7 +462,9 @@ impl Context {
         let ip = self.dev.ip();
         let slot = self.qps.get_mut(&qp.0).ok_or(VerbsError::NoSuchObject)?;
         slot.core.modify(attr)?;
-        if let Some(ah) = attr.ah_attr {
+        // A UD QP has no path of its own (each send names one).
+        let ah_attr = attr.ah_attr.filter(|_| slot.core.qp_type() != QpType::Ud);
+        if let Some(ah) = ah_attr {
             let dest_qpn = attr.dest_qp_num.unwrap_or(slot.core.dest_qpn());
             let want = if ah.flow_label != 0 {
                 wire::udp_sport_from_flow_label(ah.flow_label)
@@ -415,7 +531,7 @@ impl Context {
     /// inline bytes (see [`super::SOFT_CAPS`]).
     pub fn qp_cap(&self, qp: Qp) -> Option<QpCap> {
         self.qps.get(&qp.0).map(|s| {
-            let c = s.core.cap;
+            let c = s.core.cap();
             QpCap {
                 max_send_sge: c.max_send_sge.min(MAX_SGE as u32),
                 max_recv_sge: c.max_recv_sge.min(MAX_SGE as u32),
@@ -443,8 +559,9 @@ impl Context {
     /// QP with deferred output waits for the next transmission instead, so it does
     /// not push those ACKs out on their own.
     pub fn post_send(&mut self, qp: Qp, wr: &SendWr) -> Result<(), VerbsError> {
+        let ah = self.ud_dest(wr)?;
         let slot = self.qps.get_mut(&qp.0).ok_or(VerbsError::NoSuchObject)?;
-        slot.core.post_send(wr)?;
+        slot.core.post_send(wr, ah)?;
         let local = matches!(wr.op, SendOp::BindMw { .. } | SendOp::LocalInv { .. });
         if !(local && self.deferred.contains(&qp.0)) {
             self.flush_qp(qp.0, true);
@@ -724,10 +841,16 @@ impl Context {
     /// Posts several send WRs (`ibv_post_send` with a chain) and transmits once, so
     /// their packets share `sendmmsg` calls. Stops at the first WR refused.
     pub fn post_send_list(&mut self, qp: Qp, wrs: &[SendWr]) -> Result<(), VerbsError> {
-        let slot = self.qps.get_mut(&qp.0).ok_or(VerbsError::NoSuchObject)?;
         let mut res = Ok(());
         for wr in wrs {
-            if let Err(e) = slot.core.post_send(wr) {
+            let r = self.ud_dest(wr).and_then(|ah| {
+                self.qps
+                    .get_mut(&qp.0)
+                    .ok_or(VerbsError::NoSuchObject)?
+                    .core
+                    .post_send(wr, ah)
+            });
+            if let Err(e) = r {
                 res = Err(e);
                 break;
             }
@@ -827,26 +950,31 @@ impl Context {
         let counters = dev.counters();
         loop {
             tx.clear();
+            let mut ud_dest = None;
             while tx.len() < TX_BATCH {
                 let srq = slot.srq.and_then(|i| srqs.get_mut(i as usize));
                 let mut env = RcEnv {
                     keys: dev.keys(),
                     srq,
                 };
-                let next = if requests_first {
-                    slot.core.poll_transmit_requests_first(now, &mut env)
-                } else {
-                    slot.core.poll_transmit(now, &mut env)
-                };
-                let Some(mut pkt) = next else {
+                let Some((mut pkt, ah)) = slot.core.poll_transmit(now, &mut env, requests_first)
+                else {
                     break;
                 };
                 let pad = wire::pad_for(pkt.payload.len());
                 pkt.hdr.bth.pad_count = pad;
                 tx.push(pkt);
+                // A UD packet goes alone, to its own destination.
+                if ah.is_some() {
+                    ud_dest = ah;
+                    break;
+                }
             }
             if tx.is_empty() {
                 break;
+            }
+            if let (Some(ah), Some(path)) = (ud_dest, &mut slot.tx) {
+                path.retarget(ah.dest);
             }
             let Some(path) = &mut slot.tx else {
                 counters
@@ -1197,8 +1325,12 @@ fn deliver(
         counters.unknown_qp_pkts.fetch_add(1, Ordering::Relaxed);
         return;
     };
-    // Packets must come from the connected peer.
-    if let Some(tx) = &slot.tx {
+    // Packets must come from the connected peer (UD: from anyone).
+    if let Some(tx) = slot
+        .tx
+        .as_ref()
+        .filter(|_| slot.core.qp_type() != QpType::Ud)
+    {
         if tx.icrc.dst != from.ip() {
             counters.unknown_qp_pkts.fetch_add(1, Ordering::Relaxed);
             return;
@@ -1209,7 +1341,9 @@ fn deliver(
         keys: dev.keys(),
         srq,
     };
-    slot.core.handle_packet(now, &pkt, &mut env);
+    let tos = if ce { wire::frame::ECN_CE } else { 0 };
+    slot.core
+        .handle_packet(now, &pkt, from, dev.ip(), data.len(), tos, &mut env);
     // ACKs and READ responses go out at the end of this receive batch (one ACK can
     // cover several packets), still within this progress call, as an RNIC sends
     // them: a peer never depends on this application polling again.

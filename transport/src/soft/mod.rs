@@ -4,7 +4,7 @@
 //! - [`SoftProvider`]: the provider traits of [`crate::verbs::provider`] on the types
 //!   below;
 //! - [`SoftDevice`]: one local IP address, its sockets, memory keys and QP numbers;
-//! - [`Context`]: a poll group (one thread) driving its QPs' sans-IO RC cores;
+//! - [`Context`]: a poll group (one thread) driving its QPs' sans-IO cores (RC, UC, UD);
 //! - [`CmAgent`]: QP1 and the connection manager, on a thread of its own;
 //! - [`conn`]: connection bring-up (QP Init -> RTR -> RTS around the CM exchange), as
 //!   librdmacm does it for the verbs provider;
@@ -20,6 +20,7 @@ mod device;
 pub mod fault;
 pub mod floor;
 mod provider;
+mod qp_core;
 pub mod rx_buffer;
 mod rx_check;
 pub mod rx_queue;

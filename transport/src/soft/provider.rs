@@ -25,9 +25,9 @@ use crate::verbs::connection::{
     AcceptToken, ActiveConn, ConnError, ConnRequest, ConnectRequestParams, CM_REJ_CONSUMER_DEFINED,
 };
 use crate::verbs::{
-    AccessFlags, AsyncEvent, ConnectionManager, Context, Cq, Device, DeviceCaps, MemoryRegion, Mtu,
-    Pd, PostReceives, Provider, Qp, QpAttr, QpCap, QpInitAttr, QpState, RecvWr, SendWr, Srq,
-    VerbsError, WorkCompletion, MAX_SGE,
+    AccessFlags, Ah, AhAttr, AsyncEvent, ConnectionManager, Context, Cq, Device, DeviceCaps,
+    MemoryRegion, Mtu, Pd, PostReceives, Provider, Qp, QpAttr, QpCap, QpInitAttr, QpState, RecvWr,
+    SendWr, Srq, VerbsError, WorkCompletion, MAX_SGE,
 };
 
 /// The soft provider's own options ([`Provider::Options`]): what its devices have and
@@ -232,6 +232,15 @@ impl Context for SoftContext {
     fn create_qp(&mut self, attr: &QpInitAttr) -> Result<Qp, VerbsError> {
         SOFT_CAPS.check_qp_cap(&attr.cap, attr.srq.is_some())?;
         SoftContext::create_qp(self, attr)
+    }
+    fn create_ah(&mut self, pd: Pd, attr: &AhAttr) -> Result<Ah, VerbsError> {
+        SoftContext::create_ah(self, pd, attr)
+    }
+    fn destroy_ah(&mut self, ah: Ah) -> Result<(), VerbsError> {
+        SoftContext::destroy_ah(self, ah)
+    }
+    fn qp_udp_sport(&self, qp: Qp) -> Option<u16> {
+        SoftContext::qp_udp_sport(self, qp)
     }
     fn qp_cap(&self, qp: Qp) -> Option<QpCap> {
         SoftContext::qp_cap(self, qp)

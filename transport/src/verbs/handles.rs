@@ -5,7 +5,7 @@
 //! A handle is a small `Copy` id; the provider keeps the table from id to its own object
 //! (the soft provider's RC cores, the verbs provider's `ibv_*` pointers), so a work
 //! request costs one table lookup and no reference counting.
-use crate::verbs::QpCap;
+use crate::verbs::{QpCap, QpType};
 
 /// A protection domain (`struct ibv_pd`), named by the provider's index.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -30,7 +30,13 @@ impl Qp {
     }
 }
 
-/// Creation attributes of an RC QP (`struct ibv_qp_init_attr`, IBTA Vol 1 §11.2.4.1).
+/// An address handle (`struct ibv_ah`, IBTA Vol 1 §11.2.2): the destination of UD
+/// sends, made from an [`crate::verbs::AhAttr`] by `Context::create_ah`, named by the
+/// poll group's index.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Ah(pub u32);
+
+/// Creation attributes of a QP (`struct ibv_qp_init_attr`, IBTA Vol 1 §11.2.4.1).
 ///
 /// `cap.max_inline_data` is a request: the provider may grant less or more (ibverbs
 /// writes the granted value back), and it keeps the granted value per QP.
@@ -47,6 +53,8 @@ pub struct QpInitAttr {
     pub srq: Option<Srq>,
     /// Queue sizes and inline data asked for.
     pub cap: QpCap,
+    /// The transport service (RC, UC or UD).
+    pub qp_type: QpType,
 }
 
 /// An asynchronous event of a device (`struct ibv_async_event`, `enum ibv_event_type`;

@@ -34,8 +34,8 @@ use crate::verbs::connection::{
     AcceptToken, ActiveConn, ConnError, ConnRequest, ConnectRequestParams,
 };
 use crate::verbs::{
-    AccessFlags, AsyncEvent, Cq, DeviceCaps, Mtu, Pd, Qp, QpAttr, QpCap, QpInitAttr, QpState,
-    RecvWr, SendWr, Srq, VerbsError, WorkCompletion,
+    AccessFlags, Ah, AhAttr, AsyncEvent, Cq, DeviceCaps, Mtu, Pd, Qp, QpAttr, QpCap, QpInitAttr,
+    QpState, RecvWr, SendWr, Srq, VerbsError, WorkCompletion,
 };
 
 /// The poll group type of provider `P`.
@@ -101,9 +101,12 @@ pub trait Provider: Sized + Send + Sync + 'static {
     /// Sets the RoCE MTU the device of `cfg` is to use (its active MTU; connections run
     /// at the smaller of the two ends'), where the provider lets the user choose it.
     ///
+    /// The soft provider checks it against the interface MTU when the device opens,
+    /// the verbs provider against the RDMA port's active MTU (a larger one is refused
+    /// there, naming both and the fix).
+    ///
     /// # Errors
-    /// [`RoceMtuFixed`]: the default, for a provider whose MTU is its port's (verbs:
-    /// the kernel device's active MTU, set through the interface MTU).
+    /// [`RoceMtuFixed`]: the default, for a provider whose MTU is only its port's.
     fn set_roce_mtu(cfg: &mut Self::DeviceConfig, mtu: Mtu) -> Result<(), RoceMtuFixed> {
         let _ = (cfg, mtu);
         Err(RoceMtuFixed {
@@ -286,13 +289,37 @@ pub trait Context: Send {
     /// `InvalidArgument` for an unknown SRQ or a limit outside `1..max_wr`; `Os`.
     fn arm_srq_limit(&mut self, srq: Srq, limit: u32) -> Result<(), VerbsError>;
 
-    /// Creates an RC QP in Reset (`ibv_create_qp`). The sizes are checked against
-    /// [`Device::caps`]; the granted ones are [`Context::qp_cap`].
+    /// Creates a QP of `attr.qp_type` (RC, UC or UD) in Reset (`ibv_create_qp`). The
+    /// sizes are checked against [`Device::caps`]; the granted ones are
+    /// [`Context::qp_cap`].
     ///
     /// # Errors
     /// `CapabilityExceeded` (sizes beyond the device's); `InvalidArgument` (a CQ or SRQ
-    /// of another context); `NoSuchObject` (unknown PD); `Os`.
+    /// of another context; soft: a UD QP on the AF_XDP path); `NoSuchObject` (unknown
+    /// PD); `Os`.
     fn create_qp(&mut self, attr: &QpInitAttr) -> Result<Qp, VerbsError>;
+
+    /// Creates an address handle in `pd` for UD sends to `attr` (`ibv_create_ah`,
+    /// IBTA Vol 1 §11.2.2.1): [`crate::verbs::SendOp::UdSend`] names it.
+    ///
+    /// # Errors
+    /// `InvalidArgument` (a destination of the other address family, soft; no GID
+    /// index for the local address, verbs); `Os` (`ibv_create_ah`).
+    fn create_ah(&mut self, pd: Pd, attr: &AhAttr) -> Result<Ah, VerbsError>;
+
+    /// Destroys an address handle (`ibv_destroy_ah`).
+    ///
+    /// # Errors
+    /// `NoSuchObject`; `Os`.
+    fn destroy_ah(&mut self, ah: Ah) -> Result<(), VerbsError>;
+
+    /// The RoCEv2 UDP source port `qp`'s packets leave from, where the provider knows
+    /// it (soft: the port its send socket is bound to, derived from the path's flow
+    /// label, see [`crate::wire::udp_sport_from_flow_label`]); `None` otherwise (verbs:
+    /// the kernel device chooses it, or the QP has no path yet).
+    fn qp_udp_sport(&self, _qp: Qp) -> Option<u16> {
+        None
+    }
 
     /// The capacities granted to `qp` at creation (`max_inline_data` included); `None`
     /// for an unknown QP.
@@ -525,7 +552,7 @@ pub trait ConnectionManager: Clone + Send + Sync + 'static {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error(
     "the {provider} provider uses its RDMA port's active MTU (it follows the interface MTU: \
-     ip link set dev IFACE mtu N); a RoCE MTU is chosen on the soft provider only"
+     ip link set dev IFACE mtu N); it takes no RoCE MTU of its own"
 )]
 pub struct RoceMtuFixed {
     /// The provider's name ([`Provider::NAME`]).

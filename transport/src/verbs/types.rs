@@ -57,14 +57,43 @@ pub enum QpState {
     Error,
 }
 
-/// Queue pair transport service (`enum ibv_qp_type`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+/// Queue pair transport service (`enum ibv_qp_type`, IBTA Vol 1 §9.8.1).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum QpType {
-    /// Reliable Connection.
+    /// Reliable Connection (IBV_QPT_RC): acknowledged, retransmitted, SEND, RDMA
+    /// WRITE and READ.
+    #[default]
     Rc,
-    /// Unreliable Datagram (QP1 / the CM agent uses it).
+    /// Unreliable Connection (IBV_QPT_UC, IBTA Vol 1 §9.7.7, §9.8): SEND and RDMA
+    /// WRITE to one peer QP, no ACKs and no retransmission; a PSN gap loses the rest
+    /// of the message in progress and the receiver resumes at the next First or Only
+    /// packet. No RDMA READ, atomics or SEND with Invalidate.
+    Uc,
+    /// Unreliable Datagram (IBV_QPT_UD, IBTA Vol 1 §9.8.4): SEND only, each to the
+    /// address handle, QPN and Q_Key its work request names ([`SendOp::UdSend`]),
+    /// messages of at most one path MTU; each receive buffer starts with
+    /// [`GRH_LEN`] bytes for the Global Route Header. (QP1, the CM agent's, is UD too,
+    /// but the soft provider's CM agent runs it itself.)
     Ud,
 }
+
+impl QpType {
+    /// perftest's spelling (`-c RC|UC|UD`) and ibverbs' (`IBV_QPT_RC` without the
+    /// prefix).
+    pub fn name(self) -> &'static str {
+        match self {
+            QpType::Rc => "RC",
+            QpType::Uc => "UC",
+            QpType::Ud => "UD",
+        }
+    }
+}
+
+/// Bytes of the Global Route Header area at the front of every UD receive buffer
+/// (ibverbs, IBTA Vol 1 §11.4.1.1): the receiver's first 40 bytes take the GRH (for
+/// RoCEv2 over IPv4, the IPv4 header in its last 20 bytes, as Linux rxe writes it), the
+/// message follows, and the receive completion's `byte_len` counts both.
+pub const GRH_LEN: usize = 40;
 
 /// Path MTU (`enum ibv_mtu`): payload bytes per packet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -210,8 +239,11 @@ pub struct WorkCompletion {
     pub invalidated_rkey: Option<u32>,
     /// Local QP number.
     pub qp_num: u32,
-    /// Remote QP number (UD receive completions).
+    /// Remote QP number (UD receive completions: the DETH's source QP).
     pub src_qp: u32,
+    /// IBV_WC_GRH: the first [`GRH_LEN`] bytes of the receive buffer hold the Global
+    /// Route Header (every UD receive completion over RoCE).
+    pub grh: bool,
 }
 
 impl WorkCompletion {
@@ -226,6 +258,7 @@ impl WorkCompletion {
             invalidated_rkey: None,
             qp_num,
             src_qp: 0,
+            grh: false,
         }
     }
 }
@@ -309,6 +342,11 @@ pub enum SendOp {
     RdmaRead { remote_addr: u64, rkey: u32 },
     /// IBV_WR_LOCAL_INV: invalidate a memory window's rkey locally.
     LocalInv { rkey: u32 },
+    /// IBV_WR_SEND (or IBV_WR_SEND_WITH_IMM with `imm_data`) on a UD QP, with the
+    /// `wr.ud` fields of `struct ibv_send_wr` (IBTA Vol 1 §9.8.4): to QP
+    /// `dest.remote_qpn` at the address of `dest.ah`, carrying `dest.remote_qkey` in
+    /// the DETH. At most one path MTU of payload.
+    UdSend { dest: UdDest, imm_data: Option<u32> },
     /// IBV_WR_BIND_MW (type 2 memory window, IBTA §10.6.7): grant `rkey` (the window's
     /// key with a fresh 8-bit tag, see [`inc_rkey`]) over exactly `[addr, addr + length)`
     /// of the MR `mr_lkey`, with `access` (remote read and/or write), to this QP's peer.
@@ -320,6 +358,18 @@ pub enum SendOp {
         length: u64,
         access: AccessFlags,
     },
+}
+
+/// Where a UD SEND goes (`wr.ud` of `struct ibv_send_wr`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UdDest {
+    /// The address handle (`ibv_create_ah`) of the destination.
+    pub ah: crate::verbs::Ah,
+    /// The destination QP number (24 bits).
+    pub remote_qpn: u32,
+    /// The Q_Key to send; one with bit 31 set means "the QP's own Q_Key" (IBTA Vol 1
+    /// §10.2.5).
+    pub remote_qkey: u32,
 }
 
 /// A send work request (`struct ibv_send_wr`).

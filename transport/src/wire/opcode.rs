@@ -1,5 +1,5 @@
 //! BTH opcodes (IBTA Vol 1 §9.2, Table 37): the high 3 bits select the transport
-//! (000 RC, 011 UD, 100 CNP), the low 5 bits the operation.
+//! (000 RC, 001 UC, 011 UD, 100 CNP), the low 5 bits the operation.
 //!
 //! The predicates follow IBTA Vol 1 Table 38 ("Packet header layout by opcode"): which
 //! extended transport headers follow the BTH, and where the packet sits in a message.
@@ -31,6 +31,18 @@ pub enum Opcode {
     RcFetchAdd = 0x14,
     RcSendLastInv = 0x16,
     RcSendOnlyInv = 0x17,
+    UcSendFirst = 0x20,
+    UcSendMiddle = 0x21,
+    UcSendLast = 0x22,
+    UcSendLastImm = 0x23,
+    UcSendOnly = 0x24,
+    UcSendOnlyImm = 0x25,
+    UcRdmaWriteFirst = 0x26,
+    UcRdmaWriteMiddle = 0x27,
+    UcRdmaWriteLast = 0x28,
+    UcRdmaWriteLastImm = 0x29,
+    UcRdmaWriteOnly = 0x2A,
+    UcRdmaWriteOnlyImm = 0x2B,
     UdSendOnly = 0x64,
     UdSendOnlyImm = 0x65,
     /// RoCEv2 Congestion Notification Packet (Annex A17.9.3).
@@ -41,7 +53,7 @@ use Opcode::*;
 
 impl Opcode {
     /// Every opcode of the enum, in numeric order.
-    pub const ALL: [Opcode; 26] = [
+    pub const ALL: [Opcode; 38] = [
         RcSendFirst,
         RcSendMiddle,
         RcSendLast,
@@ -65,13 +77,25 @@ impl Opcode {
         RcFetchAdd,
         RcSendLastInv,
         RcSendOnlyInv,
+        UcSendFirst,
+        UcSendMiddle,
+        UcSendLast,
+        UcSendLastImm,
+        UcSendOnly,
+        UcSendOnlyImm,
+        UcRdmaWriteFirst,
+        UcRdmaWriteMiddle,
+        UcRdmaWriteLast,
+        UcRdmaWriteLastImm,
+        UcRdmaWriteOnly,
+        UcRdmaWriteOnlyImm,
         UdSendOnly,
         UdSendOnlyImm,
         Cnp,
     ];
 
     /// The opcode for a BTH opcode byte, or `None` for values this implementation does
-    /// not speak (RD, UC, XRC, reserved and manufacturer-specific codes).
+    /// not speak (RD, XRC, reserved and manufacturer-specific codes).
     pub const fn from_u8(v: u8) -> Option<Opcode> {
         Some(match v {
             0x00 => RcSendFirst,
@@ -97,6 +121,18 @@ impl Opcode {
             0x14 => RcFetchAdd,
             0x16 => RcSendLastInv,
             0x17 => RcSendOnlyInv,
+            0x20 => UcSendFirst,
+            0x21 => UcSendMiddle,
+            0x22 => UcSendLast,
+            0x23 => UcSendLastImm,
+            0x24 => UcSendOnly,
+            0x25 => UcSendOnlyImm,
+            0x26 => UcRdmaWriteFirst,
+            0x27 => UcRdmaWriteMiddle,
+            0x28 => UcRdmaWriteLast,
+            0x29 => UcRdmaWriteLastImm,
+            0x2A => UcRdmaWriteOnly,
+            0x2B => UcRdmaWriteOnlyImm,
             0x64 => UdSendOnly,
             0x65 => UdSendOnlyImm,
             0x81 => Cnp,
@@ -110,11 +146,17 @@ impl Opcode {
     }
 
     /// RDMA Extended Transport Header (§9.3.3) follows: RDMA WRITE First, Only, Only
-    /// with Immediate, and RDMA READ Request.
+    /// with Immediate (RC and UC), and RDMA READ Request.
     pub const fn has_reth(self) -> bool {
         matches!(
             self,
-            RcRdmaWriteFirst | RcRdmaWriteOnly | RcRdmaWriteOnlyImm | RcRdmaReadRequest
+            RcRdmaWriteFirst
+                | RcRdmaWriteOnly
+                | RcRdmaWriteOnlyImm
+                | RcRdmaReadRequest
+                | UcRdmaWriteFirst
+                | UcRdmaWriteOnly
+                | UcRdmaWriteOnlyImm
         )
     }
 
@@ -136,7 +178,15 @@ impl Opcode {
     pub const fn has_immdt(self) -> bool {
         matches!(
             self,
-            RcSendLastImm | RcSendOnlyImm | RcRdmaWriteLastImm | RcRdmaWriteOnlyImm | UdSendOnlyImm
+            RcSendLastImm
+                | RcSendOnlyImm
+                | RcRdmaWriteLastImm
+                | RcRdmaWriteOnlyImm
+                | UcSendLastImm
+                | UcSendOnlyImm
+                | UcRdmaWriteLastImm
+                | UcRdmaWriteOnlyImm
+                | UdSendOnlyImm
         )
     }
 
@@ -180,12 +230,18 @@ impl Opcode {
         (self as u8) >> 5 == 0b000
     }
 
+    /// Unreliable Connection opcode (high bits 001; IBTA Vol 1 §9.2 Table 37).
+    pub const fn is_uc(self) -> bool {
+        (self as u8) >> 5 == 0b001
+    }
+
     /// Unreliable Datagram opcode (high bits 011).
     pub const fn is_ud(self) -> bool {
         (self as u8) >> 5 == 0b011
     }
 
-    /// A SEND packet (RC First/Middle/Last/Only, with Immediate or Invalidate; UD).
+    /// A SEND packet (RC and UC First/Middle/Last/Only, with Immediate, RC with
+    /// Invalidate; UD).
     pub const fn is_send(self) -> bool {
         matches!(
             self,
@@ -197,12 +253,19 @@ impl Opcode {
                 | RcSendOnlyImm
                 | RcSendLastInv
                 | RcSendOnlyInv
+                | UcSendFirst
+                | UcSendMiddle
+                | UcSendLast
+                | UcSendLastImm
+                | UcSendOnly
+                | UcSendOnlyImm
                 | UdSendOnly
                 | UdSendOnlyImm
         )
     }
 
-    /// An RDMA WRITE packet (First/Middle/Last/Only, with or without Immediate).
+    /// An RDMA WRITE packet (RC or UC; First/Middle/Last/Only, with or without
+    /// Immediate).
     pub const fn is_rdma_write(self) -> bool {
         matches!(
             self,
@@ -212,6 +275,12 @@ impl Opcode {
                 | RcRdmaWriteLastImm
                 | RcRdmaWriteOnly
                 | RcRdmaWriteOnlyImm
+                | UcRdmaWriteFirst
+                | UcRdmaWriteMiddle
+                | UcRdmaWriteLast
+                | UcRdmaWriteLastImm
+                | UcRdmaWriteOnly
+                | UcRdmaWriteOnlyImm
         )
     }
 
@@ -249,7 +318,11 @@ impl Opcode {
     pub const fn is_first(self) -> bool {
         matches!(
             self,
-            RcSendFirst | RcRdmaWriteFirst | RcRdmaReadResponseFirst
+            RcSendFirst
+                | RcRdmaWriteFirst
+                | RcRdmaReadResponseFirst
+                | UcSendFirst
+                | UcRdmaWriteFirst
         )
     }
 
@@ -257,7 +330,11 @@ impl Opcode {
     pub const fn is_middle(self) -> bool {
         matches!(
             self,
-            RcSendMiddle | RcRdmaWriteMiddle | RcRdmaReadResponseMiddle
+            RcSendMiddle
+                | RcRdmaWriteMiddle
+                | RcRdmaReadResponseMiddle
+                | UcSendMiddle
+                | UcRdmaWriteMiddle
         )
     }
 
@@ -272,6 +349,10 @@ impl Opcode {
                 | RcRdmaWriteLast
                 | RcRdmaWriteLastImm
                 | RcRdmaReadResponseLast
+                | UcSendLast
+                | UcSendLastImm
+                | UcRdmaWriteLast
+                | UcRdmaWriteLastImm
         )
     }
 
@@ -288,6 +369,10 @@ impl Opcode {
                 | RcRdmaWriteOnly
                 | RcRdmaWriteOnlyImm
                 | RcRdmaReadResponseOnly
+                | UcSendOnly
+                | UcSendOnlyImm
+                | UcRdmaWriteOnly
+                | UcRdmaWriteOnlyImm
                 | UdSendOnly
                 | UdSendOnlyImm
         )
@@ -339,7 +424,9 @@ mod tests {
             assert_eq!(Opcode::from_u8(op as u8), Some(op));
         }
         assert_eq!(Opcode::from_u8(0x15), None); // reserved RC code
-        assert_eq!(Opcode::from_u8(0x20), None); // UC SEND First
+        assert_eq!(Opcode::from_u8(0x20), Some(UcSendFirst));
+        assert_eq!(Opcode::from_u8(0x2C), None); // UC reserved
+        assert_eq!(Opcode::from_u8(0x40), None); // RD
         assert_eq!(Opcode::from_u8(0x80), None); // XRC / reserved
         assert_eq!(Opcode::try_from(0x64), Ok(UdSendOnly));
         assert_eq!(Opcode::try_from(0x1F), Err(0x1F));
@@ -349,7 +436,7 @@ mod tests {
     #[test]
     fn header_presence_matches_table_38() {
         #[rustfmt::skip]
-        let table: [(Opcode, [bool; 5]); 26] = [
+        let table: [(Opcode, [bool; 5]); 38] = [
             (RcSendFirst,              [false, false, false, false, false]),
             (RcSendMiddle,             [false, false, false, false, false]),
             (RcSendLast,               [false, false, false, false, false]),
@@ -373,6 +460,18 @@ mod tests {
             (RcFetchAdd,               [false, false, false, false, false]),
             (RcSendLastInv,            [false, false, false, true,  false]),
             (RcSendOnlyInv,            [false, false, false, true,  false]),
+            (UcSendFirst,              [false, false, false, false, false]),
+            (UcSendMiddle,             [false, false, false, false, false]),
+            (UcSendLast,               [false, false, false, false, false]),
+            (UcSendLastImm,            [false, false, true,  false, false]),
+            (UcSendOnly,               [false, false, false, false, false]),
+            (UcSendOnlyImm,            [false, false, true,  false, false]),
+            (UcRdmaWriteFirst,         [true,  false, false, false, false]),
+            (UcRdmaWriteMiddle,        [false, false, false, false, false]),
+            (UcRdmaWriteLast,          [false, false, false, false, false]),
+            (UcRdmaWriteLastImm,       [false, false, true,  false, false]),
+            (UcRdmaWriteOnly,          [true,  false, false, false, false]),
+            (UcRdmaWriteOnlyImm,       [true,  false, true,  false, false]),
             (UdSendOnly,               [false, false, false, false, true ]),
             (UdSendOnlyImm,            [false, false, true,  false, true ]),
             (Cnp,                      [false, false, false, false, false]),
@@ -400,7 +499,8 @@ mod tests {
             let v = op as u8;
             assert_eq!(op.is_rc(), v < 0x20, "{op:?}");
             assert_eq!(op.is_ud(), (0x60..0x80).contains(&v), "{op:?}");
-            // Every RC/UD opcode is exactly one of request or response.
+            assert_eq!(op.is_uc(), (0x20..0x40).contains(&v), "{op:?}");
+            // Every RC/UC/UD opcode is exactly one of request or response.
             if op != Cnp {
                 assert!(op.is_request() ^ op.is_response(), "{op:?}");
             }
