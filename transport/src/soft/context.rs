@@ -219,7 +219,10 @@ impl Context {
         }
         let mut d = std::mem::take(&mut self.deferred);
         for &qpn in &d {
-            self.flush_qp(qpn, false);
+            // Requests first: what post_send_deferred posted goes ahead of the deferred
+            // ACKs, as post_send would have sent it (a QP with only ACKs is the same
+            // either way).
+            self.flush_qp(qpn, true);
         }
         d.clear();
         if self.deferred.is_empty() {
@@ -577,8 +580,9 @@ impl Context {
     /// # Errors
     /// As [`Context::post_send`].
     pub fn post_send_deferred(&mut self, qp: Qp, wr: &SendWr) -> Result<(), VerbsError> {
+        let ah = self.ud_dest(wr)?;
         let slot = self.qps.get_mut(&qp.0).ok_or(VerbsError::NoSuchObject)?;
-        slot.core.post_send(wr)?;
+        slot.core.post_send(wr, ah)?;
         if !self.deferred.contains(&qp.0) {
             self.deferred.push(qp.0);
         }
