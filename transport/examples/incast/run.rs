@@ -169,6 +169,7 @@ pub fn run(c: &IncastCfg) -> Result<IncastResult, String> {
                 recv_cq: tx.cq,
                 srq: None,
                 cap: QpCap::default(),
+                qp_type: QpType::Rc,
             })
             .map_err(|e| format!("sender QP: {e}"))?;
         let pd_r = dst.pd;
@@ -180,6 +181,7 @@ pub fn run(c: &IncastCfg) -> Result<IncastResult, String> {
                 recv_cq: rx.cq,
                 srq: None,
                 cap: QpCap::default(),
+                qp_type: QpType::Rc,
             })
             .map_err(|e| format!("receiver QP: {e}"))?;
         bring_up(&mut tx.ctx, qt, mtu, c.ip_rx, qr.qpn(), psn_tx, psn_rx);
