@@ -1,7 +1,7 @@
 //! Receive queues: a QP's own RQ or a shared receive queue (IBTA Vol 1 §10.2.9 SRQ).
 use std::collections::VecDeque;
 
-use crate::verbs::{RecvWr, VerbsError};
+use crate::verbs::{QpState, RecvWr, VerbsError, WcOpcode, WcStatus, WorkCompletion};
 
 /// A FIFO of posted receive work requests with a fixed capacity, owned by a PD.
 ///
@@ -31,6 +31,40 @@ impl RecvQueue {
         }
         self.q.push_back(wr);
         Ok(())
+    }
+
+    /// `ibv_post_recv` on a QP's own receive queue, the checks every QP type makes: a
+    /// QP with an SRQ has no receive queue of its own, at most `max_sge` SGEs, none in
+    /// Reset; in Error the WR is not queued but completes at once with
+    /// IBV_WC_WR_FLUSH_ERR (the completion is returned for the QP `qpn` to push).
+    ///
+    /// # Errors
+    /// `InvalidArgument` for a QP with an SRQ or too many SGEs, `InvalidState` in
+    /// Reset, `QueueFull`.
+    pub fn post_for_qp(
+        &mut self,
+        wr: &RecvWr,
+        has_srq: bool,
+        max_sge: usize,
+        state: QpState,
+        qpn: u32,
+    ) -> Result<Option<WorkCompletion>, VerbsError> {
+        if has_srq {
+            return Err(VerbsError::InvalidArgument("QP uses an SRQ"));
+        }
+        if wr.sg_list.as_slice().len() > max_sge {
+            return Err(VerbsError::InvalidArgument("too many SGEs"));
+        }
+        match state {
+            QpState::Reset => Err(VerbsError::InvalidState(QpState::Reset)),
+            QpState::Error => Ok(Some(WorkCompletion::new(
+                wr.wr_id,
+                WcStatus::WrFlushErr,
+                WcOpcode::Recv,
+                qpn,
+            ))),
+            _ => self.post(*wr).map(|()| None),
+        }
     }
 
     /// Takes the oldest posted WR.

@@ -317,25 +317,14 @@ impl UcQp {
     /// `InvalidArgument` for a QP with an SRQ or too many SGEs, `InvalidState` in
     /// Reset, `QueueFull`.
     pub fn post_recv(&mut self, wr: &RecvWr) -> Result<(), VerbsError> {
-        if self.has_srq {
-            return Err(VerbsError::InvalidArgument("QP uses an SRQ"));
+        let max_sge = (self.cap.max_recv_sge as usize).min(MAX_SGE);
+        let flushed = self
+            .rq
+            .post_for_qp(wr, self.has_srq, max_sge, self.state, self.qpn)?;
+        if let Some(wc) = flushed {
+            self.push_recv_wc(wc);
         }
-        if wr.sg_list.as_slice().len() > (self.cap.max_recv_sge as usize).min(MAX_SGE) {
-            return Err(VerbsError::InvalidArgument("too many SGEs"));
-        }
-        match self.state {
-            QpState::Reset => Err(VerbsError::InvalidState(QpState::Reset)),
-            QpState::Error => {
-                self.push_recv_wc(WorkCompletion::new(
-                    wr.wr_id,
-                    WcStatus::WrFlushErr,
-                    WcOpcode::Recv,
-                    self.qpn,
-                ));
-                Ok(())
-            }
-            _ => self.rq.post(*wr),
-        }
+        Ok(())
     }
 
     /// Handles one received packet addressed to this QP (the driver has checked the

@@ -215,22 +215,14 @@ impl UdQp {
     /// `InvalidArgument` for a QP with an SRQ or too many SGEs, `InvalidState` in
     /// Reset, `QueueFull`.
     pub fn post_recv(&mut self, wr: &RecvWr) -> Result<(), VerbsError> {
-        if self.has_srq {
-            return Err(VerbsError::InvalidArgument("QP uses an SRQ"));
+        let max_sge = (self.cap.max_recv_sge as usize).min(MAX_SGE);
+        let flushed = self
+            .rq
+            .post_for_qp(wr, self.has_srq, max_sge, self.state, self.qpn)?;
+        if let Some(wc) = flushed {
+            self.push(CompletionQueueKind::Recv, wc);
         }
-        if wr.sg_list.as_slice().len() > (self.cap.max_recv_sge as usize).min(MAX_SGE) {
-            return Err(VerbsError::InvalidArgument("too many SGEs"));
-        }
-        match self.state {
-            QpState::Reset => Err(VerbsError::InvalidState(QpState::Reset)),
-            QpState::Error => {
-                let wc =
-                    WorkCompletion::new(wr.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, self.qpn);
-                self.push(CompletionQueueKind::Recv, wc);
-                Ok(())
-            }
-            _ => self.rq.post(*wr),
-        }
+        Ok(())
     }
 
     /// Handles one received packet for this QP (ICRC checked by the driver) that came
