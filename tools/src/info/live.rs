@@ -93,8 +93,12 @@ pub fn read_socket(path: &Path) -> Result<Option<SoftLive>, String> {
     let mut buf = String::new();
     s.read_to_string(&mut buf)
         .map_err(|e| format!("{}: reading the answer: {e}", path.display()))?;
-    let mut live: SoftLive = serde_json::from_str(&buf)
-        .map_err(|e| format!("{}: the answer is not a soft device snapshot: {e}", path.display()))?;
+    let mut live: SoftLive = serde_json::from_str(&buf).map_err(|e| {
+        format!(
+            "{}: the answer is not a soft device snapshot: {e}",
+            path.display()
+        )
+    })?;
     live.socket = path.to_path_buf();
     Ok(Some(live))
 }

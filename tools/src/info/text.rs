@@ -190,7 +190,9 @@ pub fn counters(snap: &Snapshot, prev: Option<&Snapshot>) -> String {
 pub fn qps(snap: &Snapshot) -> String {
     let mut o = String::new();
     if snap.soft_live.is_empty() {
-        o.push_str("no soft device is open in any process of this user (no info socket answered)\n");
+        o.push_str(
+            "no soft device is open in any process of this user (no info socket answered)\n",
+        );
     }
     for l in &snap.soft_live {
         for q in &l.qps {
