@@ -132,8 +132,8 @@ pub fn counters(snap: &Snapshot, prev: Option<&Snapshot>) -> String {
             let Some(cs) = &p.counters else {
                 let _ = writeln!(
                     o,
-                    "\tcounters are kept by the process that opened the device (nvmf-target, \
-                     nvmf-bench); none are visible from here"
+                    "\tcounters are kept by the processes that opened a soft device \
+                     (nvmf-target, nvmf-bench, rdma-perf); those that answer follow as soft/IP"
                 );
                 continue;
             };
