@@ -240,12 +240,6 @@ impl InfoServer {
             }
         }
     }
-
-    /// The socket's path.
-    #[allow(dead_code)]
-    pub(crate) fn path(&self) -> &Path {
-        &self.path
-    }
 }
 
 impl Drop for InfoServer {
