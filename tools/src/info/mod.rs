@@ -10,18 +10,20 @@
 //!   from them (IBTA RoCEv2 Annex A17.8: `::ffff:a.b.c.d` for IPv4, the address itself
 //!   for IPv6), each of type RoCE v2, numbered from 0 per port. The active MTU is what
 //!   the soft provider derives from the interface MTU
-//!   ([`transport::verbs::Mtu::from_netdev_mtu`]). Its counters live in the process
-//!   that opened the device (nvmf-target, nvmf-bench), so none are shown here.
+//!   ([`transport::verbs::Mtu::from_netdev_mtu`]). Its counters and QPs live in the
+//!   processes that opened a soft device (nvmf-target, nvmf-bench, rdma-perf): each
+//!   answers on its info socket, and [`live`] reads them into [`Snapshot::soft_live`].
 use std::net::{IpAddr, Ipv6Addr};
 use std::path::Path;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use transport::sysfs::gid::{GidEntry, GidType};
 use transport::sysfs::port::{self, SysfsDevice, SysfsPort};
 use transport::verbs::Mtu;
 
 use crate::netif::NetIf;
 
+pub mod live;
 pub mod text;
 
 /// The name `rdma-info` gives the soft provider's device.
@@ -57,7 +59,7 @@ pub struct Gid {
 }
 
 /// A hardware counter.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Counter {
     /// The counter's name (rxe's and mlx5's names).
     pub name: String,
@@ -134,6 +136,9 @@ pub struct Snapshot {
     pub time_ms: u64,
     /// The devices, soft first.
     pub devices: Vec<Device>,
+    /// The soft devices other processes hold open, with their counters and QPs
+    /// (empty when the soft provider is not selected, or none answers).
+    pub soft_live: Vec<live::SoftLive>,
 }
 
 /// `show_gids`' VER column for a type.
@@ -301,15 +306,23 @@ pub struct Select {
 }
 
 /// Reads every selected device: the soft one from this host's interfaces (`net_root`
-/// is normally `/sys/class/net`), the verbs ones under `ib_root` (normally
-/// `/sys/class/infiniband`).
+/// is normally `/sys/class/net`) and its open instances from their info sockets in
+/// `soft_dir` (normally [`transport::soft::info_socket::info_dir`]), the verbs ones
+/// under `ib_root` (normally `/sys/class/infiniband`).
 ///
 /// # Errors
 /// getifaddrs(3)'s.
-pub fn snapshot(sel: Select, ib_root: &Path, net_root: &Path) -> std::io::Result<Snapshot> {
+pub fn snapshot(
+    sel: Select,
+    ib_root: &Path,
+    net_root: &Path,
+    soft_dir: &Path,
+) -> std::io::Result<Snapshot> {
     let mut devices = Vec::new();
+    let mut soft_live = Vec::new();
     if sel.soft {
         devices.push(soft_device(&crate::netif::interfaces(net_root)?));
+        soft_live = live::read_dir(soft_dir);
     }
     if sel.verbs {
         devices.extend(port::read_devices(ib_root, net_root).iter().map(from_sysfs));
@@ -317,7 +330,11 @@ pub fn snapshot(sel: Select, ib_root: &Path, net_root: &Path) -> std::io::Result
     let time_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64);
-    Ok(Snapshot { time_ms, devices })
+    Ok(Snapshot {
+        time_ms,
+        devices,
+        soft_live,
+    })
 }
 
 #[cfg(test)]

@@ -1,12 +1,14 @@
 //! `rdma-info`'s text: the device list in `ibv_devinfo`'s layout (`-v` adds the
 //! verbose port fields and the GID lines, `GID[  1]:<tab><tab>::ffff:192.168.77.10, RoCE v2`
 //! as rdma-core prints them), the GID table in Mellanox `show_gids`' tab-separated
-//! columns, and the counters.
+//! columns, the counters, and the QPs of the open soft devices in `rdma res show qp`'s
+//! layout (with their UDP source port).
 use std::fmt::Write as _;
 
 use transport::sysfs::port::{ECN_CNP_COUNTERS, RXE_HW_COUNTERS};
 use transport::verbs::Mtu;
 
+use super::live::SoftLive;
 use super::{Device, Port, Snapshot};
 
 fn mtu_text(bytes: Option<u32>) -> String {
@@ -130,8 +132,8 @@ pub fn counters(snap: &Snapshot, prev: Option<&Snapshot>) -> String {
             let Some(cs) = &p.counters else {
                 let _ = writeln!(
                     o,
-                    "\tcounters are kept by the process that opened the device (nvmf-target, \
-                     nvmf-bench); none are visible from here"
+                    "\tcounters are kept by the processes that opened a soft device \
+                     (nvmf-target, nvmf-bench, rdma-perf); those that answer follow as soft/IP"
                 );
                 continue;
             };
@@ -173,6 +175,61 @@ pub fn counters(snap: &Snapshot, prev: Option<&Snapshot>) -> String {
                     _ => {
                         let _ = writeln!(o, "\t{name:<28}{value:>20}");
                     }
+                }
+            }
+        }
+    }
+    o
+}
+
+/// The QPs of every open soft device ([`Snapshot::soft_live`]), one line each as
+/// `rdma res show qp` prints a kernel QP, plus the RoCEv2 UDP source port (`sport`,
+/// `-` before the QP has a send path), the addresses and the path MTU:
+/// `link soft/127.0.0.1 lqpn 18 type RC state RTS rqpn 19 sport 49409 laddr 127.0.0.1
+/// raddr 127.0.0.2 mtu 1024 pid 4242 comm rdma-perf`.
+pub fn qps(snap: &Snapshot) -> String {
+    let mut o = String::new();
+    if snap.soft_live.is_empty() {
+        o.push_str(
+            "no soft device is open in any process of this user (no info socket answered)\n",
+        );
+    }
+    for l in &snap.soft_live {
+        for q in &l.qps {
+            let sport = q.udp_sport.map_or("-".to_string(), |p| p.to_string());
+            let raddr = q.remote_ip.as_deref().unwrap_or("-");
+            let _ = writeln!(
+                o,
+                "link soft/{} lqpn {} type {} state {} rqpn {} sport {sport} laddr {} raddr \
+                 {raddr} mtu {} pid {} comm {}",
+                l.ip, q.qpn, q.qp_type, q.state, q.dest_qpn, q.local_ip, q.mtu, l.pid, l.process
+            );
+        }
+    }
+    o
+}
+
+/// The counters of every open soft device, one block per device (`soft/IP (pid P
+/// comm)`); with `prev` (`-w`) each line also shows the change per second.
+pub fn soft_counters(snap: &Snapshot, prev: Option<&Snapshot>) -> String {
+    let mut o = String::new();
+    let dt = match prev {
+        Some(s) if snap.time_ms > s.time_ms => (snap.time_ms - s.time_ms) as f64 / 1000.0,
+        _ => 1.0,
+    };
+    for l in &snap.soft_live {
+        let _ = writeln!(o, "soft/{} (pid {} {}):", l.ip, l.pid, l.process);
+        let before: Option<&SoftLive> =
+            prev.and_then(|p| p.soft_live.iter().find(|x| x.socket == l.socket));
+        for c in &l.counters {
+            let old = before.and_then(|b| b.counters.iter().find(|x| x.name == c.name));
+            match old {
+                Some(old) => {
+                    let rate = c.value.saturating_sub(old.value) as f64 / dt;
+                    let _ = writeln!(o, "\t{:<28}{:>20}  {rate:>12.0}/s", c.name, c.value);
+                }
+                None => {
+                    let _ = writeln!(o, "\t{:<28}{:>20}", c.name, c.value);
                 }
             }
         }

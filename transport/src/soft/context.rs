@@ -16,6 +16,7 @@ use socket2::{SockAddr, Socket};
 
 use super::device::SoftDevice;
 use super::qp_core::QpCore;
+use super::qp_registry::QpInfo;
 use super::socket::{
     bind_tx_socket, is_gso_refusal, send_many, RxBatch, SocketError, TxMsg, GSO_MAX_BYTES,
     RX_GRO_SLOT_BYTES,
@@ -372,6 +373,17 @@ impl Context {
             QpType::Ud => Some(self.ud_tx_path(qpn)?),
             _ => None,
         };
+        self.dev.qp_registry().insert(QpInfo {
+            qpn,
+            qp_type: attr.qp_type,
+            state: core.state(),
+            local_ip: self.dev.ip(),
+            remote_ip: None,
+            dest_qpn: 0,
+            udp_sport: tx.as_ref().map(|t| t.icrc.udp_sport),
+            mtu: self.dev.path_mtu().bytes(),
+            poll_group: self.rxq,
+        });
         self.qps.insert(
             qpn,
             QpSlot {
@@ -513,6 +525,24 @@ impl Context {
             let gso = matches!(via, TxVia::Udp { .. }) && self.dev.udp_gso_toward(ah.dest);
             slot.tx = Some(TxPath { via, icrc, gso });
         }
+        let (state, dest_qpn) = (slot.core.state(), slot.core.dest_qpn());
+        let remote_ip = slot
+            .tx
+            .as_ref()
+            .map(|t| t.icrc.dst)
+            .filter(|_| ah_attr.is_some());
+        let udp_sport = slot.tx.as_ref().map(|t| t.icrc.udp_sport);
+        self.dev.qp_registry().update(qp.0, |q| {
+            q.state = state;
+            q.dest_qpn = dest_qpn;
+            if remote_ip.is_some() {
+                q.remote_ip = remote_ip;
+            }
+            q.udp_sport = udp_sport;
+            if let Some(m) = attr.path_mtu {
+                q.mtu = m.bytes();
+            }
+        });
         self.flush_qp(qp.0, false);
         Ok(())
     }
@@ -551,6 +581,7 @@ impl Context {
 
     /// Destroys a QP (`ibv_destroy_qp`); its pending work is dropped without completions.
     pub fn destroy_qp(&mut self, qp: Qp) -> Result<(), VerbsError> {
+        self.dev.qp_registry().remove(qp.0);
         self.qps
             .remove(&qp.0)
             .map(|_| ())
@@ -1251,6 +1282,9 @@ impl Drop for Context {
     fn drop(&mut self) {
         // ACKs `poll_cq` deferred still go out (their peer would retransmit otherwise).
         self.flush_deferred();
+        for qpn in self.qps.keys() {
+            self.dev.qp_registry().remove(*qpn);
+        }
         if let (Some(x), Some(q)) = (self.dev.xdp(), &self.xdp) {
             x.close_queue(self.rxq);
             let k = q.xsk.kernel_stats();

@@ -10,6 +10,8 @@ use socket2::Socket;
 use super::cm_agent::{CmAgent, CmAgentError};
 use super::context::Context;
 use super::fault::{group_seed, FaultConfig, FaultCounters, RxFaults};
+use super::info_socket::{InfoHeader, InfoServer};
+use super::qp_registry::QpRegistry;
 use super::rx_buffer::{granted_rx_buffer, rc_config_for, report_capped};
 use super::socket::{bind_rx_group, SocketError};
 use super::xdp::neigh::NeighError;
@@ -300,6 +302,11 @@ pub struct SoftDevice {
     gso_refused: std::sync::atomic::AtomicBool,
     /// The AF_XDP path's program and interface ([`DeviceConfig::packet_path`]).
     xdp: Option<XdpDevice>,
+    /// The QPs of every poll group, for `rdma-info` ([`super::qp_registry`]).
+    qp_registry: Arc<QpRegistry>,
+    /// The info socket answering `rdma-info` ([`super::info_socket`]); `None` when it
+    /// could not be created.
+    _info: Option<InfoServer>,
 }
 
 impl std::fmt::Debug for SoftDevice {
@@ -452,15 +459,24 @@ impl SoftDevice {
             PacketPath::Udp => None,
             PacketPath::AfXdp { interface } => Some(XdpDevice::open(interface, rx_queues)?),
         };
+        let path_mtu = cfg.roce_mtu.unwrap_or(carried);
+        let counters: Arc<DeviceCounters> = Arc::default();
+        let qp_registry: Arc<QpRegistry> = Arc::default();
+        let header = InfoHeader {
+            ip: cfg.ip,
+            poll_groups: rx_queues,
+            path_mtu: path_mtu.bytes(),
+        };
+        let info = InfoServer::start(header, counters.clone(), qp_registry.clone());
         Ok(Arc::new(SoftDevice {
             ip: cfg.ip,
             rx_queues,
-            path_mtu: cfg.roce_mtu.unwrap_or(carried),
+            path_mtu,
             netdev_mtu,
             keys: KeyTable::new(),
             rx_sockets: Mutex::new(socks.into_iter().map(Some).collect()),
             qpns: QpnAllocator::new(rx_queues, cfg.first_qpn),
-            counters: Arc::default(),
+            counters,
             faults: cfg.faults.filter(|f| !f.is_noop()),
             rx_buffer_bytes,
             rc_config,
@@ -468,6 +484,8 @@ impl SoftDevice {
             udp_gso: cfg.udp_gso,
             gso_refused: Default::default(),
             xdp,
+            qp_registry,
+            _info: info,
         }))
     }
 
@@ -527,6 +545,10 @@ impl SoftDevice {
     /// Device counters.
     pub fn counters(&self) -> &DeviceCounters {
         &self.counters
+    }
+    /// The QPs of every poll group as `rdma-info` shows them ([`super::qp_registry`]).
+    pub fn qp_registry(&self) -> &QpRegistry {
+        &self.qp_registry
     }
     /// The device counters, shared (with the CM agent, which holds no device).
     pub(crate) fn counters_arc(&self) -> Arc<DeviceCounters> {

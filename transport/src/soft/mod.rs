@@ -12,6 +12,8 @@
 //! - [`rx_queue`]: the fault layer's rate-limited, RED-marking receive queue (incast);
 //! - [`rx_buffer`]: the receive buffer the kernel granted and the RC windows sized from it;
 //! - [`floor`]: the busy-polled UDP round trip under every round trip of this provider;
+//! - [`qp_registry`], [`info_socket`]: each device's QPs and counters, answered to
+//!   `rdma-info` on a Unix socket;
 //! - [`xdp`]: AF_XDP, the packet path past the kernel's UDP stack (root only).
 mod cm_agent;
 pub mod conn;
@@ -19,8 +21,10 @@ mod context;
 mod device;
 pub mod fault;
 pub mod floor;
+pub mod info_socket;
 mod provider;
 mod qp_core;
+pub mod qp_registry;
 pub mod rx_buffer;
 mod rx_check;
 pub mod rx_queue;
