@@ -148,21 +148,11 @@ impl Device for SoftDevice {
         self.rx_queues()
     }
     fn hw_counters(&self) -> Vec<(&'static str, u64)> {
-        let c = self.counters().snapshot();
-        vec![
-            ("sent_pkts", c.sent_pkts),
-            ("rcvd_pkts", c.rcvd_pkts),
-            ("sent_datagrams", c.sent_datagrams),
-            ("rcvd_datagrams", c.rcvd_datagrams),
-            ("icrc_errors", c.icrc_errors),
-            ("icrc_ipv4_id_solved", c.icrc_ipv4_id_solved),
-            ("malformed_pkts", c.malformed_pkts),
-            ("unknown_qp_pkts", c.unknown_qp_pkts),
-            ("tx_dropped_pkts", c.tx_dropped_pkts),
-            ("rx_truncated_datagrams", c.rx_truncated_datagrams),
-            ("tx_payload_bytes_zero_copy", c.tx_payload_bytes_zero_copy),
-            ("tx_payload_bytes_copied", c.tx_payload_bytes_copied),
-        ]
+        // The info socket's list, less the fault layer's own counters.
+        super::info_socket::named_counters(&self.counters().snapshot())
+            .into_iter()
+            .filter(|(name, _)| !name.starts_with("injected_"))
+            .collect()
     }
     fn alloc_pd(&self) -> Result<Pd, VerbsError> {
         Ok(SoftDevice::alloc_pd(self))
