@@ -28,13 +28,15 @@ fn profile_dir() -> PathBuf {
 }
 
 /// Builds `nvmf-target` and `nvmf-bench` in this test's profile (a no-op when they are
-/// current) and returns their paths.
+/// current) and returns their paths. With the test targets, as `cargo test --workspace`
+/// builds them: one feature set (dev-dependencies included), so after the test suite's
+/// own build this builds nothing.
 fn build_bins(repo: &Path) -> (PathBuf, PathBuf) {
     let dir = profile_dir();
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = Command::new(cargo);
     cmd.current_dir(repo)
-        .args(["build", "-p", "nvmf-target", "-p", "nvmf-bench", "--bins"]);
+        .args(["build", "--workspace", "--bins", "--tests"]);
     if dir.file_name().is_some_and(|n| n == "release") {
         cmd.arg("--release");
     }

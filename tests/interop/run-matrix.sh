@@ -113,15 +113,15 @@
 #   NVMF_TARGET_BIN, NVMF_BENCH_BIN  executables (default build/debug/{nvmf-target,nvmf-bench})
 #   RDMA_PERF_BIN  rdma-perf for the perftest group (default build/debug/rdma-perf)
 #   NVMF_CLI_BIN  our nvmf command line for the nvmf-cli group (default build/debug/nvmf:
-#               cargo build -p rdma-tools --bin nvmf)
+#               cargo build --workspace --bin nvmf)
 #   ANA_CONTROL_BIN  the example ana_control for the ana group (default
-#               build/debug/examples/ana_control: cargo build -p nvmf-target --example ana_control)
+#               build/debug/examples/ana_control: cargo build --workspace --example ana_control)
 #   MULTIPATH_IO_BIN  the example multipath_io for the nvmet-ana group (default
-#               build/debug/examples/multipath_io: cargo build -p nvmf-initiator --example multipath_io)
+#               build/debug/examples/multipath_io: cargo build --workspace --example multipath_io)
 #   RDMA_PERF_VERBS_BIN  rdma-perf built with `--features verbs`: the perftest group's
 #               verbs-client cells run it in the guest (none without it)
 #   NVMF_TARGET_VERBS_BIN  nvmf-target built with `--features verbs` for verbs-target
-#               (default: built here, `cargo build --release -p nvmf-target --features verbs`)
+#               (default: built here, `cargo build-verbs-cells`, .cargo/config.toml)
 #   LP_DIR      the linux-peer harness (default ../shared/linux-peer beside the repository)
 #   LP_OUT      guest kernel + initramfs; built with $LP_DIR/build.sh when missing
 #               (default /tmp/linux-peer)
@@ -177,15 +177,15 @@ case " $GROUPS_ " in
 esac
 case " $GROUPS_ " in
     *" nvmf-cli "* | *" dhchap "*)
-        [ -x "$NVMF_CLI_BIN" ] || cannot "$NVMF_CLI_BIN not built (cargo build -p rdma-tools --bin nvmf)" ;;
+        [ -x "$NVMF_CLI_BIN" ] || cannot "$NVMF_CLI_BIN not built (cargo build --workspace --bin nvmf)" ;;
 esac
 case " $GROUPS_ " in
     *" ana "* | *" nvmet-ana "*)
-        [ -x "$ANA_CONTROL_BIN" ] || cannot "$ANA_CONTROL_BIN not built (cargo build -p nvmf-target --example ana_control)" ;;
+        [ -x "$ANA_CONTROL_BIN" ] || cannot "$ANA_CONTROL_BIN not built (cargo build --workspace --example ana_control)" ;;
 esac
 case " $GROUPS_ " in
     *" nvmet-ana "*)
-        [ -x "$MULTIPATH_IO_BIN" ] || cannot "$MULTIPATH_IO_BIN not built (cargo build -p nvmf-initiator --example multipath_io)" ;;
+        [ -x "$MULTIPATH_IO_BIN" ] || cannot "$MULTIPATH_IO_BIN not built (cargo build --workspace --example multipath_io)" ;;
 esac
 case " $GROUPS_ " in
     *" linux-host-loss "*) command -v nft >/dev/null ||
@@ -199,9 +199,9 @@ mkdir -p "$OUT"
 OUT="$(realpath "$OUT")"
 if [[ " $GROUPS_ " == *" verbs-target "* ]] && [ -z "${NVMF_TARGET_VERBS_BIN:-}" ]; then
     say "building nvmf-target with the verbs provider (release, log $OUT/build-verbs.log)"
-    (cd "$REPO" && cargo build --release -p nvmf-target --features verbs --bin nvmf-target) \
+    (cd "$REPO" && cargo build-verbs-cells) \
         >"$OUT/build-verbs.log" 2>&1 ||
-        cannot "cargo build --features verbs failed (libibverbs-dev, librdmacm-dev, libclang-dev, pkg-config installed?): $(tail -3 "$OUT/build-verbs.log" | tr '\n' ' ')"
+        cannot "cargo build-verbs-cells failed (libibverbs-dev, librdmacm-dev, libclang-dev, pkg-config installed?): $(tail -3 "$OUT/build-verbs.log" | tr '\n' ' ')"
     # Copied at once: a later build without the feature rewrites build/release/nvmf-target.
     mkdir -p "$OUT/verbs-bin"
     cp "$REPO/build/release/nvmf-target" "$OUT/verbs-bin/nvmf-target"

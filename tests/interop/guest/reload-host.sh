@@ -66,10 +66,12 @@ else
 fi
 rec0=$(recovery)
 
-# fio with verification on namespace 1, long enough to span the three reloads.
+# fio with verification on namespace 1, long enough to span the four reloads (the last
+# cell below needs about 25 s after fio starts, up to 55 s when the guest is slow).
+FIO_S=60
 json="$LP_OUT/fio-n1.json"
 fio --name=fio-n1 --filename=/dev/nvme0n1 --direct=1 --ioengine=libaio --rw=randrw \
-    --bs=4k --iodepth=16 --size=16M --time_based --runtime=90 --verify=crc32c \
+    --bs=4k --iodepth=16 --size=16M --time_based --runtime=$FIO_S --verify=crc32c \
     --verify_backlog=256 --verify_fatal=1 --output-format=json --output="$json" \
     > "$LP_OUT/fio-n1.stderr" 2>&1 &
 fio_pid=$!
@@ -163,7 +165,7 @@ errs=$(grep -oE -m1 '"error" *: *[0-9]+' "$json" 2>/dev/null | head -1 | tr -dc 
 rios=$(grep -oE '"total_ios" *: *[0-9]+' "$json" 2>/dev/null | sed -n 1p | tr -dc '0-9')
 wios=$(grep -oE '"total_ios" *: *[0-9]+' "$json" 2>/dev/null | sed -n 2p | tr -dc '0-9')
 if [ $rc = 0 ] && [ "$errs" = 0 ]; then
-    cell fio-n1-verify PASS "randrw 4k iodepth=16 90 s verify=crc32c across four reloads: ${rios:-?} reads, ${wios:-?} writes, 0 errors"
+    cell fio-n1-verify PASS "randrw 4k iodepth=16 $FIO_S s verify=crc32c across four reloads: ${rios:-?} reads, ${wios:-?} writes, 0 errors"
 else
     cell fio-n1-verify FAIL "fio exit status $rc, error '$errs': $(grep -m3 -iE 'verify|error|bad' "$LP_OUT/fio-n1.stderr" | tr '\n' ' ')"
 fi

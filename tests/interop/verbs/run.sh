@@ -52,19 +52,17 @@ fi
 # ---- binaries --------------------------------------------------------------------------
 BIN_DIR="${VERBS_BIN_DIR:-$REPO/build/release}"
 if [ "${VERBS_NO_BUILD:-0}" != 1 ]; then
-    say "building (release, --features verbs): examples and the device tests"
-    (cd "$REPO" && cargo build --release -p transport --features verbs --examples) >"$OUT/build.log" 2>&1 ||
-        cannot "cargo build failed (libibverbs-dev, librdmacm-dev, libclang-dev, pkg-config installed?): $(tail -3 "$OUT/build.log" | tr '\n' ' ')"
-    (cd "$REPO" && cargo build --release -p transport --example soft_pingpong) >>"$OUT/build.log" 2>&1 ||
-        cannot "building soft_pingpong failed: $(tail -3 "$OUT/build.log" | tr '\n' ' ')"
-    (cd "$REPO" && cargo test --release -p transport --features verbs --test verbs_rxe --no-run) >>"$OUT/build.log" 2>&1 ||
+    say "building (release, every crate's verbs feature): examples, the device tests, nvmf-target and nvmf-bench"
+    # One invocation for all of them (the alias in .cargo/config.toml), so this build is
+    # shared with the verbs-target and perftest groups and with `cargo test-verbs --release`.
+    # nvmf-target runs the soft provider on the host side (its default), nvmf-bench the
+    # verbs provider in the guests; build/release/nvmf-{target,bench} link rdma-core until
+    # the next build without the feature.
+    (cd "$REPO" && cargo build-verbs-cells) >"$OUT/build.log" 2>&1 ||
+        cannot "cargo build-verbs-cells failed (libibverbs-dev, librdmacm-dev, libclang-dev, pkg-config installed?): $(tail -3 "$OUT/build.log" | tr '\n' ' ')"
+    # The same feature set: current after the build above; it prints the test's path.
+    (cd "$REPO" && cargo test-verbs --release --test verbs_rxe --no-run) >>"$OUT/build.log" 2>&1 ||
         cannot "building the device tests failed: $(tail -3 "$OUT/build.log" | tr '\n' ' ')"
-    # nvmf-target (the soft provider, default features) for the host side, nvmf-bench
-    # with the verbs provider for the guests (build/release/nvmf-bench links rdma-core
-    # until the next default build of the bench)
-    (cd "$REPO" && cargo build --release -p nvmf-target --bin nvmf-target &&
-        cargo build --release -p nvmf-bench --features verbs --bin nvmf-bench) >>"$OUT/build.log" 2>&1 ||
-        cannot "building nvmf-target and nvmf-bench (--features verbs) failed: $(tail -3 "$OUT/build.log" | tr '\n' ' ')"
     TEST_BIN=$(sed -nE 's#.*Executable tests/verbs_rxe.rs \((.*)\)#\1#p' "$OUT/build.log" | tail -1)
     case "$TEST_BIN" in /*) ;; *) TEST_BIN="$REPO/$TEST_BIN" ;; esac
 else
