@@ -158,18 +158,24 @@ fn rdma_info_lists_another_processes_qps_with_udp_sports() {
             .as_u64()
             .unwrap()
     };
+    // The first snapshot can come between RTS and the first data packet: read again
+    // until both have moved (bounded).
     let sent0 = counter(&c, "sent_pkts");
-    std::thread::sleep(Duration::from_millis(500));
-    let (again, _) = info_json(tmp.path());
-    let c2 = again["soft_live"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|d| d["ip"] == "127.0.77.2")
-        .unwrap()
-        .clone();
-    assert!(counter(&c2, "sent_pkts") > sent0, "{c} then {c2}");
-    assert!(counter(&s, "rcvd_pkts") > 0, "{s}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        std::thread::sleep(Duration::from_millis(200));
+        let (again, _) = info_json(tmp.path());
+        let live2 = again["soft_live"].as_array().unwrap();
+        let find = |ip: &str| live2.iter().find(|d| d["ip"] == ip).expect(ip).clone();
+        let (s2, c2) = (find("127.0.77.1"), find("127.0.77.2"));
+        if counter(&c2, "sent_pkts") > sent0 && counter(&s2, "rcvd_pkts") > 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "counters did not move in 10 s: {c} then {c2}; server {s2}"
+        );
+    }
 
     // The text table shows the same QPs with their sports.
     let t = Command::new(INFO)
