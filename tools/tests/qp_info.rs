@@ -115,8 +115,12 @@ fn rdma_info_lists_another_processes_qps_with_udp_sports() {
     assert_eq!(stderr, "", "stale sockets are skipped without a word");
     let live = first["soft_live"].as_array().unwrap();
     assert_eq!(live.len(), 2, "{first}");
-    let by_ip = |ip: &str| live.iter().find(|d| d["ip"] == ip).expect(ip).clone();
-    let (s, c) = (by_ip("127.0.77.1"), by_ip("127.0.77.2"));
+    // One device of an `rdma-info -o json` snapshot, by its address.
+    let by_ip = |j: &Value, ip: &str| -> Value {
+        let live = j["soft_live"].as_array().unwrap();
+        live.iter().find(|d| d["ip"] == ip).expect(ip).clone()
+    };
+    let (s, c) = (by_ip(&first, "127.0.77.1"), by_ip(&first, "127.0.77.2"));
     let pids: Vec<u64> = kids.0.iter().map(|k| u64::from(k.id())).collect();
     assert_eq!(s["pid"].as_u64().unwrap(), pids[0]);
     assert_eq!(c["pid"].as_u64().unwrap(), pids[1]);
@@ -165,9 +169,7 @@ fn rdma_info_lists_another_processes_qps_with_udp_sports() {
     loop {
         std::thread::sleep(Duration::from_millis(200));
         let (again, _) = info_json(tmp.path());
-        let live2 = again["soft_live"].as_array().unwrap();
-        let find = |ip: &str| live2.iter().find(|d| d["ip"] == ip).expect(ip).clone();
-        let (s2, c2) = (find("127.0.77.1"), find("127.0.77.2"));
+        let (s2, c2) = (by_ip(&again, "127.0.77.1"), by_ip(&again, "127.0.77.2"));
         if counter(&c2, "sent_pkts") > sent0 && counter(&s2, "rcvd_pkts") > 0 {
             break;
         }
